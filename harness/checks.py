@@ -1,0 +1,341 @@
+"""The checks: one function per contract, shared by properties, regressions and replay.
+
+Each ``check_*(case, target)`` runs the Case on every rank against the target
+(an adapter spec such as ``"impl"``), compares with the float64 oracle under
+the tolerance policy or bit for bit where the math promises it, and raises
+AssertionError with the diagnostics. Any failure carries the Case as JSON and
+a one-line replay command (added as an exception note), so a shrunk
+Hypothesis counterexample can be rerun exactly, outside pytest.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import torch
+
+from harness import reference
+from harness.cases import Case
+from harness.run import run_job
+from harness.targets import Unsupported, load_target
+from harness.tolerance import assert_close, assert_identical, gradient_scale, value_scale
+
+TOKEN_JOB = "harness.jobs:token_job"
+PACKED_JOB = "harness.jobs:packed_job"
+POLICY_JOB = "harness.jobs:policy_job"
+
+
+def replay_command(check: str, case: Case, target: str) -> str:
+    return f"python -m harness.replay {check} --target {target} --case '{case.to_json()}'"
+
+
+def replayable(fn):
+    """Attach the Case and its replay command to any failure of a check."""
+
+    @functools.wraps(fn)
+    def wrapper(case: Case, target: str = "impl", **kwargs):
+        try:
+            return fn(case, target, **kwargs)
+        except Unsupported:
+            raise
+        except BaseException as exc:
+            exc.add_note(f"Case: {case.to_json()}")
+            exc.add_note(f"Replay: {replay_command(f'{fn.__module__}:{fn.__name__}', case, target)}")
+            raise
+
+    return wrapper
+
+
+def required_capabilities(case: Case, level: str) -> set[str]:
+    """What a target must support to run ``case`` at ``level`` (token/packed/policy_loss)."""
+    needed = {level}
+    if case.with_entropy:
+        needed.add("entropy")
+    if case.chunk_size is not None:
+        needed.add("chunking")
+    if case.temperature != 1.0:
+        needed.add("temperature")
+    if level != "token":
+        if case.qkv_format == "bshd":
+            needed.add("bshd")
+        if case.response_only:
+            needed.add("response_only")
+        if case.loss_mask_only:
+            needed.add("loss_mask_only")
+    return needed
+
+
+def require(target: str, capabilities) -> None:
+    """Stop a check the target cannot run: UNSUPPORTED in the verdict, never a silent pass.
+
+    Under pytest this is a skip whose reason starts with ``UNSUPPORTED:``
+    (the verdict table reports it as such); elsewhere it raises Unsupported.
+    """
+    missing = set(capabilities) - set(load_target(target).capabilities)
+    if not missing:
+        return
+    message = f"target {load_target(target).name!r} does not support {sorted(missing)}"
+    if "pytest" in sys.modules:
+        sys.modules["pytest"].skip(f"UNSUPPORTED: {message}")
+    raise Unsupported(message)
+
+
+def _tp_ranks(case: Case, results: list) -> list:
+    """Results of the TP ranks of CP rank 0, in TP order (rank = cp_rank * tp + tp_rank)."""
+    return results[:case.tp]
+
+
+def assemble_grad(case: Case, results: list) -> torch.Tensor:
+    """The global ``[rows, V]`` gradient from every TP rank's column shard."""
+    return torch.cat([r["grad"] for r in _tp_ranks(case, results)], dim=1)
+
+
+def _replicated(results: list, key: str):
+    """A per-rank output that every TP rank must return identically; returns rank 0's."""
+    first = results[0][key]
+    for rank, result in enumerate(results[1:], start=1):
+        other = result[key]
+        if first is None or other is None:
+            assert first is None and other is None, f"{key}: rank 0 returned {first!r}, rank {rank} {other!r}"
+            continue
+        firsts, others = (first, other) if isinstance(first, list) else ([first], [other])
+        assert len(firsts) == len(others), f"{key}: rank 0 has {len(firsts)} samples, rank {rank} {len(others)}"
+        for i, (a, b) in enumerate(zip(firsts, others)):
+            assert_identical(b, a, what=f"{key}[{i}] on rank {rank} vs rank 0")
+    return first
+
+
+def assert_inputs_unmutated(results: list) -> None:
+    """Bug 2: the logits are bit-identical and their version counter unchanged after fwd+bwd."""
+    for rank, result in enumerate(results):
+        assert result["logits_unchanged"], f"rank {rank}: the target modified the logits' values"
+        assert result["logits_version_delta"] == 0, (
+            f"rank {rank}: the logits' version counter moved by {result['logits_version_delta']} "
+            "(an in-place write on the input, the mechanism of SkyRL #1648)")
+
+
+def grad_scale(case: Case, upstream: float) -> float:
+    return gradient_scale(case.global_logits(), case.temperature, upstream)
+
+
+def _max_abs(values) -> float:
+    values = [v for v in values if v.numel()]
+    return max((float(v.abs().max()) for v in values), default=0.0)
+
+
+def _compare_samples(actual: list, ref: list, naive: list, what: str, case: Case) -> None:
+    assert len(actual) == len(ref), f"{what}: {len(actual)} samples returned, {len(ref)} expected"
+    scale = value_scale(case.global_logits(), case.temperature)
+    for i, (a, r, n) in enumerate(zip(actual, ref, naive)):
+        assert_close(a, r, n, what=f"{what}[sample {i}]", scale=scale)
+
+
+# ---- token level -------------------------------------------------------------
+
+@replayable
+def check_token_forward(case: Case, target: str = "impl") -> None:
+    """Log-probs and entropy of every row match the float64 oracle; TP ranks agree."""
+    require(target, required_capabilities(case, "token"))
+    results = run_job(TOKEN_JOB, case, target)
+    ref, naive = reference.token_reference(case), reference.token_reference(case, precise=False)
+    scale = value_scale(case.global_logits(), case.temperature)
+    assert_close(_replicated(results, "log_probs"), ref.log_probs, naive.log_probs, what="log_probs", scale=scale)
+    if case.with_entropy:
+        assert_close(_replicated(results, "entropy"), ref.entropy, naive.entropy, what="entropy", scale=scale)
+    assert_inputs_unmutated(results)
+
+
+@replayable
+def check_token_backward(case: Case, target: str = "impl") -> None:
+    """Every rank's gradient shard of ``sum(a*lp + b*H)`` matches the oracle's column slice."""
+    require(target, required_capabilities(case, "token"))
+    results = run_job(TOKEN_JOB, case, target)
+    ref, naive = reference.token_reference(case), reference.token_reference(case, precise=False)
+    a, b = case.row_probe_weights()
+    upstream = float(a.abs().max() + (b.abs().max() if case.with_entropy else 0)) if case.rows else 0.0
+    assert_close(assemble_grad(case, results), ref.grad, naive.grad, what="grad(logits)",
+                 scale=grad_scale(case, upstream), out_dtype=case.torch_dtype)
+    assert_inputs_unmutated(results)
+
+
+# ---- packed level ------------------------------------------------------------
+
+def _consumed(case: Case) -> list[torch.Tensor]:
+    """Per sample, the positions whose values the target must return (mask 1 on loss-mask-only)."""
+    if case.loss_mask_only:
+        return [mask.bool() for mask in case.loss_masks()]
+    return [torch.ones(r, dtype=torch.bool) for r in case.response_lengths]
+
+
+def _only_consumed(values: list, consumed: list) -> list:
+    return [v[c] for v, c in zip(values, consumed)]
+
+
+def _assert_dropped_zero(values: list, consumed: list, what: str) -> None:
+    for i, (v, c) in enumerate(zip(values, consumed)):
+        dropped = v[~c]
+        assert bool((dropped == 0).all()), f"{what}[sample {i}]: dropped positions must read 0, got {dropped}"
+
+
+@replayable
+def check_packed_forward(case: Case, target: str = "impl") -> None:
+    """Per-sample response log-probs/entropy match the oracle on the packed layout."""
+    require(target, required_capabilities(case, "packed"))
+    results = run_job(PACKED_JOB, case, target)
+    ref, naive = reference.packed_reference(case), reference.packed_reference(case, precise=False)
+    consumed = _consumed(case)
+    log_probs = _replicated(results, "log_probs")
+    _compare_samples(_only_consumed(log_probs, consumed), _only_consumed(ref.log_probs, consumed),
+                     _only_consumed(naive.log_probs, consumed), "log_probs", case)
+    _assert_dropped_zero(log_probs, consumed, "log_probs")
+    if case.with_entropy:
+        entropy = _replicated(results, "entropy")
+        _compare_samples(_only_consumed(entropy, consumed), _only_consumed(ref.entropy, consumed),
+                         _only_consumed(naive.entropy, consumed), "entropy", case)
+        _assert_dropped_zero(entropy, consumed, "entropy")
+    assert_inputs_unmutated(results)
+
+
+@replayable
+def check_packed_backward(case: Case, target: str = "impl") -> None:
+    """Every rank's gradient shard of the probe loss matches the oracle's column slice."""
+    require(target, required_capabilities(case, "packed"))
+    results = run_job(PACKED_JOB, case, target)
+    ref, naive = reference.packed_reference(case), reference.packed_reference(case, precise=False)
+    a, b = case.probe_weights()
+    upstream = _max_abs(a) + (_max_abs(b) if case.with_entropy else 0.0)
+    assert_close(assemble_grad(case, results), ref.grad, naive.grad, what="grad(logits)",
+                 scale=grad_scale(case, upstream), out_dtype=case.torch_dtype)
+    assert_inputs_unmutated(results)
+
+
+# ---- policy loss ------------------------------------------------------------------
+
+def entropy_gate(case: Case) -> bool:
+    """MATH.md: the entropy keeps a graph iff it is computed and its coefficient is non-zero."""
+    return case.with_entropy and case.entropy_coef != 0
+
+
+def assert_entropy_gate(case: Case, results: list) -> None:
+    """Bugs 1 and 4: ``requires_grad`` of every returned entropy equals the gate, on every rank."""
+    gate = entropy_gate(case)
+    for rank, result in enumerate(results):
+        flags = result["entropy_requires_grad"]
+        if flags is None:
+            assert not case.with_entropy, f"rank {rank}: entropy was requested but not returned"
+            continue
+        for i, flag in enumerate(flags):
+            assert flag == gate, (
+                f"rank {rank}, sample {i}: entropy.requires_grad={flag} but the gate "
+                f"(with_entropy={case.with_entropy} and entropy_coef={case.entropy_coef} != 0) is {gate}")
+        if not gate and "entropy_grad_fn_is_none" in result:
+            assert all(result["entropy_grad_fn_is_none"]), f"rank {rank}: gated-off entropy still has a grad_fn"
+
+
+def policy_upstream(case: Case) -> float:
+    """Largest d(loss)/d(log-prob or entropy): |A| times the clipped ratio bound, plus the coefficient."""
+    return _max_abs(case.advantages()) * (1 + reference.EPS_CLIP_HIGH) * 1.5 + abs(case.entropy_coef)
+
+
+@replayable
+def check_policy_loss(case: Case, target: str = "impl") -> None:
+    """The PPO loss and its gradient match the oracle; the entropy gate is honoured."""
+    require(target, required_capabilities(case, "policy_loss"))
+    results = run_job(POLICY_JOB, case, target)
+    ref, naive = reference.policy_reference(case), reference.policy_reference(case, precise=False)
+    scale = value_scale(case.global_logits(), case.temperature) * policy_upstream(case) * max(len(case.samples), 1)
+    assert_close(_replicated(results, "loss"), ref.loss, naive.loss, what="policy loss", scale=scale)
+    assert_close(assemble_grad(case, results), ref.grad, naive.grad, what="grad(logits) of the policy loss",
+                 scale=grad_scale(case, policy_upstream(case)), out_dtype=case.torch_dtype)
+    assert_entropy_gate(case, results)
+    assert_inputs_unmutated(results)
+
+
+@replayable
+def check_inputs_unmutated(case: Case, target: str = "impl") -> None:
+    """Bug 2: forward+backward of the policy loss leaves the logits untouched on every rank."""
+    require(target, required_capabilities(case, "policy_loss"))
+    assert_inputs_unmutated(run_job(POLICY_JOB, case, target))
+
+
+SHARED_LOGITS_JOB = "harness.jobs:shared_logits_job"
+
+
+@replayable
+def check_shared_logits(case: Case, target: str = "impl") -> None:
+    """Bug 2: log-probs (chunked and not) and entropy on the same logits and an overlapping view.
+
+    One backward with ``retain_graph=True`` and a second one: no version-counter
+    error, the logits bit-identical with an unchanged version after the forward
+    and after both backwards, values and BOTH gradients equal to the oracle.
+    """
+    require(target, {"token", "entropy", "chunking"} | ({"temperature"} if case.temperature != 1.0 else set()))
+    assert case.rows >= 2, "the overlapping view logits[1:] needs at least two rows"
+    chunk_size = case.chunk_size or max(1, case.rows // 2)
+    results = run_job(SHARED_LOGITS_JOB, case, target, chunk_size=chunk_size)
+    for rank, result in enumerate(results):
+        assert result["after_forward"]["logits_unchanged"], f"rank {rank}: the forward modified the logits"
+        assert result["after_forward"]["logits_version_delta"] == 0, (
+            f"rank {rank}: the forward moved the logits' version counter by "
+            f"{result['after_forward']['logits_version_delta']}")
+    assert_inputs_unmutated(results)
+    ref = reference.shared_logits_reference(case)
+    scale = value_scale(case.global_logits(), case.temperature)
+    names = ("log_probs", "entropy", "chunked log_probs", "log_probs of logits[1:]", "entropy of logits[1:]")
+    for name, actual, want in zip(names, results[0]["values"], ref.log_probs):
+        assert_close(actual, want, want, what=name, scale=scale)
+    a, b = case.row_probe_weights()
+    upstream = 3 * float(a.abs().max()) + 2 * float(b.abs().max())
+    for which, label in ((0, "first backward"), (1, "second backward (retain_graph)")):
+        grad = torch.cat([r["grads"][which] for r in _tp_ranks(case, results)], dim=1)
+        assert_close(grad, ref.grad, ref.grad, what=f"grad(logits), {label}",
+                     scale=grad_scale(case, upstream), out_dtype=case.torch_dtype)
+
+
+# ---- invariances ------------------------------------------------------------------
+
+@replayable
+def check_chunk_invariance(case: Case, target: str = "impl") -> None:
+    """Chunking changes the working set, never a row's arithmetic: bit-identical results."""
+    require(target, required_capabilities(case, "packed") | {"chunking"})
+    chunked = run_job(PACKED_JOB, case, target)
+    whole = run_job(PACKED_JOB, case.with_(chunk_size=None), target)
+    for key in ("log_probs", "entropy"):
+        if chunked[0][key] is not None:
+            for i, (a, b) in enumerate(zip(chunked[0][key], whole[0][key])):
+                assert_identical(a, b, what=f"{key}[sample {i}] chunk_size={case.chunk_size} vs one chunk")
+    for rank, (a, b) in enumerate(zip(chunked, whole)):
+        assert_identical(a["grad"], b["grad"], what=f"rank {rank} grad, chunk_size={case.chunk_size} vs one chunk")
+
+
+@replayable
+def check_gate_invariance(case: Case, target: str = "impl") -> None:
+    """Entropy values are bit-identical with and without their gradient; log-probs unaffected."""
+    require(target, required_capabilities(case, "packed") | {"entropy", "entropy_gate"})
+    case = case.with_(with_entropy=True)
+    on = run_job(PACKED_JOB, case, target, entropy_grad=True)
+    off = run_job(PACKED_JOB, case, target, entropy_grad=False)
+    for rank, (a, b) in enumerate(zip(on, off)):
+        for key in ("log_probs", "entropy"):
+            for i, (x, y) in enumerate(zip(a[key], b[key])):
+                assert_identical(y, x, what=f"rank {rank} {key}[sample {i}] gate off vs on")
+        assert all(flag is False for flag in b["entropy_requires_grad"]), (
+            f"rank {rank}: entropy_grad=False returned entropy that requires grad: {b['entropy_requires_grad']}")
+        assert all(b["log_probs_requires_grad"]), f"rank {rank}: log-probs lost their graph with the gate off"
+
+
+@replayable
+def check_response_only(case: Case, target: str = "impl") -> None:
+    """Response-only (and loss-mask-only) equal the full path bit for bit on consumed positions."""
+    require(target, required_capabilities(case, "policy_loss") | {"response_only"})
+    full = run_job(POLICY_JOB, case.with_(response_only=False, loss_mask_only=False), target)
+    compact = run_job(POLICY_JOB, case.with_(response_only=True), target)
+    consumed = _consumed(case.with_(response_only=True))
+    keys = ("log_probs", "entropy") if case.with_entropy else ("log_probs",)
+    for key in keys:
+        for i, (x, y, c) in enumerate(zip(full[0][key], compact[0][key], consumed)):
+            assert_identical(y[c], x[c], what=f"{key}[sample {i}] response-only vs full, consumed positions")
+        _assert_dropped_zero(compact[0][key], consumed, f"{key} (response-only)")
+    for rank, (a, b) in enumerate(zip(full, compact)):
+        assert_identical(b["grad"], a["grad"], what=f"rank {rank} grad(logits), response-only vs full")

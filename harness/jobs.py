@@ -1,0 +1,184 @@
+"""Rank-side jobs: what every rank runs for one Case, against one target.
+
+A job receives ``{"case": json, "target": spec, ...}`` and a RankContext
+(rank, TP/CP groups, tracer), rebuilds its own inputs from the Case, calls
+the TARGET (never ``impl/`` directly), runs the backward of the probe (or
+policy) loss with the Case's non-uniform upstream weights, and returns CPU
+tensors and flags. The parent compares them with the float64 oracles.
+
+Each job also reports what the historic bugs broke: whether the logits were
+left bit-identical with an unchanged version counter (bug 2), and the
+``requires_grad`` of every returned tensor (bugs 1 and 4), plus the
+collective trace when the rank has a tracer (bug 5).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness import reference
+from harness.cases import Case
+from harness.targets import PackedInputs, load_target
+
+
+def packed_inputs(case: Case) -> PackedInputs:
+    """The Case's packed batch in the harness's target-neutral form."""
+    return PackedInputs(tokens=case.tokens(), total_lengths=case.total_lengths,
+                        response_lengths=case.response_lengths, loss_masks=case.loss_masks(),
+                        qkv_format=case.qkv_format, pad_multiple=case.pad_multiple)
+
+
+def upstream_grad(weights: torch.Tensor, noncontiguous: bool) -> torch.Tensor:
+    """fp32 upstream gradient; optionally a strided (non-contiguous) view of the same values."""
+    weights = weights.float()
+    if not noncontiguous:
+        return weights
+    holder = torch.zeros(weights.numel(), 2)
+    holder[:, 0] = weights
+    return holder[:, 0]
+
+
+def _leaf_logits(case: Case, ctx) -> torch.Tensor:
+    return case.rank_logits(ctx.tp_rank).requires_grad_()
+
+
+def _backward(outputs: list, weights: list, noncontiguous: bool) -> None:
+    """Backward of sum(w * out) through every output that carries a graph."""
+    pairs = [(out, upstream_grad(w, noncontiguous)) for out, w in zip(outputs, weights)
+             if out is not None and out.requires_grad and out.numel()]
+    if pairs:
+        torch.autograd.backward([p[0] for p in pairs], [p[1] for p in pairs])
+
+
+def _integrity(logits: torch.Tensor, before: torch.Tensor, version: int) -> dict:
+    return {
+        "logits_unchanged": bool(torch.equal(logits.detach(), before)),
+        "logits_version_delta": logits._version - version,
+    }
+
+
+def _grad(logits: torch.Tensor) -> torch.Tensor:
+    return logits.grad if logits.grad is not None else torch.zeros_like(logits)
+
+
+def _detach_all(values):
+    return None if values is None else [v.detach().clone() for v in values]
+
+
+def _requires_grad(values):
+    return None if values is None else [bool(v.requires_grad) for v in values]
+
+
+def _trace(ctx):
+    return list(ctx.tracer.records) if getattr(ctx, "tracer", None) is not None else []
+
+
+def token_job(payload: dict, ctx) -> dict:
+    """Token level: log-probs/entropy of every row, backward of the row probe loss."""
+    case = Case.from_json(payload["case"])
+    target = load_target(payload["target"])
+    logits = _leaf_logits(case, ctx)
+    before, version = logits.detach().clone(), logits._version
+    log_probs, entropy = target.token_log_probs(
+        logits, case.row_targets(), tp_group=ctx.tp_group, chunk_size=case.chunk_size,
+        with_entropy=case.with_entropy, entropy_grad=payload.get("entropy_grad", True),
+        temperature=case.temperature)
+    a, b = case.row_probe_weights()
+    _backward([log_probs, entropy], [a, b], case.noncontig_grads)
+    return {
+        "log_probs": log_probs.detach().clone(),
+        "entropy": None if entropy is None else entropy.detach().clone(),
+        "entropy_requires_grad": None if entropy is None else bool(entropy.requires_grad),
+        "grad": _grad(logits),
+        "trace": _trace(ctx),
+        **_integrity(logits, before, version),
+    }
+
+
+def packed_job(payload: dict, ctx) -> dict:
+    """Packed level: per-sample outputs, backward of the probe loss of MATH.md."""
+    case = Case.from_json(payload["case"])
+    target = load_target(payload["target"])
+    logits = _leaf_logits(case, ctx)
+    before, version = logits.detach().clone(), logits._version
+    log_probs, entropy = target.packed_log_probs(
+        logits, packed_inputs(case), tp_group=ctx.tp_group, chunk_size=case.chunk_size,
+        with_entropy=case.with_entropy, entropy_grad=payload.get("entropy_grad", True),
+        temperature=case.temperature, response_only=case.response_only,
+        loss_mask_only=case.loss_mask_only)
+    a, b = case.probe_weights()
+    outputs = list(log_probs) + (list(entropy) if entropy is not None else [])
+    weights = list(a) + (list(b) if entropy is not None else [])
+    _backward(outputs, weights, case.noncontig_grads)
+    return {
+        "log_probs": _detach_all(log_probs),
+        "entropy": _detach_all(entropy),
+        "log_probs_requires_grad": _requires_grad(log_probs),
+        "entropy_requires_grad": _requires_grad(entropy),
+        "grad": _grad(logits),
+        "trace": _trace(ctx),
+        **_integrity(logits, before, version),
+    }
+
+
+def policy_job(payload: dict, ctx) -> dict:
+    """Policy path: the PPO loss with entropy bonus; the target decides the entropy gate."""
+    case = Case.from_json(payload["case"])
+    target = load_target(payload["target"])
+    logits = _leaf_logits(case, ctx)
+    before, version = logits.detach().clone(), logits._version
+    loss, log_probs, entropy = target.policy_loss(
+        logits, packed_inputs(case), advantages=[a.float() for a in case.advantages()],
+        old_log_probs=[o.float() for o in reference.old_log_probs(case)],
+        eps_clip=reference.EPS_CLIP, eps_clip_high=reference.EPS_CLIP_HIGH,
+        entropy_coef=case.entropy_coef, with_entropy=case.with_entropy, tp_group=ctx.tp_group,
+        chunk_size=case.chunk_size, temperature=case.temperature,
+        response_only=case.response_only, loss_mask_only=case.loss_mask_only)
+    if loss.requires_grad:
+        loss.backward()
+    return {
+        "loss": loss.detach().clone(),
+        "log_probs": _detach_all(log_probs),
+        "entropy": _detach_all(entropy),
+        "entropy_requires_grad": _requires_grad(entropy),
+        "entropy_grad_fn_is_none": None if entropy is None else [e.grad_fn is None for e in entropy],
+        "grad": _grad(logits),
+        "trace": _trace(ctx),
+        **_integrity(logits, before, version),
+    }
+
+
+def shared_logits_job(payload: dict, ctx) -> dict:
+    """Bug 2: several consumers of the SAME logits (and an overlapping view) in one graph.
+
+    Log-probs unchunked with entropy, log-probs chunked, and log-probs plus
+    entropy of ``logits[1:]`` (a view sharing storage and version counter),
+    all with the entropy gradient on; one backward with ``retain_graph=True``,
+    then a second backward. Any in-place write on the saved logits makes a
+    later unpack raise the version-counter error, or perturbs the values.
+    """
+    case = Case.from_json(payload["case"])
+    target = load_target(payload["target"])
+    logits = _leaf_logits(case, ctx)
+    before, version = logits.detach().clone(), logits._version
+    targets = case.row_targets()
+    options = dict(tp_group=ctx.tp_group, entropy_grad=True, temperature=case.temperature)
+    log_probs, entropy = target.token_log_probs(logits, targets, chunk_size=None, with_entropy=True, **options)
+    chunked, _ = target.token_log_probs(logits, targets, chunk_size=payload["chunk_size"], with_entropy=False,
+                                        **options)
+    view_log_probs, view_entropy = target.token_log_probs(logits[1:], targets[1:], chunk_size=payload["chunk_size"],
+                                                          with_entropy=True, **options)
+    after_forward = _integrity(logits, before, version)
+    a, b = (w.float() for w in case.row_probe_weights())
+    loss = ((a * log_probs).sum() + (b * entropy).sum() + (a * chunked).sum()
+            + (a[1:] * view_log_probs).sum() + (b[1:] * view_entropy).sum())
+    loss.backward(retain_graph=True)
+    first = logits.grad.clone()
+    logits.grad = None
+    loss.backward()
+    return {
+        "values": [v.detach().clone() for v in (log_probs, entropy, chunked, view_log_probs, view_entropy)],
+        "grads": [first, logits.grad.clone()],
+        "after_forward": after_forward,
+        **_integrity(logits, before, version),
+    }

@@ -1,0 +1,64 @@
+"""The historic bugs re-created as small, named source changes to ``impl/``.
+
+Each Mutant is an exact snippet of an ``impl`` module and its replacement,
+applied at import time when ``LPH_MUTANT=<name>`` is set (loader.py), in the
+test process AND in every rank process. It names the regression tests that
+must fail on it: ``nox -s mutants`` (and ``tests/test_mutants.py`` inside
+``nox -s tests``) proves that they do. If ``impl`` changes so a snippet no
+longer matches, applying the mutant fails loudly instead of testing nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug: str
+    module: str
+    original: str
+    replacement: str
+    killed_by: tuple
+
+
+MUTANTS = (
+    Mutant(
+        name="inverted_no_grad_gate",
+        bug="BUGS.md #1 (slime PR #1185): the entropy is detached exactly when its coefficient is non-zero",
+        module="impl.policy_loss",
+        original="return bool(with_entropy) and entropy_coef != 0",
+        replacement="return bool(with_entropy) and entropy_coef == 0",
+        killed_by=("regressions/test_inverted_no_grad_gate.py",),
+    ),
+    Mutant(
+        name="borrow_restore_saved_logits",
+        bug="BUGS.md #2 (SkyRL #1648): the backward subtracts from the saved logits in place, then adds back",
+        module="impl.token_level",
+        original="            log_p = _shifted_fp32(logits[start:end], shift[start:end], temperature)\n",
+        replacement=(
+            "            borrowed = logits.detach()[start:end]\n"
+            "            offset = (shift[start:end] * temperature).unsqueeze(1).to(borrowed.dtype)\n"
+            "            borrowed.sub_(offset)\n"
+            "            log_p = borrowed.to(torch.float32, copy=True).div_(temperature)\n"
+            "            borrowed.add_(offset)\n"
+        ),
+        killed_by=("regressions/test_inplace_version_counter.py",),
+    ),
+    Mutant(
+        name="forward_shifts_logits_in_place",
+        bug="BUGS.md #2 (verl #1672, Megatron cross-entropy): the forward writes its shifted logits over the input",
+        module="impl.token_level",
+        original="    out = chunk.to(torch.float32, copy=True)\n",
+        replacement="    out = chunk.to(torch.float32)\n",
+        killed_by=("regressions/test_inplace_version_counter.py",),
+    ),
+)
+
+
+def by_name(name: str) -> Mutant:
+    for mutant in MUTANTS:
+        if mutant.name == name:
+            return mutant
+    raise KeyError(f"LPH_MUTANT={name!r} is not a known mutant; known: {[m.name for m in MUTANTS]}")

@@ -1,0 +1,67 @@
+"""Run each mutant's regression tests in a fresh pytest process and report killed/survived.
+
+A mutant is KILLED when pytest exits 1 with at least one FAILED test among
+its regressions (not a collection error, not an internal error: those would
+prove nothing). The environment carries ``LPH_MUTANT`` into the subprocess
+and, through spawn, into every rank it starts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.mutants.catalog import MUTANTS, Mutant
+from harness.mutants.loader import ENV_VAR
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class MutantResult:
+    mutant: Mutant
+    returncode: int
+    failed: list
+    seconds: float
+    output: str
+
+    @property
+    def killed(self) -> bool:
+        return self.returncode == 1 and bool(self.failed)
+
+
+def run_mutant(mutant: Mutant, extra_args=()) -> MutantResult:
+    env = dict(os.environ, **{ENV_VAR: mutant.name})
+    env.setdefault("HYPOTHESIS_PROFILE", "ci")
+    command = [sys.executable, "-m", "pytest", *mutant.killed_by, "-q", "-rf", "-p", "no:cacheprovider",
+               "-p", "no:randomly", *extra_args]
+    start = time.monotonic()
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    output = proc.stdout + proc.stderr
+    failed = re.findall(r"^FAILED (\S+)", output, flags=re.MULTILINE)
+    return MutantResult(mutant, proc.returncode, failed, time.monotonic() - start, output)
+
+
+def main(argv=None) -> int:
+    names = set(argv if argv is not None else sys.argv[1:])
+    selected = [m for m in MUTANTS if not names or m.name in names]
+    survived = 0
+    print(f"{'mutant':34} {'verdict':9} {'seconds':>7}  failing regressions")
+    for mutant in selected:
+        result = run_mutant(mutant)
+        verdict = "killed" if result.killed else "SURVIVED"
+        survived += not result.killed
+        print(f"{mutant.name:34} {verdict:9} {result.seconds:7.1f}  {', '.join(result.failed) or '-'}")
+        if not result.killed:
+            print(result.output[-4000:])
+    print(f"{len(selected) - survived} killed, {survived} survived")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

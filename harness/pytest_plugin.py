@@ -1,0 +1,149 @@
+"""pytest wiring: the --target option, Hypothesis profiles, the verdict table and case counts.
+
+Loaded from the root conftest.py. The verdict table (check, outcome, shrunk
+counterexample, replay command) is printed at the end of every session and,
+with ``--report-dir``, written as ``report.md`` next to pytest's JUnit XML.
+A check skipped with an ``UNSUPPORTED:`` reason is reported as UNSUPPORTED,
+never as a pass.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+
+from harness import stats
+from harness.pool import shutdown_all
+
+_SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+settings.register_profile("dev", max_examples=15, deadline=None, suppress_health_check=_SUPPRESSED,
+                          print_blob=True)
+settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=_SUPPRESSED, print_blob=True)
+settings.register_profile("mutants", max_examples=40, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=_SUPPRESSED, phases=[Phase.explicit, Phase.generate])
+settings.register_profile("thorough", max_examples=1000, deadline=None, suppress_health_check=_SUPPRESSED,
+                          print_blob=True, phases=list(Phase))
+
+
+def _profile() -> str:
+    if os.environ.get("HYPOTHESIS_PROFILE"):
+        return os.environ["HYPOTHESIS_PROFILE"]
+    return "ci" if os.environ.get("CI") else "dev"
+
+
+settings.load_profile(_profile())
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("lph", "log-prob harness")
+    group.addoption("--target", default=os.environ.get("LPH_TARGET", "impl"),
+                    help="implementation under test: impl (default), package.module:attr or path/to/file.py:attr")
+    group.addoption("--report-dir", default=None,
+                    help="write report.md (verdict table) here; pair with --junitxml=<dir>/junit.xml")
+
+
+@pytest.fixture(scope="session")
+def target(request) -> str:
+    """The target spec every property and regression checks."""
+    return request.config.getoption("--target")
+
+
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _stats_dir(config) -> Path:
+    return Path(config.rootpath) / "reports" / ".stats"
+
+
+def pytest_configure(config):
+    config._lph_verdicts = {}
+    if not _is_worker(config):
+        shutil.rmtree(_stats_dir(config), ignore_errors=True)
+
+
+_REPLAY = re.compile(r"^(?:E\s+)?Replay: (.*)$", re.MULTILINE)
+_CASE = re.compile(r"^(?:E\s+)?Case: (.*)$", re.MULTILINE)
+
+
+def pytest_runtest_logreport(report):
+    verdicts = _CONFIG[0]._lph_verdicts
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        if report.skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            outcome = "UNSUPPORTED" if "UNSUPPORTED" in reason else "SKIPPED"
+            verdicts[report.nodeid] = (outcome, reason.replace("Skipped: ", ""), "")
+        elif report.failed:
+            text = report.longreprtext
+            cases, replays = _CASE.findall(text), _REPLAY.findall(text)
+            verdicts[report.nodeid] = ("FAIL", cases[-1] if cases else _first_error_line(text),
+                                       replays[-1] if replays else f"pytest '{report.nodeid}'")
+        else:
+            verdicts[report.nodeid] = ("PASS", "", "")
+
+
+_CONFIG: list = []
+
+
+def _first_error_line(text: str) -> str:
+    lines = [line[2:] for line in text.splitlines() if line.startswith("E ")]
+    return lines[0].strip()[:200] if lines else ""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    _CONFIG[:] = [session.config]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutdown_all()
+    stats.dump(_stats_dir(session.config)) if stats.counts() else None
+
+
+def verdict_table(verdicts: dict) -> str:
+    rows = ["| check | outcome | counterexample | reproduce |", "|---|---|---|---|"]
+    for nodeid, (outcome, detail, replay) in sorted(verdicts.items()):
+        detail = detail.replace("|", "\\|")
+        rows.append(f"| `{nodeid}` | {outcome} | {('`' + detail + '`') if detail else ''} | "
+                    f"{('`' + replay + '`') if replay else ''} |")
+    return "\n".join(rows)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _is_worker(config):
+        return
+    counts = stats.load_all(_stats_dir(config)) + stats.counts()
+    if counts:
+        terminalreporter.section("generated cases run, by layout")
+        for key, count in sorted(counts.items()):
+            terminalreporter.write_line(f"{key}: {count}")
+    verdicts = config._lph_verdicts
+    if not verdicts:
+        return
+    summary = {}
+    for outcome, _, _ in verdicts.values():
+        summary[outcome] = summary.get(outcome, 0) + 1
+    target = config.getoption("--target")
+    terminalreporter.section(f"verdicts for target {target}")
+    for nodeid, (outcome, detail, replay) in sorted(verdicts.items()):
+        terminalreporter.write_line(f"{outcome:11} {nodeid}")
+        if detail:
+            terminalreporter.write_line(f"{'':11} counterexample: {detail}")
+        if replay:
+            terminalreporter.write_line(f"{'':11} reproduce: {replay}")
+    terminalreporter.write_line(", ".join(f"{n} {k}" for k, n in sorted(summary.items())))
+    report_dir = config.getoption("--report-dir")
+    if report_dir:
+        path = Path(report_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        layout = "\n".join(f"- {k}: {v}" for k, v in sorted(counts.items()))
+        (path / "report.md").write_text(
+            f"# Verdicts for target `{target}`\n\n{', '.join(f'{n} {k}' for k, n in sorted(summary.items()))}\n\n"
+            f"{verdict_table(verdicts)}\n\n## Generated cases run, by layout\n\n{layout}\n")
+        terminalreporter.write_line(f"report: {path / 'report.md'}")

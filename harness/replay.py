@@ -1,0 +1,45 @@
+"""Replay one check on one Case, outside pytest and Hypothesis.
+
+Every failing check prints a line such as::
+
+    python -m harness.replay harness.checks:check_packed_backward --target impl --case '{"seed": 3, ...}'
+
+which reruns exactly that check on exactly that Case (the Case rebuilds all
+its tensors from its seed), printing PASS or the failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+
+from harness.cases import Case
+from harness.pool import shutdown_all
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.replay", description=__doc__.splitlines()[0])
+    parser.add_argument("check", help="module:function of the check, e.g. harness.checks:check_token_forward")
+    parser.add_argument("--case", required=True, help="the Case as JSON (printed by the failing check)")
+    parser.add_argument("--target", default="impl", help="target spec (default: impl)")
+    args = parser.parse_args(argv)
+    module_name, _, function_name = args.check.partition(":")
+    check = getattr(importlib.import_module(module_name), function_name)
+    case = Case.from_json(args.case)
+    print(f"replaying {args.check} on target {args.target}\ncase: {case}")
+    try:
+        check(case, args.target)
+    except Exception:
+        traceback.print_exc()
+        print("FAIL")
+        return 1
+    finally:
+        shutdown_all()
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Run a rank-side job for a Case on every rank of its layout.
+
+World size 1 runs in this process (no process group: nothing can hang and
+nothing needs isolating), larger worlds go through the persistent rank pool
+of their size. Either way the caller gets one result per global rank, in rank
+order, and a hung or failing rank surfaces as an exception naming it.
+"""
+
+from __future__ import annotations
+
+from harness import stats
+from harness.cases import Case
+from harness.pool import RankContext, get_pool
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def _local_context() -> RankContext:
+    return RankContext(rank=0, world_size=1, tp=1, cp=1, tp_rank=0, cp_rank=0,
+                       tp_group=None, cp_group=None, tracer=None)
+
+
+def run_job(job: str, case: Case, target: str = "impl", *, timeout_s: float = DEFAULT_TIMEOUT_S,
+            **options) -> list:
+    """Run ``job`` ('module:function') for ``case`` against ``target``; one result per rank."""
+    stats.record(case)
+    payload = {"case": case.to_json(), "target": target, **options}
+    if case.world_size == 1:
+        module_name, _, function_name = job.partition(":")
+        module = __import__(module_name, fromlist=[function_name])
+        return [getattr(module, function_name)(payload, _local_context())]
+    return get_pool(case.world_size).run(job, payload, tp=case.tp, cp=case.cp, timeout_s=timeout_s)

@@ -1,0 +1,81 @@
+"""What an adapter provides so the suite can check an implementation.
+
+An adapter ("target") presents one implementation of vocab-parallel
+log-probs/entropy to every property and regression. It is a class (or an
+instance) with a ``name``, a ``capabilities`` set, and any of the three entry
+points below. Checks never call an implementation directly: they ask the
+target, and a check that needs a capability the target does not declare is
+reported UNSUPPORTED (never a silent pass).
+
+Conventions the adapter maps its implementation onto (MATH.md):
+
+* logits are this rank's contiguous vocabulary shard ``[rows, V_local]`` of
+  the TP group (``tp_group`` None means a single rank); targets are GLOBAL ids;
+* entropy is ``H = -sum p log p`` (positive), log-probs are ``z_t - lse``;
+* outputs are float tensors; per-sample outputs are lists in sample order.
+
+The full protocol, with a worked example, is in docs/targets.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CAPABILITIES = frozenset({
+    "token",            # token_log_probs
+    "packed",           # packed_log_probs
+    "policy_loss",      # policy_loss
+    "entropy",          # with_entropy=True
+    "entropy_gate",     # entropy_grad=False gives a graph-free entropy
+    "chunking",         # chunk_size is honoured
+    "temperature",      # temperature != 1
+    "response_only",    # rows dropped before the softmax
+    "loss_mask_only",   # loss-mask-0 rows dropped too (policy path)
+    "bshd",             # qkv_format="bshd"
+})
+
+
+@dataclass(frozen=True)
+class PackedInputs:
+    """A packed batch as the harness describes it to a target.
+
+    Attributes:
+        tokens: per sample, its full token ids (length ``T_i``).
+        total_lengths: ``T_i`` per sample.
+        response_lengths: ``R_i`` per sample.
+        loss_masks: per sample, ``R_i`` float zeros/ones.
+        qkv_format: ``"thd"`` or ``"bshd"`` (MATH.md layouts).
+        pad_multiple: the alignment the stream (thd) or each row (bshd) was padded to.
+    """
+
+    tokens: list
+    total_lengths: list
+    response_lengths: list
+    loss_masks: list
+    qkv_format: str
+    pad_multiple: int
+
+
+class Unsupported(Exception):
+    """Raised by the harness when a check needs a capability the target lacks."""
+
+
+class Target:
+    """Base class for adapters: declare ``name`` and ``capabilities``, override entry points."""
+
+    name = "unnamed"
+    capabilities: frozenset = frozenset()
+
+    def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
+        """Return ``(log_probs [rows], entropy [rows] or None)``."""
+        raise NotImplementedError
+
+    def packed_log_probs(self, logits, inputs: PackedInputs, *, tp_group, chunk_size, with_entropy,
+                         entropy_grad, temperature, response_only, loss_mask_only):
+        """Return ``(list of log_probs_i, list of entropy_i or None)``."""
+        raise NotImplementedError
+
+    def policy_loss(self, logits, inputs: PackedInputs, *, advantages, old_log_probs, eps_clip, eps_clip_high,
+                    entropy_coef, with_entropy, tp_group, chunk_size, temperature, response_only, loss_mask_only):
+        """Return ``(loss scalar, list of log_probs_i, list of entropy_i or None)``."""
+        raise NotImplementedError

@@ -1,0 +1,106 @@
+"""The tolerance policy: error bounded by the naive same-dtype error plus a rounding floor.
+
+FlashAttention's tests assert ``|out - ref| <= k * |out_naive - ref| + floor``
+with ``ref`` in higher precision. Here ``ref`` is the float64 oracle,
+``out_naive`` is plain torch ``log_softmax`` in the input dtype on unsharded
+logits, and the floor is a few units of rounding of the fp32 math at the
+magnitude the computation really works at (``|z|/T + log V``: the scale of
+the log-sum-exp that every value is a difference against), plus rounding of
+the output dtype. Nothing is tuned per test: bf16 gets a bf16-sized bound
+because its naive error is bf16-sized, fp32 gets an fp32-sized one.
+
+Non-finite reference entries (``-inf`` log-probs of masked columns) must be
+matched exactly; a NaN where the reference is finite is always a failure.
+When the naive computation itself is non-finite (it overflowed), only the
+floor is allowed: never a free pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+NAIVE_FACTOR = 2.0
+FLOOR_ULPS = 8.0
+FP32_EPS = torch.finfo(torch.float32).eps
+
+
+@dataclass
+class Comparison:
+    what: str
+    max_error: float
+    mean_error: float
+    naive_error: float
+    bound: float
+    worst: str
+
+    @property
+    def ok(self) -> bool:
+        return self.max_error <= self.bound
+
+    def __str__(self) -> str:
+        verdict = "ok" if self.ok else "FAIL"
+        return (f"{self.what}: max|err|={self.max_error:.3e} mean|err|={self.mean_error:.3e} "
+                f"naive={self.naive_error:.3e} bound={self.bound:.3e} [{verdict}] {self.worst}")
+
+
+def _finite_max(t: torch.Tensor) -> float:
+    t = t[torch.isfinite(t)]
+    return float(t.abs().max()) if t.numel() else 0.0
+
+
+def value_scale(logits: torch.Tensor, temperature: float) -> float:
+    """Magnitude of the fp32 log-sum-exp arithmetic for these logits."""
+    return _finite_max(logits.double()) / temperature + math.log(max(logits.shape[-1], 1)) + 1.0
+
+
+def gradient_scale(logits: torch.Tensor, temperature: float, upstream: float) -> float:
+    """Magnitude of the fp32 gradient arithmetic: value scale x upstream weight x 1/T."""
+    return value_scale(logits, temperature) * upstream / temperature
+
+
+def _errors(actual: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    actual, ref = actual.double(), ref.double()
+    finite = torch.isfinite(ref)
+    err = torch.where(finite, (actual - ref).abs(), torch.zeros_like(ref))
+    mismatch_nonfinite = ~finite & (actual != ref)
+    err = torch.where(mismatch_nonfinite | torch.isnan(actual), torch.full_like(err, math.inf), err)
+    return err
+
+
+def compare(actual, ref, naive, *, what: str, scale: float, out_dtype=torch.float32) -> Comparison:
+    """Compare ``actual`` with the float64 ``ref`` under the policy (see module docstring)."""
+    actual, ref, naive = actual.detach().cpu(), ref.detach().cpu(), naive.detach().cpu()
+    if actual.shape != ref.shape:
+        return Comparison(what, math.inf, math.inf, 0.0, 0.0,
+                          f"shape {tuple(actual.shape)} != reference shape {tuple(ref.shape)}")
+    err = _errors(actual, ref)
+    naive_err = float(_errors(naive, ref).max()) if ref.numel() else 0.0
+    floor = FLOOR_ULPS * (FP32_EPS * scale + torch.finfo(out_dtype).eps * _finite_max(ref))
+    bound = floor + (NAIVE_FACTOR * naive_err if math.isfinite(naive_err) else 0.0)
+    if not ref.numel():
+        return Comparison(what, 0.0, 0.0, 0.0, bound, "(empty)")
+    index = int(err.argmax())
+    position = tuple(int(i) for i in torch.unravel_index(torch.tensor(index), err.shape))
+    worst = f"worst at {position}: got {actual.flatten()[index].item()!r}, want {ref.flatten()[index].item()!r}"
+    return Comparison(what, float(err.max()), float(err.mean()), naive_err, bound, worst)
+
+
+def assert_close(actual, ref, naive, *, what: str, scale: float, out_dtype=torch.float32) -> Comparison:
+    result = compare(actual, ref, naive, what=what, scale=scale, out_dtype=out_dtype)
+    assert result.ok, str(result)
+    return result
+
+
+def assert_identical(actual: torch.Tensor, expected: torch.Tensor, *, what: str) -> None:
+    """Bit-identical, where the math promises it (gate on/off, response-only vs full)."""
+    actual, expected = actual.detach().cpu(), expected.detach().cpu()
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    same = (actual == expected) | (torch.isnan(actual) & torch.isnan(expected))
+    if not bool(same.all()):
+        index = int((~same).flatten().nonzero()[0])
+        raise AssertionError(
+            f"{what}: not bit-identical at flat index {index}: {actual.flatten()[index].item()!r} "
+            f"vs {expected.flatten()[index].item()!r} ({int((~same).sum())} of {same.numel()} differ)")

@@ -1,0 +1,194 @@
+"""Context parallelism for the packed path: zigzag and allgather layouts (MATH.md).
+
+Both layouts hand back, on every CP rank, the ZIGZAG VIEW of each sample's
+response: with ``c_i = ceil(T_i / (2 cp))``, CP rank ``r`` returns the
+values whose predicting row (sample position ``p`` in ``[P_i - 1, T_i - 1)``)
+lies in chunk ``r`` and then in chunk ``2 cp - 1 - r`` of that sample.
+
+* zigzag: the rank already holds exactly those rows (ring-attention
+  sharding), so it evaluates them in place; no CP collective at all.
+* allgather: the rank holds a contiguous slice of the packed stream. It
+  evaluates the response rows it holds, places them in one zero vector of all
+  samples' response positions, and a SINGLE all-reduce over the CP group
+  makes the full vector available everywhere; each rank then slices its
+  zigzag view. The all-reduce is the differentiable one exactly when the
+  values carry a graph, and that is decided by the configuration (the
+  entropy-gradient gate), never by which rank happens to hold rows: every
+  rank builds its contribution the same way, a rank with no rows included,
+  so ``requires_grad`` and the collective sequence are identical on all
+  ranks (BUGS.md #4 and #5: ``requires_grad=True`` zeros on the ranks that
+  held nothing re-enabled the gradient on some ranks only and hung training).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dist_nn
+
+from impl.packed import PackedBatch, PackedOutput, kept_positions, response_targets
+from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy
+from impl.token_level import tp_world
+
+CP_MODES = ("zigzag", "allgather")
+
+
+def zigzag_chunk(total: int, cp: int) -> int:
+    """Chunk length ``c_i = ceil(T_i / (2 cp))`` of a sample under zigzag sharding."""
+    return math.ceil(total / (2 * cp))
+
+
+def zigzag_positions(total: int, response: int, cp: int, cp_rank: int) -> list[int]:
+    """Response indices ``j`` (position ``p = P - 1 + j``) that CP rank ``cp_rank`` returns, in view order."""
+    chunk, first = zigzag_chunk(total, cp), total - response - 1
+    out = []
+    for k in (cp_rank, 2 * cp - 1 - cp_rank):
+        start, end = max(first, k * chunk), min(total - 1, (k + 1) * chunk)
+        out.extend(p - first for p in range(start, end))
+    return out
+
+
+def zigzag_local_rows(batch: PackedBatch, cp: int, cp_rank: int) -> tuple[list[list[int]], int]:
+    """Per sample, the LOCAL row of each returned position on this rank; and the rows the layout needs."""
+    rows, offset = [], 0
+    for total, response in zip(batch.total_lengths, batch.response_lengths):
+        chunk, first = zigzag_chunk(total, cp), total - response - 1
+        sample_rows = []
+        for slot, k in enumerate((cp_rank, 2 * cp - 1 - cp_rank)):
+            start, end = max(first, k * chunk), min(total - 1, (k + 1) * chunk)
+            sample_rows.extend(offset + slot * chunk + (p - k * chunk) for p in range(start, end))
+        rows.append(sample_rows)
+        offset += 2 * chunk
+    return rows, offset
+
+
+def allgather_piece(batch: PackedBatch, rows_local: int, cp_rank: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Per sample, (response indices held by this rank, their local rows) for a contiguous slice."""
+    start_row = cp_rank * rows_local
+    held, local, offset = [], [], 0
+    for total, response in zip(batch.total_lengths, batch.response_lengths):
+        first = total - response - 1
+        sample_held, sample_local = [], []
+        for j in range(response):
+            row = offset + first + j
+            if start_row <= row < start_row + rows_local:
+                sample_held.append(j)
+                sample_local.append(row - start_row)
+        held.append(sample_held)
+        local.append(sample_local)
+        offset += total
+    return held, local
+
+
+def _cp_world(group) -> tuple[int, int]:
+    return tp_world(group)
+
+
+def _validate(logits, batch: PackedBatch, cp_mode: str, cp: int, loss_mask_only: bool) -> None:
+    if cp_mode not in CP_MODES:
+        raise ValueError(f"cp_mode must be one of {CP_MODES}, got {cp_mode!r}")
+    if batch.qkv_format != "thd":
+        raise ValueError(
+            f"cp_mode={cp_mode!r} needs qkv_format='thd' (got {batch.qkv_format!r}): context parallelism "
+            "splits the packed stream; configure thd packing or disable context parallelism")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be [rows, V_local] for context parallelism, got {tuple(logits.shape)}")
+    if loss_mask_only:
+        raise ValueError("loss_mask_only is not supported with context parallelism; use response_only=False")
+
+
+def _evaluate(logits, rows: list[int], targets: torch.Tensor, options: dict):
+    index = torch.tensor(rows, dtype=torch.long, device=logits.device)
+    return token_log_probs_and_entropy(logits.index_select(0, index), targets.to(logits.device), **options)
+
+
+def _response_targets_by_sample(batch: PackedBatch) -> list[torch.Tensor]:
+    return [tokens[total - response:].long()
+            for tokens, total, response in zip(batch.tokens, batch.total_lengths, batch.response_lengths)]
+
+
+def _split(values: torch.Tensor | None, sizes: list[int]):
+    return None if values is None else list(torch.split(values, sizes))
+
+
+def zigzag_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, options: dict) -> PackedOutput:
+    cp, cp_rank = _cp_world(cp_group)
+    rows, needed = zigzag_local_rows(batch, cp, cp_rank)
+    if logits.shape[0] < needed:
+        raise ValueError(f"zigzag logits has {logits.shape[0]} rows; this rank's chunks need {needed} "
+                         f"(sum of 2*ceil(T_i/(2*cp)) with cp={cp})")
+    targets = _response_targets_by_sample(batch)
+    picked = [t[zigzag_positions(total, response, cp, cp_rank)] for t, total, response in
+              zip(targets, batch.total_lengths, batch.response_lengths)]
+    flat_rows = [row for sample_rows in rows for row in sample_rows]
+    flat_targets = torch.cat([torch.zeros(0, dtype=torch.long)] + picked)
+    log_probs, entropy = _evaluate(logits, flat_rows, flat_targets, options)
+    sizes = [len(r) for r in rows]
+    return PackedOutput(_split(log_probs, sizes), _split(entropy, sizes))
+
+
+def _all_reduce_sum(values: torch.Tensor, cp_group) -> torch.Tensor:
+    """Sum over the CP group; differentiable iff ``values`` carries a graph (the same on every rank)."""
+    if values.requires_grad:
+        return dist_nn.all_reduce(values, op=dist.ReduceOp.SUM, group=cp_group)
+    values = values.clone()
+    dist.all_reduce(values, op=dist.ReduceOp.SUM, group=cp_group)
+    return values
+
+
+def _redistribute(values, held_flat: torch.Tensor, batch: PackedBatch, cp: int, cp_rank: int, cp_group):
+    """Place this rank's values in a zero vector of every response position, sum over CP, take the zigzag view."""
+    total_responses = sum(batch.response_lengths)
+    full = values.new_zeros(total_responses).index_copy(0, held_flat.to(values.device), values)
+    full = _all_reduce_sum(full, cp_group)
+    out, start = [], 0
+    for total, response in zip(batch.total_lengths, batch.response_lengths):
+        view = torch.tensor(zigzag_positions(total, response, cp, cp_rank), dtype=torch.long, device=values.device)
+        out.append(full[start:start + response].index_select(0, view))
+        start += response
+    return out
+
+
+def allgather_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, options: dict) -> PackedOutput:
+    cp, cp_rank = _cp_world(cp_group)
+    if cp > 1:
+        lengths = [0] * cp
+        if dist.is_initialized():
+            size = torch.tensor([logits.shape[0]], dtype=torch.long)
+            gathered = [torch.zeros(1, dtype=torch.long) for _ in range(cp)]
+            dist.all_gather(gathered, size, group=cp_group)
+            lengths = [int(g) for g in gathered]
+        if len(set(lengths)) != 1:
+            raise ValueError(f"allgather CP needs equal slices on every CP rank; got rows per rank {lengths}: "
+                             "pad the packed stream to a multiple of cp * pad_multiple")
+    if logits.shape[0] * cp < sum(batch.total_lengths):
+        raise ValueError(f"allgather CP: {cp} slices of {logits.shape[0]} rows cannot hold "
+                         f"sum(total_lengths)={sum(batch.total_lengths)} tokens")
+    held, local = allgather_piece(batch, logits.shape[0], cp_rank)
+    targets = _response_targets_by_sample(batch)
+    starts = [sum(batch.response_lengths[:i]) for i in range(len(batch.response_lengths))]
+    held_flat = torch.tensor([start + j for start, sample in zip(starts, held) for j in sample], dtype=torch.long)
+    flat_targets = torch.cat([torch.zeros(0, dtype=torch.long)] + [t[h] for t, h in zip(targets, held)])
+    log_probs, entropy = _evaluate(logits, [row for rows in local for row in rows], flat_targets, options)
+    return PackedOutput(
+        _redistribute(log_probs, held_flat, batch, cp, cp_rank, cp_group),
+        None if entropy is None else _redistribute(entropy, held_flat, batch, cp, cp_rank, cp_group),
+    )
+
+
+def cp_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_mode: str, cp_group, tp_group=None,
+                             chunk_size=None, with_entropy=False, entropy_grad=True, temperature=1.0,
+                             loss_mask_only=False) -> PackedOutput:
+    """Per-sample outputs in the zigzag view on every CP rank (module docstring)."""
+    cp, _ = _cp_world(cp_group)
+    _validate(logits, batch, cp_mode, cp, loss_mask_only)
+    options = dict(tp_group=tp_group, chunk_size=chunk_size, with_entropy=with_entropy,
+                   entropy_grad=entropy_grad, temperature=temperature)
+    if cp_mode == "zigzag":
+        return zigzag_log_probs_and_entropy(logits, batch, cp_group=cp_group, options=options)
+    return allgather_log_probs_and_entropy(logits, batch, cp_group=cp_group, options=options)
+
+
+__all__ = ["CP_MODES", "cp_log_probs_and_entropy", "kept_positions", "response_targets", "zigzag_positions"]

@@ -1,0 +1,94 @@
+"""The trainer-facing entry point: PPO clipped policy loss with an entropy bonus.
+
+This is where the entropy-gradient gate is decided (BUGS.md, bug 1, slime
+PR #1185): the entropy needs a graph exactly when it is requested AND its
+coefficient is non-zero. Getting the condition backwards made the entropy
+bonus silently do nothing while keeping the ``[rows, V]`` graph it was meant
+to drop, so the decision lives in one named function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from impl.packed import PackedBatch
+from impl.packed import log_probs_and_entropy as packed_log_probs_and_entropy
+
+
+def need_entropy_grad(with_entropy: bool, entropy_coef: float) -> bool:
+    """The entropy keeps its graph iff it is computed and its coefficient is non-zero."""
+    return bool(with_entropy) and entropy_coef != 0
+
+
+def sum_of_sample_mean(values: list, masks: list) -> torch.Tensor:
+    """Sum over samples of each sample's masked mean; an all-masked sample adds 0."""
+    total = None
+    for value, mask in zip(values, masks):
+        mask = mask.to(value.dtype)
+        term = (value * mask).sum() / mask.sum().clamp(min=1)
+        total = term if total is None else total + term
+    if total is None:
+        return torch.zeros(())
+    return total
+
+
+@dataclass
+class PolicyLossOutput:
+    """The loss and the per-sample quantities it was built from."""
+
+    loss: torch.Tensor
+    log_probs: list
+    entropy: list | None
+    entropy_grad: bool
+
+
+def policy_loss(
+    logits: torch.Tensor,
+    batch: PackedBatch,
+    *,
+    advantages: list,
+    old_log_probs: list,
+    eps_clip: float = 0.2,
+    eps_clip_high: float | None = None,
+    entropy_coef: float = 0.0,
+    with_entropy: bool = True,
+    tp_group=None,
+    chunk_size: int | None = None,
+    temperature: float = 1.0,
+    response_only: bool = False,
+    loss_mask_only: bool = False,
+) -> PolicyLossOutput:
+    """PPO clipped policy-gradient loss, ``sum_of_sample_mean``, minus the entropy bonus.
+
+    ``loss = sum_of_sample_mean(max(-A r, -A clip(r, 1-eps, 1+eps_high)))
+    - entropy_coef * sum_of_sample_mean(H)`` with ``r = exp(logp - old_logp)``
+    and the batch's loss masks (all ones when absent).
+    """
+    if eps_clip_high is None:
+        eps_clip_high = eps_clip
+    for name, values in (("advantages", advantages), ("old_log_probs", old_log_probs)):
+        lengths = [int(v.shape[0]) for v in values]
+        if lengths != list(batch.response_lengths):
+            raise ValueError(f"{name} lengths {lengths} must equal response_lengths {list(batch.response_lengths)}")
+    entropy_grad = need_entropy_grad(with_entropy, entropy_coef)
+    out = packed_log_probs_and_entropy(
+        logits, batch, tp_group=tp_group, chunk_size=chunk_size, with_entropy=with_entropy,
+        entropy_grad=entropy_grad, temperature=temperature, response_only=response_only,
+        loss_mask_only=loss_mask_only,
+    )
+    masks = batch.loss_masks if batch.loss_masks is not None else [torch.ones(r) for r in batch.response_lengths]
+    masks = [mask.to(logits.device) for mask in masks]
+    pg_losses = []
+    for log_prob, old, advantage, mask in zip(out.log_probs, old_log_probs, advantages, masks):
+        # Masked tokens get ratio 1: a dropped (loss-mask-only) position reads 0,
+        # and exp(0 - old) could overflow into inf * 0 = NaN.
+        ratio = torch.exp(torch.where(mask > 0, log_prob - old.to(log_prob), 0.0))
+        advantage = advantage.to(log_prob)
+        clipped = ratio.clamp(1 - eps_clip, 1 + eps_clip_high)
+        pg_losses.append(torch.maximum(-advantage * ratio, -advantage * clipped))
+    loss = sum_of_sample_mean(pg_losses, masks)
+    if with_entropy:
+        loss = loss - entropy_coef * sum_of_sample_mean(out.entropy, masks)
+    return PolicyLossOutput(loss=loss, log_probs=out.log_probs, entropy=out.entropy, entropy_grad=entropy_grad)

@@ -1,0 +1,263 @@
+"""Fused, chunked, vocab-parallel log-probs and entropy (token level).
+
+One autograd Function computes both quantities for logits whose vocabulary is
+sharded across a tensor-parallel group (MATH.md, "Tensor parallelism over the
+vocabulary"). Design decisions, each tied to a historic bug (BUGS.md):
+
+* Two collectives per call, whatever the chunking: one MAX of the row maxima,
+  then one all-gather of stacked per-row statistics ``[sum_exp,
+  sum_exp*shift, target_shift]``, added in rank order (bit-reproducible
+  whatever the batch's composition, see ``_sum_in_rank_order``). The collective sequence never depends on the data, on the
+  weights or on which chunks are "interesting", so TP ranks cannot diverge
+  (the hang class of bug 5). The backward issues none: once the global row
+  statistics are known, each rank's gradient is its own column slice.
+* The inputs are never written (bug 2, "borrow then restore" on saved logits):
+  every chunk is first copied to a private fp32 buffer, and only that buffer
+  is modified in place.
+* The backward never builds ``one_hot`` nor any ``[rows, V]`` integer tensor
+  (bug 3): it recomputes ``p`` per chunk from the saved row statistics,
+  writes ``-p * coef`` into the gradient buffer and adds the log-prob
+  gradient at the target column with ``scatter_add_``.
+* The entropy-gradient gate (bug 1) only marks the entropy output
+  non-differentiable: the values come from the very same computation, so they
+  are bit-identical with and without the gradient.
+* ``0 * log 0 = 0``: vocabulary entries at ``-inf`` contribute nothing to the
+  entropy or its gradient, never NaN (SkyRL #2259).
+* A target outside ``[0, V)`` is an error, not a silent log-prob of 0.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+# exp(x) is exactly 0 in fp32 for x below about -103.97. Shifted logits are
+# clamped to this floor only AFTER their exponential is taken, so the clamp
+# changes no probability; it only keeps ``p * log p`` at 0 * finite = 0
+# instead of 0 * -inf = NaN for masked (-inf) vocabulary entries.
+_LOG_ZERO_FLOOR = -200.0
+
+
+def tp_world(group) -> tuple[int, int]:
+    """Return (size, rank) of the TP group; no group (or no process group) is one rank."""
+    if group is None or not dist.is_available() or not dist.is_initialized():
+        return 1, 0
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+def chunk_bounds(rows: int, chunk_size: int | None) -> list[tuple[int, int]]:
+    """Row ranges of the chunk loop; ``None`` or ``chunk_size >= rows`` is one chunk.
+
+    Routing ``chunk_size >= rows`` to a single chunk is the SkyRL #1650 fix:
+    chunking a single chunk costs more memory than not chunking at all.
+    """
+    if chunk_size is None or chunk_size >= rows:
+        return [(0, rows)]
+    return [(start, min(start + chunk_size, rows)) for start in range(0, rows, chunk_size)]
+
+
+def _shifted_fp32(chunk: torch.Tensor, shift: torch.Tensor, temperature: float) -> torch.Tensor:
+    """A NEW fp32 buffer holding ``chunk / temperature - shift[:, None]``.
+
+    The copy is what keeps the inputs untouched: everything after this point
+    works in place on the private buffer only.
+    """
+    out = chunk.to(torch.float32, copy=True)
+    if temperature != 1.0:
+        out.div_(temperature)
+    return out.sub_(shift.unsqueeze(1))
+
+
+def _all_reduce_max(tensor: torch.Tensor, group) -> None:
+    """MAX is exact, so the collective's internal order cannot change a bit."""
+    if tp_world(group)[0] > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
+
+
+def _sum_in_rank_order(tensor: torch.Tensor, group) -> torch.Tensor:
+    """Sum over the TP group, adding the ranks' parts in rank order.
+
+    A ring all-reduce adds an element's parts in an order that depends on
+    the element's POSITION in the buffer, so the same row would round
+    differently in a batch of another composition (e.g. response-only vs the
+    full stream). Gathering the small ``[rows, k]`` statistics and adding
+    them in a fixed order makes every row's result independent of its
+    neighbours, and identical on every rank.
+    """
+    size, _ = tp_world(group)
+    if size == 1:
+        return tensor
+    parts = [torch.empty_like(tensor) for _ in range(size)]
+    dist.all_gather(parts, tensor.contiguous(), group=group)
+    total = parts[0]
+    for part in parts[1:]:
+        total = total.add_(part)
+    return total
+
+
+def _check_chunk_size(chunk_size) -> None:
+    if chunk_size is None:
+        return
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+        raise TypeError(f"chunk_size must be an int or None, got {type(chunk_size).__name__}")
+    if chunk_size <= 0:
+        raise ValueError(
+            f"chunk_size must be a positive number of rows (or None for one chunk), got {chunk_size}"
+        )
+
+
+def _is_fake(tensor: torch.Tensor) -> bool:
+    """Fake tensors (memory checks at real scale) carry no values to validate."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return is_fake(tensor)
+
+
+def validate_token_inputs(logits, targets, tp_group, chunk_size, temperature) -> None:
+    """Reject bad input with an error naming the argument and the fix."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"logits must be a 2-D tensor [rows, V_local]; got {shape}: flatten batch dims first")
+    if logits.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"logits must be float32, bfloat16 or float16, got {logits.dtype}")
+    if not isinstance(targets, torch.Tensor) or targets.dim() != 1 or targets.shape[0] != logits.shape[0]:
+        shape = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
+        raise ValueError(f"targets must be a 1-D tensor with one id per logits row ({logits.shape[0]}), got {shape}")
+    if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
+        raise TypeError(f"targets must hold integer token ids, got {targets.dtype}")
+    if targets.device != logits.device:
+        raise ValueError(f"targets is on {targets.device} but logits is on {logits.device}; move them to one device")
+    _check_chunk_size(chunk_size)
+    if not isinstance(temperature, (int, float)) or not temperature > 0 or temperature == float("inf"):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    if logits.shape[1] == 0:
+        raise ValueError("logits has an empty vocabulary shard (V_local == 0); every TP rank needs >= 1 column")
+    tp, _ = tp_world(tp_group)
+    vocab = logits.shape[1] * tp
+    if targets.numel() and not _is_fake(targets):
+        low, high = int(targets.min()), int(targets.max())
+        if low < 0 or high >= vocab:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"targets holds token id {bad}, outside the vocabulary [0, {vocab}) "
+                f"(V_local={logits.shape[1]} x tp={tp}); targets must be GLOBAL ids of the padded vocabulary"
+            )
+
+
+class FusedLogProbEntropy(torch.autograd.Function):
+    """``(log_probs, entropy)`` of vocab-sharded logits; see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
+        rows, v_local = logits.shape
+        _, tp_rank = tp_world(tp_group)
+        bounds = chunk_bounds(rows, chunk_size)
+
+        row_max = torch.empty(rows, dtype=torch.float32, device=logits.device)
+        for start, end in bounds:
+            # max(x / t) == max(x) / t exactly: division by t > 0 is monotone.
+            row_max[start:end] = logits[start:end].amax(dim=1).float() / temperature
+        _all_reduce_max(row_max, tp_group)
+
+        local_targets = targets - tp_rank * v_local
+        in_shard = (local_targets >= 0) & (local_targets < v_local)
+        gather_index = local_targets.clamp(0, v_local - 1).unsqueeze(1)
+
+        n_stats = 3 if with_entropy else 2
+        stats = torch.zeros(rows, n_stats, dtype=torch.float32, device=logits.device)
+        for start, end in bounds:
+            shifted = _shifted_fp32(logits[start:end], row_max[start:end], temperature)
+            target_shift = shifted.gather(1, gather_index[start:end]).squeeze(1)
+            stats[start:end, 1] = torch.where(in_shard[start:end], target_shift, 0.0)
+            probs = shifted.exp()
+            stats[start:end, 0] = probs.sum(dim=1)
+            if with_entropy:
+                stats[start:end, 2] = probs.mul_(shifted.clamp_(min=_LOG_ZERO_FLOOR)).sum(dim=1)
+            del shifted, probs
+        stats = _sum_in_rank_order(stats, tp_group)
+
+        log_sum_exp = stats[:, 0].log()
+        log_probs = stats[:, 1] - log_sum_exp
+        entropy = log_sum_exp - stats[:, 2] / stats[:, 0] if with_entropy else None
+
+        ctx.save_for_backward(logits, targets, row_max, stats)
+        ctx.chunk_size = chunk_size
+        ctx.temperature = temperature
+        ctx.tp_rank = tp_rank
+        if with_entropy and not entropy_grad:
+            ctx.mark_non_differentiable(entropy)
+        return log_probs, entropy
+
+    @staticmethod
+    def backward(ctx, grad_log_probs, grad_entropy):
+        logits, targets, row_max, stats = ctx.saved_tensors
+        rows, v_local = logits.shape
+        temperature = ctx.temperature
+        log_sum_exp = stats[:, 0].log()
+        shift = row_max + log_sum_exp
+        if grad_log_probs is None:
+            grad_log_probs = torch.zeros(rows, dtype=torch.float32, device=logits.device)
+        grad_log_probs = grad_log_probs.float()
+        entropy = None
+        if grad_entropy is not None and stats.shape[1] == 3:
+            entropy = log_sum_exp - stats[:, 2] / stats[:, 0]
+            grad_entropy = grad_entropy.float()
+
+        local_targets = targets - ctx.tp_rank * v_local
+        in_shard = (local_targets >= 0) & (local_targets < v_local)
+        scatter_index = local_targets.clamp(0, v_local - 1).unsqueeze(1)
+        target_grad = torch.where(in_shard, grad_log_probs, 0.0).unsqueeze(1)
+
+        grad_logits = torch.empty_like(logits)
+        for start, end in chunk_bounds(rows, ctx.chunk_size):
+            log_p = _shifted_fp32(logits[start:end], shift[start:end], temperature)
+            probs = log_p.exp()
+            # dL/dz = g_lp * (1[v=t] - p) - g_H * p * (log p + H)
+            #       = -p * (g_lp + g_H * (log p + H)) + g_lp * 1[v=t]
+            if entropy is None:
+                coef = grad_log_probs[start:end].unsqueeze(1)
+            else:
+                coef = log_p.clamp_(min=_LOG_ZERO_FLOOR).add_(entropy[start:end].unsqueeze(1))
+                coef.mul_(grad_entropy[start:end].unsqueeze(1)).add_(grad_log_probs[start:end].unsqueeze(1))
+            grad_chunk = probs.mul_(coef).neg_()
+            del log_p, coef
+            grad_chunk.scatter_add_(1, scatter_index[start:end], target_grad[start:end])
+            if temperature != 1.0:
+                grad_chunk.div_(temperature)
+            grad_logits[start:end].copy_(grad_chunk)
+            del grad_chunk, probs
+        return grad_logits, None, None, None, None, None, None
+
+
+def log_probs_and_entropy(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    tp_group=None,
+    chunk_size: int | None = None,
+    with_entropy: bool = True,
+    entropy_grad: bool = True,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-row log-prob of ``targets`` and entropy of the full-vocabulary softmax.
+
+    Args:
+        logits: ``[rows, V_local]`` float32/bfloat16/float16, this rank's
+            contiguous vocabulary shard ``[rank*V_local, (rank+1)*V_local)``.
+        targets: ``[rows]`` integer GLOBAL token ids in ``[0, V_local*tp)``.
+        tp_group: the tensor-parallel process group; ``None`` means one rank.
+        chunk_size: rows per chunk of the working set; ``None`` is one chunk.
+        with_entropy: compute the entropy (else ``None`` is returned for it).
+        entropy_grad: when False the entropy is returned without a graph
+            (``requires_grad`` False, bit-identical values).
+        temperature: logits are divided by it before the softmax.
+
+    Returns:
+        ``(log_probs, entropy)`` as float32 ``[rows]`` tensors (entropy may be None).
+    """
+    validate_token_inputs(logits, targets, tp_group, chunk_size, temperature)
+    return FusedLogProbEntropy.apply(
+        logits, targets, tp_group, chunk_size, bool(with_entropy), bool(entropy_grad), float(temperature)
+    )

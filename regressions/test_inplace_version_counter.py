@@ -1,0 +1,37 @@
+"""Regression for BUGS.md #2: in-place writes on saved logits (SkyRL #1648/#1650, verl #1672).
+
+SkyRL's old ``_VocabParallelEntropy.backward`` subtracted from the logits it
+had saved and added the amount back ("borrow then restore"). Any other node
+that saved the same storage then failed with "one of the variables needed
+for gradient computation has been modified by an inplace operation", and in
+fp32 ``(z - c) + c != z`` silently perturbed the logits. Megatron's fused
+cross-entropy writes over its input likewise, which is why verl computed a
+wrong entropy after calling it.
+
+Mutants: ``borrow_restore_saved_logits`` (the SkyRL backward) and
+``forward_shifts_logits_in_place`` (a forward that skips its private copy).
+"""
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from harness.cases import Case
+from harness.checks import check_inputs_unmutated, check_shared_logits
+from properties.strategies import cases
+
+# At least two rows, so that logits[1:] overlaps logits.
+MULTI_ROW = cases(max_samples=4, max_length=24).filter(lambda case: case.rows >= 2)
+
+
+@given(case=MULTI_ROW)
+@example(case=Case(seed=31, vocab=70, samples=((8, 5),), chunk_size=3))
+@example(case=Case(seed=32, vocab=16, tp=2, samples=((6, 3), (5, 2)), chunk_size=2, logit_scale=30.0))
+@example(case=Case(seed=33, vocab=8, tp=4, samples=((4, 3),), chunk_size=1, dtype="bfloat16"))
+def test_shared_logits_and_overlapping_views_in_one_backward(case, target):
+    check_shared_logits(case, target)
+
+
+@given(case=cases(with_entropy=st.just(True)), coef=st.sampled_from((0.01, 1.0)))
+@example(case=Case(seed=34, vocab=16, tp=2, samples=((7, 4),), chunk_size=2), coef=0.01)
+def test_policy_path_leaves_logits_untouched(case, coef, target):
+    check_inputs_unmutated(case.with_(entropy_coef=coef, with_entropy=True), target)

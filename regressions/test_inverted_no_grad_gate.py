@@ -1,0 +1,66 @@
+"""Regression for BUGS.md #1: the inverted entropy no_grad gate.
+
+slime PR #1185 (upstream commit 0d3ada3a7, reverted by f57d56f23 in #1189)
+computed the entropy under ``no_grad() if entropy_coef else nullcontext()``:
+with a non-zero coefficient the entropy was detached and the entropy bonus
+silently did nothing; with a zero one the ``[rows, V]`` graph was kept anyway.
+No test compared d(loss)/d(logits) with an entropy bonus against a reference.
+
+Mutant: ``inverted_no_grad_gate`` (harness/mutants/catalog.py).
+"""
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from harness.cases import Case
+from harness.checks import (POLICY_JOB, assemble_grad, assert_entropy_gate, check_gate_invariance,
+                            check_policy_loss, grad_scale, policy_upstream, replayable, require)
+from harness.reference import entropy_bonus_grad
+from harness.run import run_job
+from harness.tolerance import assert_close
+from properties.strategies import cases
+
+COEFFICIENTS = st.sampled_from((0.0, 0.01, -0.5, 1.0))
+
+
+@given(case=cases(with_entropy=st.just(True)), coef=COEFFICIENTS)
+@example(case=Case(seed=21, vocab=16, samples=((8, 6), (4, 2))), coef=0.01)
+@example(case=Case(seed=22, vocab=16, tp=2, samples=((8, 6), (4, 2))), coef=0.0)
+def test_requires_grad_equals_gate_and_gradient_matches_oracle(case, coef, target):
+    """``entropy.requires_grad == (with_entropy and coef != 0)`` on every rank; grad_fn None when off;
+    d(loss)/d(logits) equals the float64 oracle's."""
+    check_policy_loss(case.with_(entropy_coef=coef), target)
+
+
+@replayable
+def check_entropy_bonus_gradient(case: Case, target: str = "impl") -> None:
+    """grad(c) - grad(0) == -c * d(sum_of_sample_mean(H))/dz: the bonus really moves the gradient."""
+    require(target, {"policy_loss", "entropy"})
+    with_bonus = assemble_grad(case, run_job(POLICY_JOB, case, target))
+    without = assemble_grad(case, run_job(POLICY_JOB, case.with_(entropy_coef=0.0), target))
+    want = -case.entropy_coef * entropy_bonus_grad(case)
+    difference = with_bonus.double() - without.double()
+    assert_close(difference, want, want, what="grad(coef) - grad(0)",
+                 scale=2 * grad_scale(case, policy_upstream(case)), out_dtype=case.torch_dtype)
+
+
+@given(case=cases(with_entropy=st.just(True), dtype=st.just("float32")), coef=st.sampled_from((0.01, -0.5, 1.0)))
+@example(case=Case(seed=23, vocab=16, samples=((8, 6),)), coef=0.01)
+def test_entropy_bonus_contributes_its_gradient(case, coef, target):
+    check_entropy_bonus_gradient(case.with_(entropy_coef=coef, mask_mode="ones"), target)
+
+
+@given(case=cases(with_entropy=st.just(True)))
+def test_entropy_values_identical_with_and_without_grad(case, target):
+    check_gate_invariance(case, target)
+
+
+@given(coef=COEFFICIENTS, tp=st.sampled_from((1, 2)))
+def test_empty_response_gives_empty_outputs(coef, tp, target):
+    case = Case(seed=24, vocab=4 * tp, tp=tp, samples=((3, 0), (1, 0)), entropy_coef=coef)
+    require(target, {"policy_loss", "entropy"})
+    results = run_job(POLICY_JOB, case, target)
+    for rank, result in enumerate(results):
+        assert [v.numel() for v in result["log_probs"]] == [0, 0], f"rank {rank}: {result['log_probs']}"
+        assert [v.numel() for v in result["entropy"]] == [0, 0], f"rank {rank}: {result['entropy']}"
+    assert_entropy_gate(case, results)

@@ -1,0 +1,81 @@
+"""Self-tests of the target seam: external adapters load by path, UNSUPPORTED is reported, failures replay."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness.cases import Case
+from harness.checks import check_packed_forward, check_token_forward
+from harness.mutants.runner import ROOT
+from harness.targets import Unsupported, load_target
+
+SKEWED_ADAPTER = textwrap.dedent('''
+    from harness.targets.impl_target import ImplTarget
+
+    class Skewed(ImplTarget):
+        """impl with every log-prob shifted: a wrong implementation the checks must reject."""
+        name = "skewed"
+
+        def token_log_probs(self, logits, targets, **kwargs):
+            log_probs, entropy = super().token_log_probs(logits, targets, **kwargs)
+            return log_probs + 0.01, entropy
+
+    class TokenOnly(ImplTarget):
+        name = "token-only"
+        capabilities = frozenset({"token", "entropy"})
+''')
+
+
+@pytest.fixture
+def adapter_file(tmp_path):
+    path = tmp_path / "adapter.py"
+    path.write_text(SKEWED_ADAPTER)
+    return path
+
+
+def test_path_adapter_loads_and_is_checked(adapter_file):
+    target = f"{adapter_file}:Skewed"
+    assert load_target(target).name == "skewed"
+    with pytest.raises(AssertionError, match="log_probs") as info:
+        check_token_forward(Case(seed=1, vocab=8, samples=((4, 2),)), target)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "Replay: python -m harness.replay harness.checks:check_token_forward" in notes
+
+
+def test_path_adapter_runs_on_tp_ranks(adapter_file):
+    with pytest.raises(AssertionError, match="log_probs"):
+        check_token_forward(Case(seed=2, vocab=8, tp=2, samples=((4, 2),)), f"{adapter_file}:Skewed")
+
+
+def test_missing_capability_is_unsupported_not_pass(adapter_file):
+    with pytest.raises(pytest.skip.Exception, match="UNSUPPORTED.*packed"):
+        check_packed_forward(Case(seed=3, vocab=8, samples=((4, 2),)), f"{adapter_file}:TokenOnly")
+
+
+def test_unsupported_outside_pytest_raises(adapter_file, monkeypatch):
+    monkeypatch.delitem(sys.modules, "pytest")
+    with pytest.raises(Unsupported):
+        check_packed_forward(Case(seed=3, vocab=8, samples=((4, 2),)), f"{adapter_file}:TokenOnly")
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no_colon_here", "expected 'impl'"),
+    ("missing_file.py:X", "no file"),
+    ("harness.targets:NoSuchThing", "no attribute"),
+])
+def test_bad_target_specs_are_explained(spec, message):
+    with pytest.raises((ValueError, FileNotFoundError, AttributeError), match=message):
+        load_target(spec)
+
+
+@pytest.mark.slow
+def test_replay_command_reproduces_failure_and_pass(adapter_file):
+    case = Case(seed=4, vocab=8, samples=((5, 3),))
+    command = [sys.executable, "-m", "harness.replay", "harness.checks:check_token_forward", "--case", case.to_json()]
+    failing = subprocess.run([*command, "--target", f"{adapter_file}:Skewed"], cwd=ROOT, capture_output=True,
+                             text=True)
+    assert failing.returncode == 1 and "FAIL" in failing.stdout, failing.stdout + failing.stderr
+    passing = subprocess.run([*command, "--target", "impl"], cwd=ROOT, capture_output=True, text=True)
+    assert passing.returncode == 0 and "PASS" in passing.stdout, passing.stdout + passing.stderr
