@@ -45,8 +45,17 @@ def check(session: nox.Session) -> None:
     else:
         args += ["--target", target]
     out = f"reports/{_target_slug(target)}"
-    session.run("python", "-m", "pytest", *SUITE, f"--junitxml={out}/junit.xml", f"--report-dir={out}",
-                "-o", "junit_family=xunit2", *args)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        *SUITE,
+        f"--junitxml={out}/junit.xml",
+        f"--report-dir={out}",
+        "-o",
+        "junit_family=xunit2",
+        *args,
+    )
 
 
 @nox.session(python=PYTHON)

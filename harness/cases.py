@@ -150,7 +150,7 @@ class Case:
     def rank_logits(self, tp_rank: int) -> torch.Tensor:
         """This TP rank's contiguous vocabulary shard of the global logits."""
         width = self.vocab_local
-        return self.global_logits()[:, tp_rank * width:(tp_rank + 1) * width].contiguous()
+        return self.global_logits()[:, tp_rank * width : (tp_rank + 1) * width].contiguous()
 
     def tokens(self) -> list[torch.Tensor]:
         """Each sample's full token ids (never a masked vocabulary entry)."""
@@ -188,8 +188,10 @@ class Case:
     def row_probe_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Token-level probe weights, one pair per logits row."""
         g = self._generator(_STREAM_PROBE + 100)
-        return (torch.randn(self.rows, generator=g, dtype=torch.float64),
-                torch.randn(self.rows, generator=g, dtype=torch.float64))
+        return (
+            torch.randn(self.rows, generator=g, dtype=torch.float64),
+            torch.randn(self.rows, generator=g, dtype=torch.float64),
+        )
 
     def advantages(self) -> list[torch.Tensor]:
         g = self._generator(_STREAM_POLICY)
@@ -198,5 +200,6 @@ class Case:
     def old_log_prob_offsets(self) -> list[torch.Tensor]:
         """``old_log_probs = reference log-probs + offset``: ratios near 1, some clipped, none overflowing."""
         g = self._generator(_STREAM_POLICY + 100)
-        return [(torch.rand(response, generator=g, dtype=torch.float64) - 0.5) * 0.8
-                for response in self.response_lengths]
+        return [
+            (torch.rand(response, generator=g, dtype=torch.float64) - 0.5) * 0.8 for response in self.response_lengths
+        ]

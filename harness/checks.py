@@ -83,7 +83,7 @@ def require(target: str, capabilities) -> None:
 
 def _tp_ranks(case: Case, results: list) -> list:
     """Results of the TP ranks of CP rank 0, in TP order (rank = cp_rank * tp + tp_rank)."""
-    return results[:case.tp]
+    return results[: case.tp]
 
 
 def assemble_grad(case: Case, results: list) -> torch.Tensor:
@@ -112,7 +112,8 @@ def assert_inputs_unmutated(results: list) -> None:
         assert result["logits_unchanged"], f"rank {rank}: the target modified the logits' values"
         assert result["logits_version_delta"] == 0, (
             f"rank {rank}: the logits' version counter moved by {result['logits_version_delta']} "
-            "(an in-place write on the input, the mechanism of SkyRL #1648)")
+            "(an in-place write on the input, the mechanism of SkyRL #1648)"
+        )
 
 
 def grad_scale(case: Case, upstream: float) -> float:
@@ -132,6 +133,7 @@ def _compare_samples(actual: list, ref: list, naive: list, what: str, case: Case
 
 
 # ---- token level -------------------------------------------------------------
+
 
 @replayable
 def check_token_forward(case: Case, target: str = "impl") -> None:
@@ -154,12 +156,19 @@ def check_token_backward(case: Case, target: str = "impl") -> None:
     ref, naive = reference.token_reference(case), reference.token_reference(case, precise=False)
     a, b = case.row_probe_weights()
     upstream = float(a.abs().max() + (b.abs().max() if case.with_entropy else 0)) if case.rows else 0.0
-    assert_close(assemble_grad(case, results), ref.grad, naive.grad, what="grad(logits)",
-                 scale=grad_scale(case, upstream), out_dtype=case.torch_dtype)
+    assert_close(
+        assemble_grad(case, results),
+        ref.grad,
+        naive.grad,
+        what="grad(logits)",
+        scale=grad_scale(case, upstream),
+        out_dtype=case.torch_dtype,
+    )
     assert_inputs_unmutated(results)
 
 
 # ---- packed level ------------------------------------------------------------
+
 
 def _consumed(case: Case) -> list[torch.Tensor]:
     """Per sample, the positions whose values the target must return (mask 1 on loss-mask-only)."""
@@ -186,13 +195,23 @@ def check_packed_forward(case: Case, target: str = "impl") -> None:
     ref, naive = reference.packed_reference(case), reference.packed_reference(case, precise=False)
     consumed = _consumed(case)
     log_probs = _replicated(results, "log_probs")
-    _compare_samples(_only_consumed(log_probs, consumed), _only_consumed(ref.log_probs, consumed),
-                     _only_consumed(naive.log_probs, consumed), "log_probs", case)
+    _compare_samples(
+        _only_consumed(log_probs, consumed),
+        _only_consumed(ref.log_probs, consumed),
+        _only_consumed(naive.log_probs, consumed),
+        "log_probs",
+        case,
+    )
     _assert_dropped_zero(log_probs, consumed, "log_probs")
     if case.with_entropy:
         entropy = _replicated(results, "entropy")
-        _compare_samples(_only_consumed(entropy, consumed), _only_consumed(ref.entropy, consumed),
-                         _only_consumed(naive.entropy, consumed), "entropy", case)
+        _compare_samples(
+            _only_consumed(entropy, consumed),
+            _only_consumed(ref.entropy, consumed),
+            _only_consumed(naive.entropy, consumed),
+            "entropy",
+            case,
+        )
         _assert_dropped_zero(entropy, consumed, "entropy")
     assert_inputs_unmutated(results)
 
@@ -205,12 +224,19 @@ def check_packed_backward(case: Case, target: str = "impl") -> None:
     ref, naive = reference.packed_reference(case), reference.packed_reference(case, precise=False)
     a, b = case.probe_weights()
     upstream = _max_abs(a) + (_max_abs(b) if case.with_entropy else 0.0)
-    assert_close(assemble_grad(case, results), ref.grad, naive.grad, what="grad(logits)",
-                 scale=grad_scale(case, upstream), out_dtype=case.torch_dtype)
+    assert_close(
+        assemble_grad(case, results),
+        ref.grad,
+        naive.grad,
+        what="grad(logits)",
+        scale=grad_scale(case, upstream),
+        out_dtype=case.torch_dtype,
+    )
     assert_inputs_unmutated(results)
 
 
 # ---- policy loss ------------------------------------------------------------------
+
 
 def entropy_gate(case: Case) -> bool:
     """MATH.md: the entropy keeps a graph iff it is computed and its coefficient is non-zero."""
@@ -228,7 +254,8 @@ def assert_entropy_gate(case: Case, results: list) -> None:
         for i, flag in enumerate(flags):
             assert flag == gate, (
                 f"rank {rank}, sample {i}: entropy.requires_grad={flag} but the gate "
-                f"(with_entropy={case.with_entropy} and entropy_coef={case.entropy_coef} != 0) is {gate}")
+                f"(with_entropy={case.with_entropy} and entropy_coef={case.entropy_coef} != 0) is {gate}"
+            )
         if not gate and "entropy_grad_fn_is_none" in result:
             assert all(result["entropy_grad_fn_is_none"]), f"rank {rank}: gated-off entropy still has a grad_fn"
 
@@ -246,8 +273,14 @@ def check_policy_loss(case: Case, target: str = "impl") -> None:
     ref, naive = reference.policy_reference(case), reference.policy_reference(case, precise=False)
     scale = value_scale(case.global_logits(), case.temperature) * policy_upstream(case) * max(len(case.samples), 1)
     assert_close(_replicated(results, "loss"), ref.loss, naive.loss, what="policy loss", scale=scale)
-    assert_close(assemble_grad(case, results), ref.grad, naive.grad, what="grad(logits) of the policy loss",
-                 scale=grad_scale(case, policy_upstream(case)), out_dtype=case.torch_dtype)
+    assert_close(
+        assemble_grad(case, results),
+        ref.grad,
+        naive.grad,
+        what="grad(logits) of the policy loss",
+        scale=grad_scale(case, policy_upstream(case)),
+        out_dtype=case.torch_dtype,
+    )
     assert_entropy_gate(case, results)
     assert_inputs_unmutated(results)
 
@@ -278,7 +311,8 @@ def check_shared_logits(case: Case, target: str = "impl") -> None:
         assert result["after_forward"]["logits_unchanged"], f"rank {rank}: the forward modified the logits"
         assert result["after_forward"]["logits_version_delta"] == 0, (
             f"rank {rank}: the forward moved the logits' version counter by "
-            f"{result['after_forward']['logits_version_delta']}")
+            f"{result['after_forward']['logits_version_delta']}"
+        )
     assert_inputs_unmutated(results)
     ref = reference.shared_logits_reference(case)
     scale = value_scale(case.global_logits(), case.temperature)
@@ -289,11 +323,18 @@ def check_shared_logits(case: Case, target: str = "impl") -> None:
     upstream = 3 * float(a.abs().max()) + 2 * float(b.abs().max())
     for which, label in ((0, "first backward"), (1, "second backward (retain_graph)")):
         grad = torch.cat([r["grads"][which] for r in _tp_ranks(case, results)], dim=1)
-        assert_close(grad, ref.grad, ref.grad, what=f"grad(logits), {label}",
-                     scale=grad_scale(case, upstream), out_dtype=case.torch_dtype)
+        assert_close(
+            grad,
+            ref.grad,
+            ref.grad,
+            what=f"grad(logits), {label}",
+            scale=grad_scale(case, upstream),
+            out_dtype=case.torch_dtype,
+        )
 
 
 # ---- invariances ------------------------------------------------------------------
+
 
 @replayable
 def check_chunk_invariance(case: Case, target: str = "impl") -> None:
@@ -321,7 +362,8 @@ def check_gate_invariance(case: Case, target: str = "impl") -> None:
             for i, (x, y) in enumerate(zip(a[key], b[key])):
                 assert_identical(y, x, what=f"rank {rank} {key}[sample {i}] gate off vs on")
         assert all(flag is False for flag in b["entropy_requires_grad"]), (
-            f"rank {rank}: entropy_grad=False returned entropy that requires grad: {b['entropy_requires_grad']}")
+            f"rank {rank}: entropy_grad=False returned entropy that requires grad: {b['entropy_requires_grad']}"
+        )
         assert all(b["log_probs_requires_grad"]), f"rank {rank}: log-probs lost their graph with the gate off"
 
 

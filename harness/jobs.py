@@ -23,9 +23,14 @@ from harness.targets import PackedInputs, load_target
 
 def packed_inputs(case: Case) -> PackedInputs:
     """The Case's packed batch in the harness's target-neutral form."""
-    return PackedInputs(tokens=case.tokens(), total_lengths=case.total_lengths,
-                        response_lengths=case.response_lengths, loss_masks=case.loss_masks(),
-                        qkv_format=case.qkv_format, pad_multiple=case.pad_multiple)
+    return PackedInputs(
+        tokens=case.tokens(),
+        total_lengths=case.total_lengths,
+        response_lengths=case.response_lengths,
+        loss_masks=case.loss_masks(),
+        qkv_format=case.qkv_format,
+        pad_multiple=case.pad_multiple,
+    )
 
 
 def upstream_grad(weights: torch.Tensor, noncontiguous: bool) -> torch.Tensor:
@@ -44,8 +49,11 @@ def _leaf_logits(case: Case, ctx) -> torch.Tensor:
 
 def _backward(outputs: list, weights: list, noncontiguous: bool) -> None:
     """Backward of sum(w * out) through every output that carries a graph."""
-    pairs = [(out, upstream_grad(w, noncontiguous)) for out, w in zip(outputs, weights)
-             if out is not None and out.requires_grad and out.numel()]
+    pairs = [
+        (out, upstream_grad(w, noncontiguous))
+        for out, w in zip(outputs, weights)
+        if out is not None and out.requires_grad and out.numel()
+    ]
     if pairs:
         torch.autograd.backward([p[0] for p in pairs], [p[1] for p in pairs])
 
@@ -80,9 +88,14 @@ def token_job(payload: dict, ctx) -> dict:
     logits = _leaf_logits(case, ctx)
     before, version = logits.detach().clone(), logits._version
     log_probs, entropy = target.token_log_probs(
-        logits, case.row_targets(), tp_group=ctx.tp_group, chunk_size=case.chunk_size,
-        with_entropy=case.with_entropy, entropy_grad=payload.get("entropy_grad", True),
-        temperature=case.temperature)
+        logits,
+        case.row_targets(),
+        tp_group=ctx.tp_group,
+        chunk_size=case.chunk_size,
+        with_entropy=case.with_entropy,
+        entropy_grad=payload.get("entropy_grad", True),
+        temperature=case.temperature,
+    )
     a, b = case.row_probe_weights()
     _backward([log_probs, entropy], [a, b], case.noncontig_grads)
     return {
@@ -102,10 +115,16 @@ def packed_job(payload: dict, ctx) -> dict:
     logits = _leaf_logits(case, ctx)
     before, version = logits.detach().clone(), logits._version
     log_probs, entropy = target.packed_log_probs(
-        logits, packed_inputs(case), tp_group=ctx.tp_group, chunk_size=case.chunk_size,
-        with_entropy=case.with_entropy, entropy_grad=payload.get("entropy_grad", True),
-        temperature=case.temperature, response_only=case.response_only,
-        loss_mask_only=case.loss_mask_only)
+        logits,
+        packed_inputs(case),
+        tp_group=ctx.tp_group,
+        chunk_size=case.chunk_size,
+        with_entropy=case.with_entropy,
+        entropy_grad=payload.get("entropy_grad", True),
+        temperature=case.temperature,
+        response_only=case.response_only,
+        loss_mask_only=case.loss_mask_only,
+    )
     a, b = case.probe_weights()
     outputs = list(log_probs) + (list(entropy) if entropy is not None else [])
     weights = list(a) + (list(b) if entropy is not None else [])
@@ -128,12 +147,20 @@ def policy_job(payload: dict, ctx) -> dict:
     logits = _leaf_logits(case, ctx)
     before, version = logits.detach().clone(), logits._version
     loss, log_probs, entropy = target.policy_loss(
-        logits, packed_inputs(case), advantages=[a.float() for a in case.advantages()],
+        logits,
+        packed_inputs(case),
+        advantages=[a.float() for a in case.advantages()],
         old_log_probs=[o.float() for o in reference.old_log_probs(case)],
-        eps_clip=reference.EPS_CLIP, eps_clip_high=reference.EPS_CLIP_HIGH,
-        entropy_coef=case.entropy_coef, with_entropy=case.with_entropy, tp_group=ctx.tp_group,
-        chunk_size=case.chunk_size, temperature=case.temperature,
-        response_only=case.response_only, loss_mask_only=case.loss_mask_only)
+        eps_clip=reference.EPS_CLIP,
+        eps_clip_high=reference.EPS_CLIP_HIGH,
+        entropy_coef=case.entropy_coef,
+        with_entropy=case.with_entropy,
+        tp_group=ctx.tp_group,
+        chunk_size=case.chunk_size,
+        temperature=case.temperature,
+        response_only=case.response_only,
+        loss_mask_only=case.loss_mask_only,
+    )
     if loss.requires_grad:
         loss.backward()
     return {
@@ -164,14 +191,21 @@ def shared_logits_job(payload: dict, ctx) -> dict:
     targets = case.row_targets()
     options = dict(tp_group=ctx.tp_group, entropy_grad=True, temperature=case.temperature)
     log_probs, entropy = target.token_log_probs(logits, targets, chunk_size=None, with_entropy=True, **options)
-    chunked, _ = target.token_log_probs(logits, targets, chunk_size=payload["chunk_size"], with_entropy=False,
-                                        **options)
-    view_log_probs, view_entropy = target.token_log_probs(logits[1:], targets[1:], chunk_size=payload["chunk_size"],
-                                                          with_entropy=True, **options)
+    chunked, _ = target.token_log_probs(
+        logits, targets, chunk_size=payload["chunk_size"], with_entropy=False, **options
+    )
+    view_log_probs, view_entropy = target.token_log_probs(
+        logits[1:], targets[1:], chunk_size=payload["chunk_size"], with_entropy=True, **options
+    )
     after_forward = _integrity(logits, before, version)
     a, b = (w.float() for w in case.row_probe_weights())
-    loss = ((a * log_probs).sum() + (b * entropy).sum() + (a * chunked).sum()
-            + (a[1:] * view_log_probs).sum() + (b[1:] * view_entropy).sum())
+    loss = (
+        (a * log_probs).sum()
+        + (b * entropy).sum()
+        + (a * chunked).sum()
+        + (a[1:] * view_log_probs).sum()
+        + (b[1:] * view_entropy).sum()
+    )
     loss.backward(retain_graph=True)
     first = logits.grad.clone()
     logits.grad = None

@@ -79,6 +79,7 @@ def layout_groups(world_size: int, tp: int, cp: int) -> tuple[list[tuple], list[
 
 # ---- child side ---------------------------------------------------------------
 
+
 def _exit_when_orphaned(parent_pid: int) -> None:
     while True:
         if os.getppid() != parent_pid:
@@ -107,11 +108,16 @@ def _child_main(rank, world_size, rendezvous, pg_timeout_s, conn, last_collectiv
     from harness.trace import CollectiveTracer, describe
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=pg_timeout_s))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{rendezvous}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=pg_timeout_s),
+    )
 
     def mirror(record):
-        last_collective.value = describe(record).encode()[:LAST_COLLECTIVE_BYTES - 1]
+        last_collective.value = describe(record).encode()[: LAST_COLLECTIVE_BYTES - 1]
 
     tracer = CollectiveTracer(on_record=mirror).install()
     groups = _make_groups(world_size)
@@ -130,8 +136,17 @@ def _child_main(rank, world_size, rendezvous, pg_timeout_s, conn, last_collectiv
                 functions[fn_path] = getattr(importlib.import_module(module_name), function_name)
             tp_rank, cp_rank = rank % tp, rank // tp
             tp_groups, cp_groups = layout_groups(world_size, tp, cp)
-            ctx = RankContext(rank, world_size, tp, cp, tp_rank, cp_rank, groups[tp_groups[cp_rank]],
-                              groups[cp_groups[tp_rank]], tracer)
+            ctx = RankContext(
+                rank,
+                world_size,
+                tp,
+                cp,
+                tp_rank,
+                cp_rank,
+                groups[tp_groups[cp_rank]],
+                groups[cp_groups[tp_rank]],
+                tracer,
+            )
             reply = ("ok", functions[fn_path](payload, ctx))
             blob = pickle.dumps(reply, protocol=5)
         except BaseException:
@@ -141,6 +156,7 @@ def _child_main(rank, world_size, rendezvous, pg_timeout_s, conn, last_collectiv
 
 
 # ---- parent side ---------------------------------------------------------------
+
 
 class RankPool:
     """``world_size`` persistent gloo ranks; see the module docstring."""
@@ -173,9 +189,12 @@ class RankPool:
             for rank in range(self.world_size):
                 parent_conn, child_conn = ctx.Pipe()
                 last = ctx.Array("c", LAST_COLLECTIVE_BYTES, lock=False)
-                proc = ctx.Process(target=_child_main, name=f"lph-rank{rank}of{self.world_size}", daemon=True,
-                                   args=(rank, self.world_size, rendezvous, self.pg_timeout_s, child_conn, last,
-                                         os.getpid()))
+                proc = ctx.Process(
+                    target=_child_main,
+                    name=f"lph-rank{rank}of{self.world_size}",
+                    daemon=True,
+                    args=(rank, self.world_size, rendezvous, self.pg_timeout_s, child_conn, last, os.getpid()),
+                )
                 proc.start()
                 child_conn.close()
                 self._procs.append(proc)
@@ -190,8 +209,9 @@ class RankPool:
         for rank, conn in enumerate(self._conns):
             if not conn.poll(max(0.0, deadline - time.monotonic())):
                 self.shutdown()
-                raise RankHang(f"rank {rank} of a world of {self.world_size} did not start within "
-                               f"{START_TIMEOUT_S:.0f} s")
+                raise RankHang(
+                    f"rank {rank} of a world of {self.world_size} did not start within {START_TIMEOUT_S:.0f} s"
+                )
             pickle.loads(conn.recv_bytes())
 
     def _last_collective(self, rank: int) -> str:
@@ -222,8 +242,11 @@ class RankPool:
                     continue
                 pending.discard(rank)
                 try:
-                    status, value = pickle.loads(self._conns[rank].recv_bytes()) \
-                        if ready is self._conns[rank] or self._conns[rank].poll() else ("died", None)
+                    status, value = (
+                        pickle.loads(self._conns[rank].recv_bytes())
+                        if ready is self._conns[rank] or self._conns[rank].poll()
+                        else ("died", None)
+                    )
                 except (EOFError, OSError):
                     status, value = "died", None
                 if status == "ok":
@@ -243,8 +266,10 @@ class RankPool:
             raise RankError(self._error_message(fn, errors, stuck))
         if stuck:
             lines = [f"rank {rank} stuck; last collective: {last}" for rank, last in stuck.items()]
-            raise RankHang(f"job {fn} did not finish within {timeout_s:.1f} s on a world of {self.world_size} "
-                           f"(tp={tp}, cp={cp}):\n" + "\n".join(lines) + "\nthe pool was killed and will respawn")
+            raise RankHang(
+                f"job {fn} did not finish within {timeout_s:.1f} s on a world of {self.world_size} "
+                f"(tp={tp}, cp={cp}):\n" + "\n".join(lines) + "\nthe pool was killed and will respawn"
+            )
         return results
 
     def _error_message(self, fn: str, errors: dict, stuck: dict) -> str:

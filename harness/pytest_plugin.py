@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,15 +21,19 @@ from hypothesis import HealthCheck, Phase, settings
 from harness import stats
 from harness.pool import shutdown_all
 
-_SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-settings.register_profile("dev", max_examples=15, deadline=None, suppress_health_check=_SUPPRESSED,
-                          print_blob=True)
-settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True, database=None,
-                          suppress_health_check=_SUPPRESSED, print_blob=True)
-settings.register_profile("mutants", max_examples=40, deadline=None, derandomize=True, database=None,
-                          suppress_health_check=_SUPPRESSED, phases=[Phase.explicit, Phase.generate])
-settings.register_profile("thorough", max_examples=1000, deadline=None, suppress_health_check=_SUPPRESSED,
-                          print_blob=True, phases=list(Phase))
+_BASE = settings(
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+# dev: quick local feedback. ci: derandomised, no example database (reproducible CI).
+# mutants: like ci but without shrinking (only the failure matters). thorough: >= 1000 random examples.
+settings.register_profile("dev", _BASE, max_examples=15)
+settings.register_profile("ci", _BASE, max_examples=80, derandomize=True, database=None)
+settings.register_profile(
+    "mutants", _BASE, max_examples=40, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate]
+)
+settings.register_profile("thorough", _BASE, max_examples=1000, phases=list(Phase))
 
 
 def _profile() -> str:
@@ -42,10 +47,14 @@ settings.load_profile(_profile())
 
 def pytest_addoption(parser):
     group = parser.getgroup("lph", "log-prob harness")
-    group.addoption("--target", default=os.environ.get("LPH_TARGET", "impl"),
-                    help="implementation under test: impl (default), package.module:attr or path/to/file.py:attr")
-    group.addoption("--report-dir", default=None,
-                    help="write report.md (verdict table) here; pair with --junitxml=<dir>/junit.xml")
+    group.addoption(
+        "--target",
+        default=os.environ.get("LPH_TARGET", "impl"),
+        help="implementation under test: impl (default), package.module:attr or path/to/file.py:attr",
+    )
+    group.addoption(
+        "--report-dir", default=None, help="write report.md (verdict table) here; pair with --junitxml=<dir>/junit.xml"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -58,14 +67,23 @@ def _is_worker(config) -> bool:
     return hasattr(config, "workerinput")
 
 
+_STATS_ENV = "LPH_STATS_DIR"
+
+
 def _stats_dir(config) -> Path:
-    return Path(config.rootpath) / "reports" / ".stats"
+    return Path(os.environ[_STATS_ENV])
 
 
 def pytest_configure(config):
+    """A fresh per-session directory for case counts; xdist workers inherit it through the environment."""
     config._lph_verdicts = {}
     if not _is_worker(config):
-        shutil.rmtree(_stats_dir(config), ignore_errors=True)
+        os.environ[_STATS_ENV] = tempfile.mkdtemp(prefix="lph-stats-")
+
+
+def pytest_unconfigure(config):
+    if not _is_worker(config):
+        shutil.rmtree(os.environ.pop(_STATS_ENV, ""), ignore_errors=True)
 
 
 _REPLAY = re.compile(r"^(?:E\s+)?Replay: (.*)$", re.MULTILINE)
@@ -82,8 +100,11 @@ def pytest_runtest_logreport(report):
         elif report.failed:
             text = report.longreprtext
             cases, replays = _CASE.findall(text), _REPLAY.findall(text)
-            verdicts[report.nodeid] = ("FAIL", cases[-1] if cases else _first_error_line(text),
-                                       replays[-1] if replays else f"pytest '{report.nodeid}'")
+            verdicts[report.nodeid] = (
+                "FAIL",
+                cases[-1] if cases else _first_error_line(text),
+                replays[-1] if replays else f"pytest '{report.nodeid}'",
+            )
         else:
             verdicts[report.nodeid] = ("PASS", "", "")
 
@@ -103,15 +124,18 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     shutdown_all()
-    stats.dump(_stats_dir(session.config)) if stats.counts() else None
+    if _is_worker(session.config) and stats.counts():
+        stats.dump(_stats_dir(session.config))
 
 
 def verdict_table(verdicts: dict) -> str:
     rows = ["| check | outcome | counterexample | reproduce |", "|---|---|---|---|"]
     for nodeid, (outcome, detail, replay) in sorted(verdicts.items()):
         detail = detail.replace("|", "\\|")
-        rows.append(f"| `{nodeid}` | {outcome} | {('`' + detail + '`') if detail else ''} | "
-                    f"{('`' + replay + '`') if replay else ''} |")
+        rows.append(
+            f"| `{nodeid}` | {outcome} | {('`' + detail + '`') if detail else ''} | "
+            f"{('`' + replay + '`') if replay else ''} |"
+        )
     return "\n".join(rows)
 
 
@@ -145,5 +169,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         layout = "\n".join(f"- {k}: {v}" for k, v in sorted(counts.items()))
         (path / "report.md").write_text(
             f"# Verdicts for target `{target}`\n\n{', '.join(f'{n} {k}' for k, n in sorted(summary.items()))}\n\n"
-            f"{verdict_table(verdicts)}\n\n## Generated cases run, by layout\n\n{layout}\n")
+            f"{verdict_table(verdicts)}\n\n## Generated cases run, by layout\n\n{layout}\n"
+        )
         terminalreporter.write_line(f"report: {path / 'report.md'}")

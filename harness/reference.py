@@ -69,7 +69,7 @@ def _packed_values(case: Case, logits: torch.Tensor, precise: bool):
     for sample_rows, sample_tokens, response in zip(rows, tokens, case.response_lengths):
         index = torch.tensor(sample_rows, dtype=torch.long)
         sample_logits = logits.index_select(0, index)
-        targets = sample_tokens[sample_tokens.numel() - response:]
+        targets = sample_tokens[sample_tokens.numel() - response :]
         log_probs.append(log_probs_fn(sample_logits, targets, case.temperature).double())
         if case.with_entropy:
             entropy.append(entropy_fn(sample_logits, case.temperature).double())
@@ -83,8 +83,7 @@ def packed_reference(case: Case, precise: bool = True) -> Reference:
     a, b = case.probe_weights()
     loss = losses.probe_loss(log_probs, entropy, a, b if entropy is not None else None)
     grad = _grad_of(loss, logits)
-    return Reference([v.detach() for v in log_probs],
-                     None if entropy is None else [v.detach() for v in entropy], grad)
+    return Reference([v.detach() for v in log_probs], None if entropy is None else [v.detach() for v in entropy], grad)
 
 
 def old_log_probs(case: Case) -> list[torch.Tensor]:
@@ -98,11 +97,20 @@ def policy_reference(case: Case, precise: bool = True) -> Reference:
     """The PPO loss with entropy bonus and its gradient w.r.t. the global logits."""
     logits = _leaf(case, precise)
     log_probs, entropy = _packed_values(case, logits, precise)
-    loss = losses.policy_loss(log_probs, old_log_probs(case), case.advantages(), case.loss_masks(), entropy,
-                              eps_clip=EPS_CLIP, eps_clip_high=EPS_CLIP_HIGH, entropy_coef=case.entropy_coef)
+    loss = losses.policy_loss(
+        log_probs,
+        old_log_probs(case),
+        case.advantages(),
+        case.loss_masks(),
+        entropy,
+        eps_clip=EPS_CLIP,
+        eps_clip_high=EPS_CLIP_HIGH,
+        entropy_coef=case.entropy_coef,
+    )
     grad = _grad_of(loss, logits)
-    return Reference([v.detach() for v in log_probs],
-                     None if entropy is None else [v.detach() for v in entropy], grad, loss.detach())
+    return Reference(
+        [v.detach() for v in log_probs], None if entropy is None else [v.detach() for v in entropy], grad, loss.detach()
+    )
 
 
 def shared_logits_reference(case: Case) -> Reference:
@@ -112,10 +120,14 @@ def shared_logits_reference(case: Case) -> Reference:
     log_probs = token.log_probs(logits, targets, case.temperature)
     entropy = token.entropy(logits, case.temperature)
     a, b = case.row_probe_weights()
-    loss = ((a * log_probs).sum() + (b * entropy).sum() + (a * log_probs).sum()
-            + (a[1:] * log_probs[1:]).sum() + (b[1:] * entropy[1:]).sum())
-    values = [log_probs.detach(), entropy.detach(), log_probs.detach(), log_probs[1:].detach(),
-              entropy[1:].detach()]
+    loss = (
+        (a * log_probs).sum()
+        + (b * entropy).sum()
+        + (a * log_probs).sum()
+        + (a[1:] * log_probs[1:]).sum()
+        + (b[1:] * entropy[1:]).sum()
+    )
+    values = [log_probs.detach(), entropy.detach(), log_probs.detach(), log_probs[1:].detach(), entropy[1:].detach()]
     return Reference(values, None, _grad_of(loss, logits))
 
 

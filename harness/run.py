@@ -1,5 +1,9 @@
 """Run a rank-side job for a Case on every rank of its layout.
 
+Every distributed job's collective traces are compared across the ranks of
+each group (the universal property of DESIGN.md); a mismatch fails the check
+even when the mismatched collectives happened not to hang.
+
 World size 1 runs in this process (no process group: nothing can hang and
 nothing needs isolating), larger worlds go through the persistent rank pool
 of their size. Either way the caller gets one result per global rank, in rank
@@ -10,18 +14,19 @@ from __future__ import annotations
 
 from harness import stats
 from harness.cases import Case
-from harness.pool import RankContext, get_pool
+from harness.pool import RankContext, get_pool, layout_groups
+from harness.trace import compare_traces
 
 DEFAULT_TIMEOUT_S = 60.0
 
 
 def _local_context() -> RankContext:
-    return RankContext(rank=0, world_size=1, tp=1, cp=1, tp_rank=0, cp_rank=0,
-                       tp_group=None, cp_group=None, tracer=None)
+    return RankContext(
+        rank=0, world_size=1, tp=1, cp=1, tp_rank=0, cp_rank=0, tp_group=None, cp_group=None, tracer=None
+    )
 
 
-def run_job(job: str, case: Case, target: str = "impl", *, timeout_s: float = DEFAULT_TIMEOUT_S,
-            **options) -> list:
+def run_job(job: str, case: Case, target: str = "impl", *, timeout_s: float = DEFAULT_TIMEOUT_S, **options) -> list:
     """Run ``job`` ('module:function') for ``case`` against ``target``; one result per rank."""
     stats.record(case)
     payload = {"case": case.to_json(), "target": target, **options}
@@ -29,4 +34,18 @@ def run_job(job: str, case: Case, target: str = "impl", *, timeout_s: float = DE
         module_name, _, function_name = job.partition(":")
         module = __import__(module_name, fromlist=[function_name])
         return [getattr(module, function_name)(payload, _local_context())]
-    return get_pool(case.world_size).run(job, payload, tp=case.tp, cp=case.cp, timeout_s=timeout_s)
+    results = get_pool(case.world_size).run(job, payload, tp=case.tp, cp=case.cp, timeout_s=timeout_s)
+    assert_collectives_consistent(case, results)
+    return results
+
+
+def assert_collectives_consistent(case: Case, results: list) -> None:
+    """Universal property (BUGS.md #5): all ranks of each TP and CP group issued the same collectives."""
+    traces = {
+        rank: result["trace"] for rank, result in enumerate(results) if isinstance(result, dict) and "trace" in result
+    }
+    if len(traces) < 2:
+        return
+    tp_groups, cp_groups = layout_groups(case.world_size, case.tp, case.cp)
+    problems = compare_traces(traces, tp_groups + cp_groups)
+    assert not problems, "collective sequences differ across ranks (a hang in waiting):\n" + "\n".join(problems)

@@ -42,8 +42,10 @@ class Comparison:
 
     def __str__(self) -> str:
         verdict = "ok" if self.ok else "FAIL"
-        return (f"{self.what}: max|err|={self.max_error:.3e} mean|err|={self.mean_error:.3e} "
-                f"naive={self.naive_error:.3e} bound={self.bound:.3e} [{verdict}] {self.worst}")
+        return (
+            f"{self.what}: max|err|={self.max_error:.3e} mean|err|={self.mean_error:.3e} "
+            f"naive={self.naive_error:.3e} bound={self.bound:.3e} [{verdict}] {self.worst}"
+        )
 
 
 def _finite_max(t: torch.Tensor) -> float:
@@ -74,8 +76,9 @@ def compare(actual, ref, naive, *, what: str, scale: float, out_dtype=torch.floa
     """Compare ``actual`` with the float64 ``ref`` under the policy (see module docstring)."""
     actual, ref, naive = actual.detach().cpu(), ref.detach().cpu(), naive.detach().cpu()
     if actual.shape != ref.shape:
-        return Comparison(what, math.inf, math.inf, 0.0, 0.0,
-                          f"shape {tuple(actual.shape)} != reference shape {tuple(ref.shape)}")
+        return Comparison(
+            what, math.inf, math.inf, 0.0, 0.0, f"shape {tuple(actual.shape)} != reference shape {tuple(ref.shape)}"
+        )
     err = _errors(actual, ref)
     naive_err = float(_errors(naive, ref).max()) if ref.numel() else 0.0
     floor = FLOOR_ULPS * (FP32_EPS * scale + torch.finfo(out_dtype).eps * _finite_max(ref))
@@ -103,4 +106,5 @@ def assert_identical(actual: torch.Tensor, expected: torch.Tensor, *, what: str)
         index = int((~same).flatten().nonzero()[0])
         raise AssertionError(
             f"{what}: not bit-identical at flat index {index}: {actual.flatten()[index].item()!r} "
-            f"vs {expected.flatten()[index].item()!r} ({int((~same).sum())} of {same.numel()} differ)")
+            f"vs {expected.flatten()[index].item()!r} ({int((~same).sum())} of {same.numel()} differ)"
+        )

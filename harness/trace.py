@@ -18,8 +18,20 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-PLAIN_OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
-             "broadcast", "all_to_all", "all_to_all_single", "barrier", "reduce", "gather", "scatter")
+PLAIN_OPS = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "reduce",
+    "gather",
+    "scatter",
+)
 AUTOGRAD_OPS = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "broadcast", "all_to_all_single")
 
 
@@ -83,7 +95,11 @@ class CollectiveTracer:
         return self.records[-1] if self.records else None
 
     def _record(self, op: str, signature, args, kwargs, kind: str) -> None:
-        bound = signature.bind_partial(*args, **kwargs).arguments if signature is not None else kwargs
+        bound = dict(kwargs)
+        if signature is not None:
+            binding = signature.bind_partial(*args, **kwargs)
+            binding.apply_defaults()
+            bound = binding.arguments
         tensor = _first_tensor(args, kwargs)
         record = CollectiveRecord(
             op=op if kind == "plain" else f"nn.{op}",
@@ -151,12 +167,14 @@ def compare_traces(traces: dict, groups) -> list[str]:
         for rank, sequence in sorted(projected.items()):
             if sequence == reference:
                 continue
-            index = next((i for i, (a, b) in enumerate(zip(reference, sequence)) if a != b),
-                         min(len(reference), len(sequence)))
+            index = next(
+                (i for i, (a, b) in enumerate(zip(reference, sequence)) if a != b), min(len(reference), len(sequence))
+            )
             ours = describe(reference[index]) if index < len(reference) else "(nothing: sequence ended)"
             theirs = describe(sequence[index]) if index < len(sequence) else "(nothing: sequence ended)"
             problems.append(
                 f"group {group}: rank {first_rank} and rank {rank} diverge at collective #{index}: "
                 f"rank {first_rank} issued {ours}; rank {rank} issued {theirs} "
-                f"({len(reference)} vs {len(sequence)} collectives in total)")
+                f"({len(reference)} vs {len(sequence)} collectives in total)"
+            )
     return problems

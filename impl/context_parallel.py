@@ -92,7 +92,8 @@ def _validate(logits, batch: PackedBatch, cp_mode: str, cp: int, loss_mask_only:
     if batch.qkv_format != "thd":
         raise ValueError(
             f"cp_mode={cp_mode!r} needs qkv_format='thd' (got {batch.qkv_format!r}): context parallelism "
-            "splits the packed stream; configure thd packing or disable context parallelism")
+            "splits the packed stream; configure thd packing or disable context parallelism"
+        )
     if logits.dim() != 2:
         raise ValueError(f"logits must be [rows, V_local] for context parallelism, got {tuple(logits.shape)}")
     if loss_mask_only:
@@ -105,8 +106,10 @@ def _evaluate(logits, rows: list[int], targets: torch.Tensor, options: dict):
 
 
 def _response_targets_by_sample(batch: PackedBatch) -> list[torch.Tensor]:
-    return [tokens[total - response:].long()
-            for tokens, total, response in zip(batch.tokens, batch.total_lengths, batch.response_lengths)]
+    return [
+        tokens[total - response :].long()
+        for tokens, total, response in zip(batch.tokens, batch.total_lengths, batch.response_lengths)
+    ]
 
 
 def _split(values: torch.Tensor | None, sizes: list[int]):
@@ -117,11 +120,15 @@ def zigzag_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, option
     cp, cp_rank = _cp_world(cp_group)
     rows, needed = zigzag_local_rows(batch, cp, cp_rank)
     if logits.shape[0] < needed:
-        raise ValueError(f"zigzag logits has {logits.shape[0]} rows; this rank's chunks need {needed} "
-                         f"(sum of 2*ceil(T_i/(2*cp)) with cp={cp})")
+        raise ValueError(
+            f"zigzag logits has {logits.shape[0]} rows; this rank's chunks need {needed} "
+            f"(sum of 2*ceil(T_i/(2*cp)) with cp={cp})"
+        )
     targets = _response_targets_by_sample(batch)
-    picked = [t[zigzag_positions(total, response, cp, cp_rank)] for t, total, response in
-              zip(targets, batch.total_lengths, batch.response_lengths)]
+    picked = [
+        t[zigzag_positions(total, response, cp, cp_rank)]
+        for t, total, response in zip(targets, batch.total_lengths, batch.response_lengths)
+    ]
     flat_rows = [row for sample_rows in rows for row in sample_rows]
     flat_targets = torch.cat([torch.zeros(0, dtype=torch.long)] + picked)
     log_probs, entropy = _evaluate(logits, flat_rows, flat_targets, options)
@@ -146,7 +153,7 @@ def _redistribute(values, held_flat: torch.Tensor, batch: PackedBatch, cp: int, 
     out, start = [], 0
     for total, response in zip(batch.total_lengths, batch.response_lengths):
         view = torch.tensor(zigzag_positions(total, response, cp, cp_rank), dtype=torch.long, device=values.device)
-        out.append(full[start:start + response].index_select(0, view))
+        out.append(full[start : start + response].index_select(0, view))
         start += response
     return out
 
@@ -161,11 +168,15 @@ def allgather_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, opt
             dist.all_gather(gathered, size, group=cp_group)
             lengths = [int(g) for g in gathered]
         if len(set(lengths)) != 1:
-            raise ValueError(f"allgather CP needs equal slices on every CP rank; got rows per rank {lengths}: "
-                             "pad the packed stream to a multiple of cp * pad_multiple")
+            raise ValueError(
+                f"allgather CP needs equal slices on every CP rank; got rows per rank {lengths}: "
+                "pad the packed stream to a multiple of cp * pad_multiple"
+            )
     if logits.shape[0] * cp < sum(batch.total_lengths):
-        raise ValueError(f"allgather CP: {cp} slices of {logits.shape[0]} rows cannot hold "
-                         f"sum(total_lengths)={sum(batch.total_lengths)} tokens")
+        raise ValueError(
+            f"allgather CP: {cp} slices of {logits.shape[0]} rows cannot hold "
+            f"sum(total_lengths)={sum(batch.total_lengths)} tokens"
+        )
     held, local = allgather_piece(batch, logits.shape[0], cp_rank)
     targets = _response_targets_by_sample(batch)
     starts = [sum(batch.response_lengths[:i]) for i in range(len(batch.response_lengths))]
@@ -178,14 +189,29 @@ def allgather_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, opt
     )
 
 
-def cp_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_mode: str, cp_group, tp_group=None,
-                             chunk_size=None, with_entropy=False, entropy_grad=True, temperature=1.0,
-                             loss_mask_only=False) -> PackedOutput:
+def cp_log_probs_and_entropy(
+    logits,
+    batch: PackedBatch,
+    *,
+    cp_mode: str,
+    cp_group,
+    tp_group=None,
+    chunk_size=None,
+    with_entropy=False,
+    entropy_grad=True,
+    temperature=1.0,
+    loss_mask_only=False,
+) -> PackedOutput:
     """Per-sample outputs in the zigzag view on every CP rank (module docstring)."""
     cp, _ = _cp_world(cp_group)
     _validate(logits, batch, cp_mode, cp, loss_mask_only)
-    options = dict(tp_group=tp_group, chunk_size=chunk_size, with_entropy=with_entropy,
-                   entropy_grad=entropy_grad, temperature=temperature)
+    options = dict(
+        tp_group=tp_group,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+        entropy_grad=entropy_grad,
+        temperature=temperature,
+    )
     if cp_mode == "zigzag":
         return zigzag_log_probs_and_entropy(logits, batch, cp_group=cp_group, options=options)
     return allgather_log_probs_and_entropy(logits, batch, cp_group=cp_group, options=options)

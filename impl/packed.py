@@ -88,9 +88,7 @@ def validate_batch(batch: PackedBatch) -> None:
             raise ValueError(f"loss_masks has {len(batch.loss_masks)} entries for {n} samples")
         for i, (mask, response) in enumerate(zip(batch.loss_masks, batch.response_lengths)):
             if mask.dim() != 1 or mask.shape[0] != response:
-                raise ValueError(
-                    f"loss_masks[{i}] has shape {tuple(mask.shape)} but response_lengths[{i}]={response}"
-                )
+                raise ValueError(f"loss_masks[{i}] has shape {tuple(mask.shape)} but response_lengths[{i}]={response}")
 
 
 def sample_offsets(batch: PackedBatch, rows: int) -> list[int]:
@@ -98,9 +96,7 @@ def sample_offsets(batch: PackedBatch, rows: int) -> list[int]:
     totals = batch.total_lengths
     if batch.qkv_format == "thd":
         if rows < sum(totals):
-            raise ValueError(
-                f"logits has {rows} rows but the packed samples need sum(total_lengths)={sum(totals)}"
-            )
+            raise ValueError(f"logits has {rows} rows but the packed samples need sum(total_lengths)={sum(totals)}")
         offsets, acc = [], 0
         for total in totals:
             offsets.append(acc)
@@ -112,8 +108,7 @@ def sample_offsets(batch: PackedBatch, rows: int) -> list[int]:
     seq_len, remainder = divmod(rows, n)
     if remainder or seq_len < max(totals):
         raise ValueError(
-            f"bshd logits must have B*S rows with S >= max(total_lengths)={max(totals)}; "
-            f"got {rows} rows for B={n}"
+            f"bshd logits must have B*S rows with S >= max(total_lengths)={max(totals)}; got {rows} rows for B={n}"
         )
     return [i * seq_len for i in range(n)]
 
@@ -126,17 +121,17 @@ def response_rows(batch: PackedBatch, rows: int) -> torch.Tensor:
     """
     pieces = [
         torch.arange(offset + total - response - 1, offset + total - 1)
-        for offset, total, response in zip(
-            sample_offsets(batch, rows), batch.total_lengths, batch.response_lengths
-        )
+        for offset, total, response in zip(sample_offsets(batch, rows), batch.total_lengths, batch.response_lengths)
     ]
     return torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.long)
 
 
 def response_targets(batch: PackedBatch) -> torch.Tensor:
     """The response token ids ``y_i[P_i:T_i]``, samples concatenated."""
-    pieces = [tokens[total - response:] for tokens, total, response in
-              zip(batch.tokens, batch.total_lengths, batch.response_lengths)]
+    pieces = [
+        tokens[total - response :]
+        for tokens, total, response in zip(batch.tokens, batch.total_lengths, batch.response_lengths)
+    ]
     return torch.cat(pieces).long() if pieces else torch.zeros(0, dtype=torch.long)
 
 
@@ -144,15 +139,14 @@ def kept_positions(batch: PackedBatch) -> list[torch.Tensor]:
     """Per sample, the response positions whose loss mask is 1 (host-side metadata)."""
     if batch.loss_masks is None:
         return [torch.arange(response) for response in batch.response_lengths]
-    return [torch.tensor([j for j, m in enumerate(mask.tolist()) if m], dtype=torch.long)
-            for mask in batch.loss_masks]
+    return [torch.tensor([j for j, m in enumerate(mask.tolist()) if m], dtype=torch.long) for mask in batch.loss_masks]
 
 
 def _scatter_back(values: torch.Tensor, kept: list[torch.Tensor], batch: PackedBatch) -> list:
     """Split compact per-row values into per-sample vectors; dropped positions read 0."""
     out, start = [], 0
     for positions, response in zip(kept, batch.response_lengths):
-        piece = values[start:start + positions.numel()]
+        piece = values[start : start + positions.numel()]
         start += positions.numel()
         if positions.numel() == response:
             out.append(piece)
@@ -195,8 +189,13 @@ def log_probs_and_entropy(
         raise ValueError(f"logits must be [rows, V_local] (or [B, S, V_local] for bshd), got {tuple(logits.shape)}")
     rows_index = response_rows(batch, logits.shape[0]).to(logits.device)
     targets = response_targets(batch).to(logits.device)
-    options = dict(tp_group=tp_group, chunk_size=chunk_size, with_entropy=with_entropy,
-                   entropy_grad=entropy_grad, temperature=temperature)
+    options = dict(
+        tp_group=tp_group,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+        entropy_grad=entropy_grad,
+        temperature=temperature,
+    )
 
     if not response_only:
         stream_targets = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
@@ -209,8 +208,9 @@ def log_probs_and_entropy(
         kept = kept_positions(batch) if loss_mask_only else [torch.arange(r) for r in batch.response_lengths]
         if loss_mask_only:
             starts = accumulate(batch.response_lengths[:-1], initial=0)
-            compact = torch.cat([torch.zeros(0, dtype=torch.long)]
-                                + [positions + start for positions, start in zip(kept, starts)])
+            compact = torch.cat(
+                [torch.zeros(0, dtype=torch.long)] + [positions + start for positions, start in zip(kept, starts)]
+            )
             compact = compact.to(logits.device)
             rows_index, targets = rows_index[compact], targets[compact]
         log_probs, entropy = token_log_probs_and_entropy(logits.index_select(0, rows_index), targets, **options)

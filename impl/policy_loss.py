@@ -74,8 +74,14 @@ def policy_loss(
             raise ValueError(f"{name} lengths {lengths} must equal response_lengths {list(batch.response_lengths)}")
     entropy_grad = need_entropy_grad(with_entropy, entropy_coef)
     out = packed_log_probs_and_entropy(
-        logits, batch, tp_group=tp_group, chunk_size=chunk_size, with_entropy=with_entropy,
-        entropy_grad=entropy_grad, temperature=temperature, response_only=response_only,
+        logits,
+        batch,
+        tp_group=tp_group,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+        entropy_grad=entropy_grad,
+        temperature=temperature,
+        response_only=response_only,
         loss_mask_only=loss_mask_only,
     )
     masks = batch.loss_masks if batch.loss_masks is not None else [torch.ones(r) for r in batch.response_lengths]

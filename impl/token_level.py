@@ -7,8 +7,9 @@ vocabulary"). Design decisions, each tied to a historic bug (BUGS.md):
 * Two collectives per call, whatever the chunking: one MAX of the row maxima,
   then one all-gather of stacked per-row statistics ``[sum_exp,
   sum_exp*shift, target_shift]``, added in rank order (bit-reproducible
-  whatever the batch's composition, see ``_sum_in_rank_order``). The collective sequence never depends on the data, on the
-  weights or on which chunks are "interesting", so TP ranks cannot diverge
+  whatever the batch's composition, see ``_sum_in_rank_order``). The
+  collective sequence never depends on the data, on the weights or on
+  which chunks are "interesting", so TP ranks cannot diverge
   (the hang class of bug 5). The backward issues none: once the global row
   statistics are known, each rank's gradient is its own column slice.
 * The inputs are never written (bug 2, "borrow then restore" on saved logits):
@@ -103,9 +104,7 @@ def _check_chunk_size(chunk_size) -> None:
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
         raise TypeError(f"chunk_size must be an int or None, got {type(chunk_size).__name__}")
     if chunk_size <= 0:
-        raise ValueError(
-            f"chunk_size must be a positive number of rows (or None for one chunk), got {chunk_size}"
-        )
+        raise ValueError(f"chunk_size must be a positive number of rows (or None for one chunk), got {chunk_size}")
 
 
 def _is_fake(tensor: torch.Tensor) -> bool:

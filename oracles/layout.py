@@ -20,8 +20,10 @@ def padded_length(n: int, multiple: int) -> int:
 
 def _validate(total_lengths, response_lengths, qkv_format: str) -> None:
     if len(total_lengths) != len(response_lengths):
-        raise ValueError(f"total_lengths ({len(total_lengths)}) and response_lengths "
-                         f"({len(response_lengths)}) need one entry per sample")
+        raise ValueError(
+            f"total_lengths ({len(total_lengths)}) and response_lengths "
+            f"({len(response_lengths)}) need one entry per sample"
+        )
     if qkv_format not in ("thd", "bshd"):
         raise ValueError(f"qkv_format must be 'thd' or 'bshd', got {qkv_format!r}")
     for i, (total, response) in enumerate(zip(total_lengths, response_lengths)):
@@ -56,10 +58,12 @@ def response_rows(total_lengths, response_lengths, qkv_format: str, pad_multiple
     _validate(total_lengths, response_lengths, qkv_format)
     padded_length(0, pad_multiple)
     starts = sample_starts(total_lengths, qkv_format, pad_multiple)
-    return [[start + p for p in range(total - response - 1, total - 1)]
-            for start, total, response in zip(starts, total_lengths, response_lengths)]
+    return [
+        [start + p for p in range(total - response - 1, total - 1)]
+        for start, total, response in zip(starts, total_lengths, response_lengths)
+    ]
 
 
 def response_targets(tokens, response_lengths) -> list:
     """Per sample, the response token ids ``y_i[P_i:T_i]``."""
-    return [t[t.shape[0] - response:] for t, response in zip(tokens, response_lengths)]
+    return [t[t.shape[0] - response :] for t, response in zip(tokens, response_lengths)]

@@ -30,8 +30,17 @@ def sum_of_sample_mean(values, masks) -> torch.Tensor:
     return total
 
 
-def policy_loss(log_probs, old_log_probs, advantages, loss_masks, entropy, *, eps_clip: float,
-                eps_clip_high: float, entropy_coef: float) -> torch.Tensor:
+def policy_loss(
+    log_probs,
+    old_log_probs,
+    advantages,
+    loss_masks,
+    entropy,
+    *,
+    eps_clip: float,
+    eps_clip_high: float,
+    entropy_coef: float,
+) -> torch.Tensor:
     """PPO clipped policy-gradient loss (``sum_of_sample_mean``) minus ``entropy_coef`` times mean entropy."""
     pg = []
     for lp, old, adv in zip(log_probs, old_log_probs, advantages):

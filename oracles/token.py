@@ -32,7 +32,9 @@ def entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """``H = -sum p log p`` with the ``p = 0`` (``z = -inf``) terms taken as 0, in values and gradients."""
     z = _scaled(logits, temperature)
     finite = torch.isfinite(z)
-    log_p = torch.where(finite, z, torch.zeros_like(z)) - log_sum_exp(z).unsqueeze(-1)
+    # Masked entries read log p = 0 in BOTH branches' inputs, so no discarded
+    # branch ever holds inf (the where-gradient trap: 0 * inf = NaN).
+    log_p = torch.where(finite, z - log_sum_exp(z).unsqueeze(-1), torch.zeros_like(z))
     p = torch.where(finite, log_p.exp(), torch.zeros_like(z))
     return -(p * log_p).sum(dim=-1)
 

@@ -41,9 +41,17 @@ def chunk_size_for(mode: str, rows: int, ragged: int) -> int | None:
 
 
 @st.composite
-def cases(draw, *, tp=st.sampled_from(TP_SIZES), dtype=st.sampled_from(DTYPES), max_samples: int = 8,
-          max_length: int = 64, max_vocab_local: int = 96, response_only=st.booleans(),
-          with_entropy=st.booleans()):
+def cases(
+    draw,
+    *,
+    tp=st.sampled_from(TP_SIZES),
+    dtype=st.sampled_from(DTYPES),
+    max_samples: int = 8,
+    max_length: int = 64,
+    max_vocab_local: int = 96,
+    response_only=st.booleans(),
+    with_entropy=st.booleans(),
+):
     """A full Case for the token, packed and policy-loss checks (no context parallelism)."""
     tp_size = draw(tp)
     vocab = tp_size * draw(st.integers(1, max_vocab_local))

@@ -6,8 +6,8 @@ carry. Upstream code silently returns a log-prob of 0 for a target outside
 every shard (BUGS.md); the contract here is a ValueError naming ``targets``.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import pytest
 import torch
@@ -32,25 +32,51 @@ class BadInput:
 def _token(target, *, logits=None, targets=None, chunk_size=None, temperature=1.0):
     logits = BASE.rank_logits(0) if logits is None else logits
     targets = BASE.row_targets() if targets is None else targets
-    return target.token_log_probs(logits, targets, tp_group=None, chunk_size=chunk_size, with_entropy=True,
-                                  entropy_grad=True, temperature=temperature)
+    return target.token_log_probs(
+        logits,
+        targets,
+        tp_group=None,
+        chunk_size=chunk_size,
+        with_entropy=True,
+        entropy_grad=True,
+        temperature=temperature,
+    )
 
 
 def _packed(target, *, logits=None, response_only=False, loss_mask_only=False, **changes):
     logits = BASE.rank_logits(0) if logits is None else logits
     inputs = replace(packed_inputs(BASE), **changes)
-    return target.packed_log_probs(logits, inputs, tp_group=None, chunk_size=None, with_entropy=True,
-                                   entropy_grad=True, temperature=1.0, response_only=response_only,
-                                   loss_mask_only=loss_mask_only)
+    return target.packed_log_probs(
+        logits,
+        inputs,
+        tp_group=None,
+        chunk_size=None,
+        with_entropy=True,
+        entropy_grad=True,
+        temperature=1.0,
+        response_only=response_only,
+        loss_mask_only=loss_mask_only,
+    )
 
 
 def _policy(target, *, advantages):
     inputs = packed_inputs(BASE)
     old = [torch.zeros(r) for r in BASE.response_lengths]
-    return target.policy_loss(BASE.rank_logits(0), inputs, advantages=advantages, old_log_probs=old,
-                              eps_clip=0.2, eps_clip_high=0.2, entropy_coef=0.0, with_entropy=True,
-                              tp_group=None, chunk_size=None, temperature=1.0, response_only=False,
-                              loss_mask_only=False)
+    return target.policy_loss(
+        BASE.rank_logits(0),
+        inputs,
+        advantages=advantages,
+        old_log_probs=old,
+        eps_clip=0.2,
+        eps_clip_high=0.2,
+        entropy_coef=0.0,
+        with_entropy=True,
+        tp_group=None,
+        chunk_size=None,
+        temperature=1.0,
+        response_only=False,
+        loss_mask_only=False,
+    )
 
 
 def _targets_with(value):
@@ -63,30 +89,54 @@ BAD_INPUTS = [
     BadInput("chunk_size zero", "token", lambda t: _token(t, chunk_size=0), ValueError, "chunk_size"),
     BadInput("chunk_size negative", "token", lambda t: _token(t, chunk_size=-3), ValueError, "chunk_size"),
     BadInput("target id == V", "token", lambda t: _token(t, targets=_targets_with(BASE.vocab)), ValueError, "targets"),
-    BadInput("target id V+5", "token", lambda t: _token(t, targets=_targets_with(BASE.vocab + 5)), ValueError,
-             "targets"),
+    BadInput(
+        "target id V+5", "token", lambda t: _token(t, targets=_targets_with(BASE.vocab + 5)), ValueError, "targets"
+    ),
     BadInput("target id negative", "token", lambda t: _token(t, targets=_targets_with(-1)), ValueError, "targets"),
     BadInput("temperature zero", "token", lambda t: _token(t, temperature=0.0), ValueError, "temperature"),
     BadInput("temperature negative", "token", lambda t: _token(t, temperature=-1.0), ValueError, "temperature"),
     BadInput("1-D logits", "token", lambda t: _token(t, logits=BASE.rank_logits(0)[0]), ValueError, "logits"),
     BadInput("integer logits", "token", lambda t: _token(t, logits=BASE.rank_logits(0).long()), TypeError, "logits"),
     BadInput("targets length", "token", lambda t: _token(t, targets=BASE.row_targets()[:-1]), ValueError, "targets"),
-    BadInput("float targets", "token", lambda t: _token(t, targets=BASE.row_targets().float()), TypeError,
-             "targets"),
-    BadInput("response longer than sample - 1", "packed", lambda t: _packed(t, response_lengths=[5, 2]),
-             ValueError, "response_lengths"),
-    BadInput("tokens length", "packed", lambda t: _packed(t, tokens=[BASE.tokens()[0][:-1], BASE.tokens()[1]]),
-             ValueError, "tokens"),
-    BadInput("too few logits rows", "packed", lambda t: _packed(t, logits=BASE.rank_logits(0)[:4]), ValueError,
-             "rows"),
-    BadInput("loss_mask_only without response_only", "packed", lambda t: _packed(t, loss_mask_only=True),
-             ValueError, "loss_mask_only"),
-    BadInput("loss mask length", "packed", lambda t: _packed(t, loss_masks=[torch.ones(2), torch.ones(2)]),
-             ValueError, "loss_masks"),
+    BadInput("float targets", "token", lambda t: _token(t, targets=BASE.row_targets().float()), TypeError, "targets"),
+    BadInput(
+        "response longer than sample - 1",
+        "packed",
+        lambda t: _packed(t, response_lengths=[5, 2]),
+        ValueError,
+        "response_lengths",
+    ),
+    BadInput(
+        "tokens length",
+        "packed",
+        lambda t: _packed(t, tokens=[BASE.tokens()[0][:-1], BASE.tokens()[1]]),
+        ValueError,
+        "tokens",
+    ),
+    BadInput("too few logits rows", "packed", lambda t: _packed(t, logits=BASE.rank_logits(0)[:4]), ValueError, "rows"),
+    BadInput(
+        "loss_mask_only without response_only",
+        "packed",
+        lambda t: _packed(t, loss_mask_only=True),
+        ValueError,
+        "loss_mask_only",
+    ),
+    BadInput(
+        "loss mask length",
+        "packed",
+        lambda t: _packed(t, loss_masks=[torch.ones(2), torch.ones(2)]),
+        ValueError,
+        "loss_masks",
+    ),
     BadInput("unknown qkv_format", "packed", lambda t: _packed(t, qkv_format="sbhd"), ValueError, "qkv_format"),
     BadInput("bshd rows not B*S", "packed", lambda t: _packed(t, qkv_format="bshd"), ValueError, "bshd"),
-    BadInput("advantages length", "policy_loss", lambda t: _policy(t, advantages=[torch.ones(3), torch.ones(1)]),
-             ValueError, "advantages"),
+    BadInput(
+        "advantages length",
+        "policy_loss",
+        lambda t: _policy(t, advantages=[torch.ones(3), torch.ones(1)]),
+        ValueError,
+        "advantages",
+    ),
 ]
 
 

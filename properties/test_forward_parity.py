@@ -11,8 +11,8 @@ from harness.cases import Case
 from harness.checks import check_packed_forward, check_token_forward
 from properties.strategies import cases
 
-LLAMA_V = 32000   # Llama-2 vocabulary
-QWEN_V = 151936   # Qwen2 vocabulary (SkyRL #1650)
+LLAMA_V = 32000  # Llama-2 vocabulary
+QWEN_V = 151936  # Qwen2 vocabulary (SkyRL #1650)
 
 
 @given(case=cases())

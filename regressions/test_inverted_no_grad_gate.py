@@ -13,8 +13,17 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from harness.cases import Case
-from harness.checks import (POLICY_JOB, assemble_grad, assert_entropy_gate, check_gate_invariance,
-                            check_policy_loss, grad_scale, policy_upstream, replayable, require)
+from harness.checks import (
+    POLICY_JOB,
+    assemble_grad,
+    assert_entropy_gate,
+    check_gate_invariance,
+    check_policy_loss,
+    grad_scale,
+    policy_upstream,
+    replayable,
+    require,
+)
 from harness.reference import entropy_bonus_grad
 from harness.run import run_job
 from harness.tolerance import assert_close
@@ -40,8 +49,14 @@ def check_entropy_bonus_gradient(case: Case, target: str = "impl") -> None:
     without = assemble_grad(case, run_job(POLICY_JOB, case.with_(entropy_coef=0.0), target))
     want = -case.entropy_coef * entropy_bonus_grad(case)
     difference = with_bonus.double() - without.double()
-    assert_close(difference, want, want, what="grad(coef) - grad(0)",
-                 scale=2 * grad_scale(case, policy_upstream(case)), out_dtype=case.torch_dtype)
+    assert_close(
+        difference,
+        want,
+        want,
+        what="grad(coef) - grad(0)",
+        scale=2 * grad_scale(case, policy_upstream(case)),
+        out_dtype=case.torch_dtype,
+    )
 
 
 @given(case=cases(with_entropy=st.just(True), dtype=st.just("float32")), coef=st.sampled_from((0.01, -0.5, 1.0)))

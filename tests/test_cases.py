@@ -7,8 +7,15 @@ from harness.cases import Case
 
 
 def test_json_round_trip_rebuilds_identical_tensors():
-    case = Case(seed=5, vocab=12, tp=2, samples=((6, 3), (2, 1)), special=("ties", "neg_inf_columns"),
-                mask_mode="mixed", dtype="bfloat16")
+    case = Case(
+        seed=5,
+        vocab=12,
+        tp=2,
+        samples=((6, 3), (2, 1)),
+        special=("ties", "neg_inf_columns"),
+        mask_mode="mixed",
+        dtype="bfloat16",
+    )
     again = Case.from_json(case.to_json())
     assert again == case
     assert torch.equal(again.global_logits(), case.global_logits())
@@ -39,12 +46,15 @@ def test_probe_weights_are_zero_where_masked_and_non_uniform():
     assert a[mask == 1].unique().numel() == int(mask.sum())
 
 
-@pytest.mark.parametrize("bad, message", [
-    (dict(vocab=10, tp=4), "divisible by tp"),
-    (dict(samples=((3, 3),)), "response <= total - 1"),
-    (dict(dtype="float64"), "dtype"),
-    (dict(special=("nan",)), "unknown special"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(vocab=10, tp=4), "divisible by tp"),
+        (dict(samples=((3, 3),)), "response <= total - 1"),
+        (dict(dtype="float64"), "dtype"),
+        (dict(special=("nan",)), "unknown special"),
+    ],
+)
 def test_invalid_cases_are_rejected(bad, message):
     with pytest.raises(ValueError, match=message):
         Case(**bad)

@@ -60,11 +60,14 @@ def test_unsupported_outside_pytest_raises(adapter_file, monkeypatch):
         check_packed_forward(Case(seed=3, vocab=8, samples=((4, 2),)), f"{adapter_file}:TokenOnly")
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("no_colon_here", "expected 'impl'"),
-    ("missing_file.py:X", "no file"),
-    ("harness.targets:NoSuchThing", "no attribute"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("no_colon_here", "expected 'impl'"),
+        ("missing_file.py:X", "no file"),
+        ("harness.targets:NoSuchThing", "no attribute"),
+    ],
+)
 def test_bad_target_specs_are_explained(spec, message):
     with pytest.raises((ValueError, FileNotFoundError, AttributeError), match=message):
         load_target(spec)
@@ -74,8 +77,7 @@ def test_bad_target_specs_are_explained(spec, message):
 def test_replay_command_reproduces_failure_and_pass(adapter_file):
     case = Case(seed=4, vocab=8, samples=((5, 3),))
     command = [sys.executable, "-m", "harness.replay", "harness.checks:check_token_forward", "--case", case.to_json()]
-    failing = subprocess.run([*command, "--target", f"{adapter_file}:Skewed"], cwd=ROOT, capture_output=True,
-                             text=True)
+    failing = subprocess.run([*command, "--target", f"{adapter_file}:Skewed"], cwd=ROOT, capture_output=True, text=True)
     assert failing.returncode == 1 and "FAIL" in failing.stdout, failing.stdout + failing.stderr
     passing = subprocess.run([*command, "--target", "impl"], cwd=ROOT, capture_output=True, text=True)
     assert passing.returncode == 0 and "PASS" in passing.stdout, passing.stdout + passing.stderr

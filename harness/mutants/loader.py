@@ -29,7 +29,8 @@ def mutated_source(mutant: Mutant, source: str) -> str:
     if count != 1:
         raise MutantDoesNotApply(
             f"mutant {mutant.name!r}: expected its snippet exactly once in {mutant.module}, found {count} times; "
-            "update harness/mutants/catalog.py")
+            "update harness/mutants/catalog.py"
+        )
     return source.replace(mutant.original, mutant.replacement)
 
 

@@ -38,8 +38,19 @@ class MutantResult:
 def run_mutant(mutant: Mutant, extra_args=()) -> MutantResult:
     env = dict(os.environ, **{ENV_VAR: mutant.name})
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
-    command = [sys.executable, "-m", "pytest", *mutant.killed_by, "-q", "-rf", "-p", "no:cacheprovider",
-               "-p", "no:randomly", *extra_args]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *mutant.killed_by,
+        "-q",
+        "-rf",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        *extra_args,
+    ]
     start = time.monotonic()
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     output = proc.stdout + proc.stderr

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from harness.targets.protocol import CAPABILITIES, PackedInputs, Target, Unsupported
@@ -40,7 +40,7 @@ def _load_attr(spec: str):
         raise AttributeError(f"--target {spec!r}: {location} has no attribute {attr!r}") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_target(spec: str = "impl") -> Target:
     """Build the adapter named by ``spec`` (see the module docstring)."""
     if spec == "impl":
@@ -54,5 +54,7 @@ def load_target(spec: str = "impl") -> Target:
             raise TypeError(f"--target {spec!r}: the adapter must define {field!r} (see docs/targets.md)")
     unknown = set(target.capabilities) - CAPABILITIES
     if unknown:
-        raise ValueError(f"--target {spec!r} declares unknown capabilities {sorted(unknown)}; known: {sorted(CAPABILITIES)}")
+        raise ValueError(
+            f"--target {spec!r} declares unknown capabilities {sorted(unknown)}; known: {sorted(CAPABILITIES)}"
+        )
     return target

@@ -10,9 +10,13 @@ from impl.token_level import log_probs_and_entropy as token_log_probs_and_entrop
 
 
 def _batch(inputs: PackedInputs) -> PackedBatch:
-    return PackedBatch(tokens=inputs.tokens, total_lengths=inputs.total_lengths,
-                       response_lengths=inputs.response_lengths, qkv_format=inputs.qkv_format,
-                       loss_masks=inputs.loss_masks)
+    return PackedBatch(
+        tokens=inputs.tokens,
+        total_lengths=inputs.total_lengths,
+        response_lengths=inputs.response_lengths,
+        qkv_format=inputs.qkv_format,
+        loss_masks=inputs.loss_masks,
+    )
 
 
 class ImplTarget(Target):
@@ -22,22 +26,72 @@ class ImplTarget(Target):
     capabilities = CAPABILITIES
 
     def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
-        return token_log_probs_and_entropy(logits, targets, tp_group=tp_group, chunk_size=chunk_size,
-                                           with_entropy=with_entropy, entropy_grad=entropy_grad,
-                                           temperature=temperature)
+        return token_log_probs_and_entropy(
+            logits,
+            targets,
+            tp_group=tp_group,
+            chunk_size=chunk_size,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+            temperature=temperature,
+        )
 
-    def packed_log_probs(self, logits, inputs, *, tp_group, chunk_size, with_entropy, entropy_grad,
-                         temperature, response_only, loss_mask_only):
-        out = packed_log_probs_and_entropy(logits, _batch(inputs), tp_group=tp_group, chunk_size=chunk_size,
-                                           with_entropy=with_entropy, entropy_grad=entropy_grad,
-                                           temperature=temperature, response_only=response_only,
-                                           loss_mask_only=loss_mask_only)
+    def packed_log_probs(
+        self,
+        logits,
+        inputs,
+        *,
+        tp_group,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        response_only,
+        loss_mask_only,
+    ):
+        out = packed_log_probs_and_entropy(
+            logits,
+            _batch(inputs),
+            tp_group=tp_group,
+            chunk_size=chunk_size,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+            temperature=temperature,
+            response_only=response_only,
+            loss_mask_only=loss_mask_only,
+        )
         return out.log_probs, out.entropy
 
-    def policy_loss(self, logits, inputs, *, advantages, old_log_probs, eps_clip, eps_clip_high, entropy_coef,
-                    with_entropy, tp_group, chunk_size, temperature, response_only, loss_mask_only):
-        out = policy_loss(logits, _batch(inputs), advantages=advantages, old_log_probs=old_log_probs,
-                          eps_clip=eps_clip, eps_clip_high=eps_clip_high, entropy_coef=entropy_coef,
-                          with_entropy=with_entropy, tp_group=tp_group, chunk_size=chunk_size,
-                          temperature=temperature, response_only=response_only, loss_mask_only=loss_mask_only)
+    def policy_loss(
+        self,
+        logits,
+        inputs,
+        *,
+        advantages,
+        old_log_probs,
+        eps_clip,
+        eps_clip_high,
+        entropy_coef,
+        with_entropy,
+        tp_group,
+        chunk_size,
+        temperature,
+        response_only,
+        loss_mask_only,
+    ):
+        out = policy_loss(
+            logits,
+            _batch(inputs),
+            advantages=advantages,
+            old_log_probs=old_log_probs,
+            eps_clip=eps_clip,
+            eps_clip_high=eps_clip_high,
+            entropy_coef=entropy_coef,
+            with_entropy=with_entropy,
+            tp_group=tp_group,
+            chunk_size=chunk_size,
+            temperature=temperature,
+            response_only=response_only,
+            loss_mask_only=loss_mask_only,
+        )
         return out.loss, out.log_probs, out.entropy

@@ -21,18 +21,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CAPABILITIES = frozenset({
-    "token",            # token_log_probs
-    "packed",           # packed_log_probs
-    "policy_loss",      # policy_loss
-    "entropy",          # with_entropy=True
-    "entropy_gate",     # entropy_grad=False gives a graph-free entropy
-    "chunking",         # chunk_size is honoured
-    "temperature",      # temperature != 1
-    "response_only",    # rows dropped before the softmax
-    "loss_mask_only",   # loss-mask-0 rows dropped too (policy path)
-    "bshd",             # qkv_format="bshd"
-})
+CAPABILITIES = frozenset(
+    {
+        "token",  # token_log_probs
+        "packed",  # packed_log_probs
+        "policy_loss",  # policy_loss
+        "entropy",  # with_entropy=True
+        "entropy_gate",  # entropy_grad=False gives a graph-free entropy
+        "chunking",  # chunk_size is honoured
+        "temperature",  # temperature != 1
+        "response_only",  # rows dropped before the softmax
+        "loss_mask_only",  # loss-mask-0 rows dropped too (policy path)
+        "bshd",  # qkv_format="bshd"
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -70,12 +72,38 @@ class Target:
         """Return ``(log_probs [rows], entropy [rows] or None)``."""
         raise NotImplementedError
 
-    def packed_log_probs(self, logits, inputs: PackedInputs, *, tp_group, chunk_size, with_entropy,
-                         entropy_grad, temperature, response_only, loss_mask_only):
+    def packed_log_probs(
+        self,
+        logits,
+        inputs: PackedInputs,
+        *,
+        tp_group,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        response_only,
+        loss_mask_only,
+    ):
         """Return ``(list of log_probs_i, list of entropy_i or None)``."""
         raise NotImplementedError
 
-    def policy_loss(self, logits, inputs: PackedInputs, *, advantages, old_log_probs, eps_clip, eps_clip_high,
-                    entropy_coef, with_entropy, tp_group, chunk_size, temperature, response_only, loss_mask_only):
+    def policy_loss(
+        self,
+        logits,
+        inputs: PackedInputs,
+        *,
+        advantages,
+        old_log_probs,
+        eps_clip,
+        eps_clip_high,
+        entropy_coef,
+        with_entropy,
+        tp_group,
+        chunk_size,
+        temperature,
+        response_only,
+        loss_mask_only,
+    ):
         """Return ``(loss scalar, list of log_probs_i, list of entropy_i or None)``."""
         raise NotImplementedError

@@ -1,0 +1,62 @@
+"""Tiny rank jobs used only by the harness's own tests of the pool and the trace.
+
+They live in an importable module because spawned ranks import jobs by name.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dist_nn
+
+
+def whoami(payload, ctx) -> dict:
+    value = torch.tensor([float(ctx.rank)])
+    dist.all_reduce(value, group=ctx.tp_group)
+    return {
+        "rank": ctx.rank,
+        "tp_rank": ctx.tp_rank,
+        "cp_rank": ctx.cp_rank,
+        "tp_sum": float(value),
+        "payload": payload,
+    }
+
+
+def raise_on(payload, ctx):
+    if ctx.rank == payload["rank"]:
+        raise ValueError(f"planted failure on rank {ctx.rank}")
+    return ctx.rank
+
+
+def skip_collective(payload, ctx):
+    """Rank ``payload['rank']`` returns early; the others wait in an all_reduce it never joins."""
+    if ctx.rank == payload["rank"]:
+        return "skipped"
+    dist.all_reduce(torch.ones(3), group=None)
+    return "done"
+
+
+def die_on(payload, ctx):
+    if ctx.rank == payload["rank"]:
+        os._exit(3)
+    return ctx.rank
+
+
+def forward_and_backward_collectives(payload, ctx) -> list:
+    """A plain all_reduce in forward, and a differentiable one whose backward all-reduces."""
+    dist.all_reduce(torch.ones(4, 3), op=dist.ReduceOp.MAX, group=ctx.tp_group)
+    x = torch.ones(5, requires_grad=True)
+    dist_nn.all_reduce(x * 2, group=ctx.tp_group).sum().backward()
+    return list(ctx.tracer.records)
+
+
+def backward_collective_on_rank0(payload, ctx) -> list:
+    """A throwaway mutant of the hang class: only rank 0 issues a collective, in backward."""
+    x = torch.ones(3, requires_grad=True)
+    y = x * 2
+    if ctx.rank == 0:
+        y = dist_nn.all_reduce(y, group=ctx.tp_group)
+    y.sum().backward()
+    return list(ctx.tracer.records)
