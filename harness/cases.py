@@ -25,9 +25,12 @@ from oracles import layout
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SPECIALS = ("ties", "neg_inf_columns", "huge_offset")
 MASK_MODES = ("ones", "zeros", "mixed")
+CP_MODES = ("none", "zigzag", "allgather")
 
 # Independent generator streams, one per derived quantity.
-_STREAM_LOGITS, _STREAM_TOKENS, _STREAM_MASKS, _STREAM_PROBE, _STREAM_POLICY, _STREAM_ROW_TARGETS = range(6)
+(_STREAM_LOGITS, _STREAM_TOKENS, _STREAM_MASKS, _STREAM_PROBE, _STREAM_POLICY, _STREAM_ROW_TARGETS, _STREAM_FILLER) = (
+    range(7)
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,12 @@ class Case:
         for total, response in self.samples:
             if not 0 <= response <= total - 1:
                 raise ValueError(f"sample {(total, response)}: need 0 <= response <= total - 1")
+        if self.cp_mode not in CP_MODES:
+            raise ValueError(f"cp_mode must be one of {CP_MODES}, got {self.cp_mode!r}")
+        if (self.cp > 1) != (self.cp_mode != "none"):
+            raise ValueError(f"cp={self.cp} needs cp_mode {'zigzag/allgather' if self.cp > 1 else 'none'}")
+        if self.cp > 1 and self.qkv_format != "thd":
+            raise ValueError("context parallelism splits the packed thd stream: use qkv_format='thd'")
 
     # ---- serialisation -------------------------------------------------
     def to_json(self) -> str:
@@ -147,10 +156,40 @@ class Case:
             logits[:, columns] = float("-inf")
         return logits.to(self.torch_dtype)
 
-    def rank_logits(self, tp_rank: int) -> torch.Tensor:
-        """This TP rank's contiguous vocabulary shard of the global logits."""
+    def local_rows(self, cp_rank: int) -> list:
+        """Per local row of CP rank ``cp_rank``: its global row, or None for a padding row."""
+        if self.cp_mode == "none":
+            return list(range(self.rows))
+        starts = layout.sample_starts(self.total_lengths, "thd", self.pad_multiple)
+        entries = layout.local_rows(self.cp_mode, self.total_lengths, self.cp, cp_rank, self.pad_multiple)
+        return [None if entry is None else starts[entry[0]] + entry[1] for entry in entries]
+
+    def _filler(self, rows: int) -> torch.Tensor:
+        """Logits of padding rows (nothing is predicted from them; their gradient must be 0)."""
+        g = self._generator(_STREAM_FILLER)
+        filler = torch.randn(rows, self.vocab, generator=g) * self.logit_scale
+        columns = self.neg_inf_columns()
+        if columns:
+            filler[:, columns] = float("-inf")
+        return filler.to(self.torch_dtype)
+
+    def rank_logits(self, tp_rank: int, cp_rank: int = 0) -> torch.Tensor:
+        """This rank's logits: its CP rows (MATH.md layouts) of its TP rank's vocabulary shard."""
+        logits = self.global_logits()
+        if self.cp_mode != "none":
+            rows = self.local_rows(cp_rank)
+            local = self._filler(len(rows))
+            held = [k for k, row in enumerate(rows) if row is not None]
+            local[held] = logits[[rows[k] for k in held]]
+            logits = local
         width = self.vocab_local
-        return self.global_logits()[:, tp_rank * width : (tp_rank + 1) * width].contiguous()
+        return logits[:, tp_rank * width : (tp_rank + 1) * width].contiguous()
+
+    def views(self, cp_rank: int) -> list[list[int]]:
+        """Per sample, the response indices CP rank ``cp_rank`` returns (all of them without CP)."""
+        if self.cp_mode == "none":
+            return [list(range(r)) for r in self.response_lengths]
+        return layout.zigzag_view(self.total_lengths, self.response_lengths, self.cp, cp_rank)
 
     def tokens(self) -> list[torch.Tensor]:
         """Each sample's full token ids (never a masked vocabulary entry)."""

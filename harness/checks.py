@@ -17,7 +17,7 @@ import torch
 
 from harness import reference
 from harness.cases import Case
-from harness.run import run_job
+from harness.run import assert_collectives_consistent, run_job
 from harness.targets import Unsupported, load_target
 from harness.tolerance import assert_close, assert_identical, gradient_scale, value_scale
 
@@ -49,7 +49,11 @@ def replayable(fn):
 
 def required_capabilities(case: Case, level: str) -> set[str]:
     """What a target must support to run ``case`` at ``level`` (token/packed/policy_loss)."""
+    if level == "token" and case.cp != 1:
+        raise ValueError(f"token-level checks take cp=1 cases (context parallelism is per sample), got cp={case.cp}")
     needed = {level}
+    if case.cp_mode != "none":
+        needed.add(f"cp_{case.cp_mode}")
     if case.with_entropy:
         needed.add("entropy")
     if case.chunk_size is not None:
@@ -81,18 +85,34 @@ def require(target: str, capabilities) -> None:
     raise Unsupported(message)
 
 
-def _tp_ranks(case: Case, results: list) -> list:
-    """Results of the TP ranks of CP rank 0, in TP order (rank = cp_rank * tp + tp_rank)."""
-    return results[: case.tp]
+def _cp_groups(case: Case, results: list) -> list[list]:
+    """Results grouped by CP rank, each group in TP order (rank = cp_rank * tp + tp_rank)."""
+    return [results[c * case.tp : (c + 1) * case.tp] for c in range(case.cp)]
 
 
-def assemble_grad(case: Case, results: list) -> torch.Tensor:
-    """The global ``[rows, V]`` gradient from every TP rank's column shard."""
-    return torch.cat([r["grad"] for r in _tp_ranks(case, results)], dim=1)
+def assemble_grad(case: Case, results: list, key: str = "grad") -> torch.Tensor:
+    """The global ``[rows, V]`` gradient from every rank's shard.
+
+    TP shards sit side by side; each CP rank's rows go back to their global
+    rows (the layout oracle's placement), and a padding row must have received
+    exactly zero gradient.
+    """
+    shards = [torch.cat([r[key] for r in group], dim=1) for group in _cp_groups(case, results)]
+    if case.cp_mode == "none":
+        return shards[0]
+    full = torch.zeros(case.rows, case.vocab, dtype=shards[0].dtype)
+    for cp_rank, shard in enumerate(shards):
+        rows = case.local_rows(cp_rank)
+        assert shard.shape[0] == len(rows), f"CP rank {cp_rank}: gradient has {shard.shape[0]} rows, layout {len(rows)}"
+        held = [k for k, row in enumerate(rows) if row is not None]
+        padding = [k for k, row in enumerate(rows) if row is None]
+        assert bool((shard[padding] == 0).all()), f"CP rank {cp_rank}: padding rows received a gradient"
+        full[[rows[k] for k in held]] = shard[held]
+    return full
 
 
 def _replicated(results: list, key: str):
-    """A per-rank output that every TP rank must return identically; returns rank 0's."""
+    """A per-rank output that every rank in ``results`` must return identically; returns the first's."""
     first = results[0][key]
     for rank, result in enumerate(results[1:], start=1):
         other = result[key]
@@ -104,6 +124,31 @@ def _replicated(results: list, key: str):
         for i, (a, b) in enumerate(zip(firsts, others)):
             assert_identical(b, a, what=f"{key}[{i}] on rank {rank} vs rank 0")
     return first
+
+
+def gather_samples(case: Case, results: list, key: str):
+    """Full per-sample vectors from every CP rank's zigzag view (TP ranks of a CP rank must agree).
+
+    Every response position must be returned by exactly one CP rank.
+    """
+    per_cp = [_replicated(group, key) for group in _cp_groups(case, results)]
+    if per_cp[0] is None:
+        assert all(values is None for values in per_cp), f"{key}: returned by some CP ranks only"
+        return None
+    out = []
+    for i, response in enumerate(case.response_lengths):
+        full = per_cp[0][i].new_full((response,), float("nan"))
+        covered = torch.zeros(response, dtype=torch.long)
+        for cp_rank, values in enumerate(per_cp):
+            view = case.views(cp_rank)[i]
+            assert values[i].shape[0] == len(view), (
+                f"{key}[sample {i}] on CP rank {cp_rank}: {values[i].shape[0]} values for a zigzag view of {len(view)}"
+            )
+            full[view] = values[i]
+            covered[view] += 1
+        assert bool((covered == 1).all()), f"{key}[sample {i}]: positions covered {covered.tolist()} times"
+        out.append(full)
+    return out
 
 
 def assert_inputs_unmutated(results: list) -> None:
@@ -194,7 +239,7 @@ def check_packed_forward(case: Case, target: str = "impl") -> None:
     results = run_job(PACKED_JOB, case, target)
     ref, naive = reference.packed_reference(case), reference.packed_reference(case, precise=False)
     consumed = _consumed(case)
-    log_probs = _replicated(results, "log_probs")
+    log_probs = gather_samples(case, results, "log_probs")
     _compare_samples(
         _only_consumed(log_probs, consumed),
         _only_consumed(ref.log_probs, consumed),
@@ -204,7 +249,7 @@ def check_packed_forward(case: Case, target: str = "impl") -> None:
     )
     _assert_dropped_zero(log_probs, consumed, "log_probs")
     if case.with_entropy:
-        entropy = _replicated(results, "entropy")
+        entropy = gather_samples(case, results, "entropy")
         _compare_samples(
             _only_consumed(entropy, consumed),
             _only_consumed(ref.entropy, consumed),
@@ -256,6 +301,8 @@ def assert_entropy_gate(case: Case, results: list) -> None:
                 f"rank {rank}, sample {i}: entropy.requires_grad={flag} but the gate "
                 f"(with_entropy={case.with_entropy} and entropy_coef={case.entropy_coef} != 0) is {gate}"
             )
+        if result.get("log_probs_requires_grad") is not None:
+            assert all(result["log_probs_requires_grad"]), f"rank {rank}: a returned log-prob has no graph"
         if not gate and "entropy_grad_fn_is_none" in result:
             assert all(result["entropy_grad_fn_is_none"]), f"rank {rank}: gated-off entropy still has a grad_fn"
 
@@ -272,7 +319,9 @@ def check_policy_loss(case: Case, target: str = "impl") -> None:
     results = run_job(POLICY_JOB, case, target)
     ref, naive = reference.policy_reference(case), reference.policy_reference(case, precise=False)
     scale = value_scale(case.global_logits(), case.temperature) * policy_upstream(case) * max(len(case.samples), 1)
-    assert_close(_replicated(results, "loss"), ref.loss, naive.loss, what="policy loss", scale=scale)
+    # Under context parallelism each CP rank returns its share; the shares add up to the batch's loss.
+    loss = sum(_replicated(group, "loss") for group in _cp_groups(case, results))
+    assert_close(loss, ref.loss, naive.loss, what="policy loss", scale=scale)
     assert_close(
         assemble_grad(case, results),
         ref.grad,
@@ -322,7 +371,7 @@ def check_shared_logits(case: Case, target: str = "impl") -> None:
     a, b = case.row_probe_weights()
     upstream = 3 * float(a.abs().max()) + 2 * float(b.abs().max())
     for which, label in ((0, "first backward"), (1, "second backward (retain_graph)")):
-        grad = torch.cat([r["grads"][which] for r in _tp_ranks(case, results)], dim=1)
+        grad = assemble_grad(case, [{"grad": r["grads"][which]} for r in results])
         assert_close(
             grad,
             ref.grad,
@@ -342,11 +391,10 @@ def check_chunk_invariance(case: Case, target: str = "impl") -> None:
     require(target, required_capabilities(case, "packed") | {"chunking"})
     chunked = run_job(PACKED_JOB, case, target)
     whole = run_job(PACKED_JOB, case.with_(chunk_size=None), target)
-    for key in ("log_probs", "entropy"):
-        if chunked[0][key] is not None:
-            for i, (a, b) in enumerate(zip(chunked[0][key], whole[0][key])):
-                assert_identical(a, b, what=f"{key}[sample {i}] chunk_size={case.chunk_size} vs one chunk")
     for rank, (a, b) in enumerate(zip(chunked, whole)):
+        for key in ("log_probs", "entropy"):
+            for i, (x, y) in enumerate(zip(a[key] or [], b[key] or [])):
+                assert_identical(x, y, what=f"rank {rank} {key}[sample {i}] chunk_size={case.chunk_size} vs one chunk")
         assert_identical(a["grad"], b["grad"], what=f"rank {rank} grad, chunk_size={case.chunk_size} vs one chunk")
 
 
@@ -375,9 +423,44 @@ def check_response_only(case: Case, target: str = "impl") -> None:
     compact = run_job(POLICY_JOB, case.with_(response_only=True), target)
     consumed = _consumed(case.with_(response_only=True))
     keys = ("log_probs", "entropy") if case.with_entropy else ("log_probs",)
+    full_values = {key: gather_samples(case, full, key) for key in keys}
+    compact_values = {key: gather_samples(case, compact, key) for key in keys}
     for key in keys:
-        for i, (x, y, c) in enumerate(zip(full[0][key], compact[0][key], consumed)):
+        for i, (x, y, c) in enumerate(zip(full_values[key], compact_values[key], consumed)):
             assert_identical(y[c], x[c], what=f"{key}[sample {i}] response-only vs full, consumed positions")
-        _assert_dropped_zero(compact[0][key], consumed, f"{key} (response-only)")
+        _assert_dropped_zero(compact_values[key], consumed, f"{key} (response-only)")
     for rank, (a, b) in enumerate(zip(full, compact)):
         assert_identical(b["grad"], a["grad"], what=f"rank {rank} grad(logits), response-only vs full")
+
+
+# ---- context parallelism: the gate across ranks, the hang class ---------------------
+
+HANG_TIMEOUT_S = 10.0
+
+
+@replayable
+def check_cp_requires_grad(case: Case, target: str = "impl") -> None:
+    """Bug 4: on every CP rank, ``requires_grad`` of each returned tensor equals the gate.
+
+    The flags are gathered from all ranks and compared; a rank that holds none
+    of a sample must not turn the gradient back on (slime #2123).
+    """
+    require(target, required_capabilities(case, "policy_loss"))
+    # Forward only: the flags are the bug; the backward hang they cause is test_dsa_hang's.
+    results = run_job(POLICY_JOB, case, target, timeout_s=HANG_TIMEOUT_S, compare_traces=False, backward=False)
+    flags = {rank: (r["log_probs_requires_grad"], r["entropy_requires_grad"]) for rank, r in enumerate(results)}
+    assert len({repr(f) for f in flags.values()}) == 1, f"requires_grad differs across ranks: {flags}"
+    assert_entropy_gate(case, results)
+    assert_collectives_consistent(case, results)
+
+
+@replayable
+def check_cp_collectives(case: Case, target: str = "impl") -> None:
+    """Bug 5: forward AND backward issue the same collectives on every rank of each group.
+
+    ``run_job`` compares the traces; the short deadline turns a real hang into
+    a failure naming the stuck rank and its last collective within seconds.
+    """
+    require(target, required_capabilities(case, "policy_loss"))
+    run_job(POLICY_JOB, case, target, timeout_s=HANG_TIMEOUT_S)
+    run_job(PACKED_JOB, case, target, timeout_s=HANG_TIMEOUT_S, entropy_grad=entropy_gate(case))

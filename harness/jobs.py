@@ -30,7 +30,13 @@ def packed_inputs(case: Case) -> PackedInputs:
         loss_masks=case.loss_masks(),
         qkv_format=case.qkv_format,
         pad_multiple=case.pad_multiple,
+        cp_mode=case.cp_mode,
     )
+
+
+def in_view(values: list, case: Case, ctx) -> list:
+    """Per-sample values restricted to this CP rank's zigzag view (all of them without CP)."""
+    return [v[torch.tensor(view, dtype=torch.long)] for v, view in zip(values, case.views(ctx.cp_rank))]
 
 
 def upstream_grad(weights: torch.Tensor, noncontiguous: bool) -> torch.Tensor:
@@ -44,15 +50,21 @@ def upstream_grad(weights: torch.Tensor, noncontiguous: bool) -> torch.Tensor:
 
 
 def _leaf_logits(case: Case, ctx) -> torch.Tensor:
-    return case.rank_logits(ctx.tp_rank).requires_grad_()
+    return case.rank_logits(ctx.tp_rank, ctx.cp_rank).requires_grad_()
 
 
 def _backward(outputs: list, weights: list, noncontiguous: bool) -> None:
-    """Backward of sum(w * out) through every output that carries a graph."""
+    """Backward of sum(w * out) through every output that carries a graph.
+
+    EMPTY outputs are included, as a trainer's ``loss.backward()`` would
+    include them: a CP rank whose zigzag view of a sample is empty still sits
+    on the graph of the other ranks' collectives. Skipping them by size would
+    be a data-dependent collective skip, the hang class of BUGS.md #5.
+    """
     pairs = [
         (out, upstream_grad(w, noncontiguous))
         for out, w in zip(outputs, weights)
-        if out is not None and out.requires_grad and out.numel()
+        if out is not None and out.requires_grad
     ]
     if pairs:
         torch.autograd.backward([p[0] for p in pairs], [p[1] for p in pairs])
@@ -118,6 +130,7 @@ def packed_job(payload: dict, ctx) -> dict:
         logits,
         packed_inputs(case),
         tp_group=ctx.tp_group,
+        cp_group=ctx.cp_group,
         chunk_size=case.chunk_size,
         with_entropy=case.with_entropy,
         entropy_grad=payload.get("entropy_grad", True),
@@ -125,7 +138,7 @@ def packed_job(payload: dict, ctx) -> dict:
         response_only=case.response_only,
         loss_mask_only=case.loss_mask_only,
     )
-    a, b = case.probe_weights()
+    a, b = (in_view(weights, case, ctx) for weights in case.probe_weights())
     outputs = list(log_probs) + (list(entropy) if entropy is not None else [])
     weights = list(a) + (list(b) if entropy is not None else [])
     _backward(outputs, weights, case.noncontig_grads)
@@ -149,24 +162,26 @@ def policy_job(payload: dict, ctx) -> dict:
     loss, log_probs, entropy = target.policy_loss(
         logits,
         packed_inputs(case),
-        advantages=[a.float() for a in case.advantages()],
-        old_log_probs=[o.float() for o in reference.old_log_probs(case)],
+        advantages=[a.float() for a in in_view(case.advantages(), case, ctx)],
+        old_log_probs=[o.float() for o in in_view(reference.old_log_probs(case), case, ctx)],
         eps_clip=reference.EPS_CLIP,
         eps_clip_high=reference.EPS_CLIP_HIGH,
         entropy_coef=case.entropy_coef,
         with_entropy=case.with_entropy,
         tp_group=ctx.tp_group,
+        cp_group=ctx.cp_group,
         chunk_size=case.chunk_size,
         temperature=case.temperature,
         response_only=case.response_only,
         loss_mask_only=case.loss_mask_only,
     )
-    if loss.requires_grad:
+    if loss.requires_grad and payload.get("backward", True):
         loss.backward()
     return {
         "loss": loss.detach().clone(),
         "log_probs": _detach_all(log_probs),
         "entropy": _detach_all(entropy),
+        "log_probs_requires_grad": _requires_grad(log_probs),
         "entropy_requires_grad": _requires_grad(entropy),
         "entropy_grad_fn_is_none": None if entropy is None else [e.grad_fn is None for e in entropy],
         "grad": _grad(logits),

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
 
-from impl.packed import PackedBatch, PackedOutput, kept_positions, response_targets
+from impl.packed import PackedBatch, PackedOutput
 from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy
 from impl.token_level import tp_world
 
@@ -86,7 +86,7 @@ def _cp_world(group) -> tuple[int, int]:
     return tp_world(group)
 
 
-def _validate(logits, batch: PackedBatch, cp_mode: str, cp: int, loss_mask_only: bool) -> None:
+def _validate(logits, batch: PackedBatch, cp_mode: str, loss_mask_only: bool) -> None:
     if cp_mode not in CP_MODES:
         raise ValueError(f"cp_mode must be one of {CP_MODES}, got {cp_mode!r}")
     if batch.qkv_format != "thd":
@@ -203,8 +203,7 @@ def cp_log_probs_and_entropy(
     loss_mask_only=False,
 ) -> PackedOutput:
     """Per-sample outputs in the zigzag view on every CP rank (module docstring)."""
-    cp, _ = _cp_world(cp_group)
-    _validate(logits, batch, cp_mode, cp, loss_mask_only)
+    _validate(logits, batch, cp_mode, loss_mask_only)
     options = dict(
         tp_group=tp_group,
         chunk_size=chunk_size,
@@ -217,4 +216,4 @@ def cp_log_probs_and_entropy(
     return allgather_log_probs_and_entropy(logits, batch, cp_group=cp_group, options=options)
 
 
-__all__ = ["CP_MODES", "cp_log_probs_and_entropy", "kept_positions", "response_targets", "zigzag_positions"]
+__all__ = ["CP_MODES", "cp_log_probs_and_entropy", "zigzag_positions"]

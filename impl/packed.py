@@ -25,6 +25,7 @@ from itertools import accumulate
 import torch
 
 from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy
+from impl.token_level import tp_world
 
 QKV_FORMATS = ("thd", "bshd")
 
@@ -167,6 +168,8 @@ def log_probs_and_entropy(
     temperature: float = 1.0,
     response_only: bool = False,
     loss_mask_only: bool = False,
+    cp_group=None,
+    cp_mode: str = "none",
 ) -> PackedOutput:
     """Per-sample response log-probs (and entropy) of a packed batch.
 
@@ -177,8 +180,30 @@ def log_probs_and_entropy(
         response_only: gather the consumed rows before the softmax.
         loss_mask_only: also drop loss-mask-0 response rows (they read 0 and
             get zero gradient); only valid with ``response_only``.
+        cp_group, cp_mode: context parallelism (``"zigzag"`` or
+            ``"allgather"``, see ``impl.context_parallel``); outputs are then
+            this CP rank's zigzag view of each sample, and only the response
+            rows are ever evaluated (``response_only`` is implied).
         Other arguments as in ``impl.token_level.log_probs_and_entropy``.
     """
+    if cp_mode != "none":
+        # Imported here: context_parallel builds on this module's PackedBatch.
+        from impl.context_parallel import cp_log_probs_and_entropy
+
+        return cp_log_probs_and_entropy(
+            logits,
+            batch,
+            cp_mode=cp_mode,
+            cp_group=cp_group,
+            tp_group=tp_group,
+            chunk_size=chunk_size,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+            temperature=temperature,
+            loss_mask_only=loss_mask_only,
+        )
+    if cp_group is not None and tp_world(cp_group)[0] > 1:
+        raise ValueError("a CP group of size > 1 was given with cp_mode='none'; pass cp_mode='zigzag' or 'allgather'")
     if loss_mask_only and not response_only:
         raise ValueError("loss_mask_only=True requires response_only=True (it drops rows before the softmax)")
     if logits.dim() == 3:

@@ -67,3 +67,57 @@ def response_rows(total_lengths, response_lengths, qkv_format: str, pad_multiple
 def response_targets(tokens, response_lengths) -> list:
     """Per sample, the response token ids ``y_i[P_i:T_i]``."""
     return [t[t.shape[0] - response :] for t, response in zip(tokens, response_lengths)]
+
+
+# ---- context parallelism ----------------------------------------------------------
+# A local row is described as (sample, position) or None (padding: nothing is
+# predicted from it). Written from MATH.md, independently of impl/.
+
+
+def zigzag_chunk_length(total: int, cp: int) -> int:
+    """``c_i = ceil(T_i / (2 cp))``."""
+    return -(-total // (2 * cp))
+
+
+def zigzag_local_rows(total_lengths, cp: int, cp_rank: int, pad_multiple: int) -> list:
+    """CP rank ``cp_rank``'s rows: chunks ``r`` and ``2cp-1-r`` of every sample, in sample order, end-padded."""
+    rows = []
+    for sample, total in enumerate(total_lengths):
+        c = zigzag_chunk_length(total, cp)
+        for chunk in (cp_rank, 2 * cp - 1 - cp_rank):
+            for position in range(chunk * c, (chunk + 1) * c):
+                rows.append((sample, position) if position < total else None)
+    return rows + [None] * (padded_length(len(rows), pad_multiple) - len(rows))
+
+
+def allgather_local_rows(total_lengths, cp: int, cp_rank: int, pad_multiple: int) -> list:
+    """CP rank ``cp_rank``'s contiguous slice of the packed stream, end-padded to a multiple of cp * pad_multiple."""
+    stream = [(sample, position) for sample, total in enumerate(total_lengths) for position in range(total)]
+    stream += [None] * (padded_length(len(stream), cp * pad_multiple) - len(stream))
+    length = len(stream) // cp
+    return stream[cp_rank * length : (cp_rank + 1) * length]
+
+
+def local_rows(cp_mode: str, total_lengths, cp: int, cp_rank: int, pad_multiple: int) -> list:
+    if cp_mode == "zigzag":
+        return zigzag_local_rows(total_lengths, cp, cp_rank, pad_multiple)
+    if cp_mode == "allgather":
+        return allgather_local_rows(total_lengths, cp, cp_rank, pad_multiple)
+    raise ValueError(f"cp_mode must be 'zigzag' or 'allgather', got {cp_mode!r}")
+
+
+def zigzag_view(total_lengths, response_lengths, cp: int, cp_rank: int) -> list[list[int]]:
+    """Per sample, the response indices CP rank ``cp_rank`` returns, in order (both CP modes return this view).
+
+    Response index ``j`` is predicted by position ``P - 1 + j``; the rank returns
+    the indices whose predicting position lies in chunk ``r``, then in chunk ``2cp-1-r``.
+    """
+    view = [[] for _ in total_lengths]
+    for entry in zigzag_local_rows(total_lengths, cp, cp_rank, 1):
+        if entry is None:
+            continue
+        sample, position = entry
+        first = total_lengths[sample] - response_lengths[sample] - 1
+        if first <= position < total_lengths[sample] - 1:
+            view[sample].append(position - first)
+    return view

@@ -17,6 +17,10 @@ from harness.cases import Case
 from oracles import layout
 
 TP_SIZES = (1, 2, 4)
+CP_SIZES = (1, 2, 4)
+CP_MODES = ("zigzag", "allgather")
+MAX_WORLD = 4
+TOKEN_LEVEL = (1,)  # cp_sizes for token-level checks: context parallelism is a packed-path notion
 DTYPES = ("float32", "bfloat16", "float16")
 CHUNK_MODES = ("none", "one", "ragged", "equal", "beyond")
 SPECIALS = ("ties", "neg_inf_columns", "huge_offset")
@@ -45,6 +49,8 @@ def cases(
     draw,
     *,
     tp=st.sampled_from(TP_SIZES),
+    cp_sizes=CP_SIZES,
+    cp_modes=CP_MODES,
     dtype=st.sampled_from(DTYPES),
     max_samples: int = 8,
     max_length: int = 64,
@@ -52,20 +58,29 @@ def cases(
     response_only=st.booleans(),
     with_entropy=st.booleans(),
 ):
-    """A full Case for the token, packed and policy-loss checks (no context parallelism)."""
+    """A full Case for the token, packed and policy-loss checks.
+
+    World sizes stay within 4 (tp x cp); context parallelism uses thd, and
+    its samples straddle CP ranks, lie inside one, or have no response on
+    some rank, because lengths are drawn independently of 2*cp.
+    """
     tp_size = draw(tp)
+    cp_size = draw(st.sampled_from([c for c in cp_sizes if tp_size * c <= MAX_WORLD] or [1]))
+    cp_mode = "none" if cp_size == 1 else draw(st.sampled_from(cp_modes))
     vocab = tp_size * draw(st.integers(1, max_vocab_local))
     pairs = draw(samples(max_samples, max_length))
-    qkv_format = draw(st.sampled_from(("thd", "bshd")))
+    qkv_format = "thd" if cp_size > 1 else draw(st.sampled_from(("thd", "bshd")))
     pad_multiple = draw(st.sampled_from((1, 1, 2, 3, 8, 4 * tp_size)))
     is_response_only = draw(response_only)
     rows = layout.stream_rows([t for t, _ in pairs], qkv_format, pad_multiple)
-    function_rows = sum(r for _, r in pairs) if is_response_only else rows
+    function_rows = sum(r for _, r in pairs) if is_response_only or cp_size > 1 else rows
     chunk = chunk_size_for(draw(st.sampled_from(CHUNK_MODES)), function_rows, draw(st.integers(2, 17)))
     return Case(
         seed=draw(st.integers(0, 2**16)),
         vocab=vocab,
         tp=tp_size,
+        cp=cp_size,
+        cp_mode=cp_mode,
         qkv_format=qkv_format,
         samples=pairs,
         mask_mode=draw(st.sampled_from(("ones", "mixed", "mixed", "zeros"))),
@@ -78,6 +93,7 @@ def cases(
         with_entropy=draw(with_entropy),
         entropy_coef=draw(st.sampled_from((0.0, 0.0, 0.01, -0.5, 1.0))),
         response_only=is_response_only,
-        loss_mask_only=is_response_only and draw(st.booleans()),
+        # impl/ rejects loss-mask-only with context parallelism (a documented limitation).
+        loss_mask_only=is_response_only and cp_size == 1 and draw(st.booleans()),
         noncontig_grads=draw(st.booleans()),
     )

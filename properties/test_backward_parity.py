@@ -10,10 +10,10 @@ from hypothesis import example, given
 
 from harness.cases import Case
 from harness.checks import check_packed_backward, check_policy_loss, check_token_backward
-from properties.strategies import cases
+from properties.strategies import TOKEN_LEVEL, cases
 
 
-@given(case=cases())
+@given(case=cases(cp_sizes=TOKEN_LEVEL))
 @example(case=Case(seed=5, vocab=8, tp=2, samples=((6, 4),), special=("neg_inf_columns",), noncontig_grads=True))
 def test_token_backward_parity(case, target):
     check_token_backward(case, target)

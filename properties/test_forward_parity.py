@@ -9,13 +9,13 @@ from hypothesis import example, given
 
 from harness.cases import Case
 from harness.checks import check_packed_forward, check_token_forward
-from properties.strategies import cases
+from properties.strategies import TOKEN_LEVEL, cases
 
 LLAMA_V = 32000  # Llama-2 vocabulary
 QWEN_V = 151936  # Qwen2 vocabulary (SkyRL #1650)
 
 
-@given(case=cases())
+@given(case=cases(cp_sizes=TOKEN_LEVEL))
 @example(case=Case(seed=1, vocab=LLAMA_V, tp=2, samples=((9, 4),), chunk_size=3, logit_scale=5.0))
 @example(case=Case(seed=2, vocab=QWEN_V, tp=4, samples=((3, 1),), dtype="bfloat16"))
 def test_token_forward_parity(case, target):

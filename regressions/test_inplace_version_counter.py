@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from harness.cases import Case
 from harness.checks import check_inputs_unmutated, check_shared_logits
-from properties.strategies import cases
+from properties.strategies import TOKEN_LEVEL, cases
 
 # At least two rows, so that logits[1:] overlaps logits.
-MULTI_ROW = cases(max_samples=4, max_length=24).filter(lambda case: case.rows >= 2)
+MULTI_ROW = cases(cp_sizes=TOKEN_LEVEL, max_samples=4, max_length=24).filter(lambda case: case.rows >= 2)
 
 
 @given(case=MULTI_ROW)

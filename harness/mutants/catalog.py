@@ -54,6 +54,40 @@ MUTANTS = (
         replacement="    out = chunk.to(torch.float32)\n",
         killed_by=("regressions/test_inplace_version_counter.py",),
     ),
+    Mutant(
+        name="redistribute_zeros_require_grad",
+        bug="BUGS.md #4/#5 (slime #1788): a rank holding none of a sample pads with requires_grad=True zeros",
+        module="impl.context_parallel",
+        original="    full = values.new_zeros(total_responses).index_copy(0, held_flat.to(values.device), values)\n",
+        replacement=(
+            "    full = values.new_zeros(total_responses).index_copy(0, held_flat.to(values.device), values)\n"
+            "    starts = [sum(batch.response_lengths[:i]) for i in range(len(batch.response_lengths))]\n"
+            "    missing = [not bool(((held_flat >= s) & (held_flat < s + r)).any())\n"
+            "               for s, r in zip(starts, batch.response_lengths) if r]\n"
+            "    if not values.requires_grad and any(missing):\n"
+            "        full = full.detach().requires_grad_(True)\n"
+        ),
+        killed_by=("regressions/test_allgather_cp_regrad.py", "regressions/test_dsa_hang.py"),
+    ),
+    Mutant(
+        name="empty_cp_rank_skips_graph",
+        bug="BUGS.md #5 (hang class): a CP rank holding no response row returns graph-free values, "
+        "so only the other ranks all-reduce in backward",
+        module="impl.context_parallel",
+        original=(
+            "    log_probs, entropy = _evaluate("
+            "logits, [row for rows in local for row in rows], flat_targets, options)\n"
+        ),
+        replacement=(
+            "    flat_rows = [row for rows in local for row in rows]\n"
+            "    if flat_rows:\n"
+            "        log_probs, entropy = _evaluate(logits, flat_rows, flat_targets, options)\n"
+            "    else:\n"
+            "        log_probs = logits.new_zeros(0, dtype=torch.float32)\n"
+            "        entropy = log_probs if options['with_entropy'] else None\n"
+        ),
+        killed_by=("regressions/test_dsa_hang.py",),
+    ),
 )
 
 

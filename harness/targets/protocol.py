@@ -33,6 +33,8 @@ CAPABILITIES = frozenset(
         "response_only",  # rows dropped before the softmax
         "loss_mask_only",  # loss-mask-0 rows dropped too (policy path)
         "bshd",  # qkv_format="bshd"
+        "cp_zigzag",  # context parallelism, zigzag (ring-attention) layout
+        "cp_allgather",  # context parallelism, allgather layout (DSA models)
     }
 )
 
@@ -48,6 +50,10 @@ class PackedInputs:
         loss_masks: per sample, ``R_i`` float zeros/ones.
         qkv_format: ``"thd"`` or ``"bshd"`` (MATH.md layouts).
         pad_multiple: the alignment the stream (thd) or each row (bshd) was padded to.
+        cp_mode: ``"none"``, ``"zigzag"`` or ``"allgather"``; with context
+            parallelism the logits are this CP rank's rows (MATH.md) and the
+            per-sample outputs (and the policy loss's advantages and old
+            log-probs) are this CP rank's zigzag view of each sample.
     """
 
     tokens: list
@@ -56,6 +62,7 @@ class PackedInputs:
     loss_masks: list
     qkv_format: str
     pad_multiple: int
+    cp_mode: str = "none"
 
 
 class Unsupported(Exception):
@@ -78,6 +85,7 @@ class Target:
         inputs: PackedInputs,
         *,
         tp_group,
+        cp_group,
         chunk_size,
         with_entropy,
         entropy_grad,
@@ -100,6 +108,7 @@ class Target:
         entropy_coef,
         with_entropy,
         tp_group,
+        cp_group,
         chunk_size,
         temperature,
         response_only,
