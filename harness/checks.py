@@ -177,6 +177,20 @@ def _compare_samples(actual: list, ref: list, naive: list, what: str, case: Case
         assert_close(a, r, n, what=f"{what}[sample {i}]", scale=scale)
 
 
+def _assert_probe_grad(case: Case, results: list, ref, naive, a: list, b: list) -> None:
+    """The assembled gradient of the probe loss (weights ``a``, ``b``) against the oracle; inputs untouched."""
+    upstream = _max_abs(a) + (_max_abs(b) if case.with_entropy else 0.0)
+    assert_close(
+        assemble_grad(case, results),
+        ref.grad,
+        naive.grad,
+        what="grad(logits)",
+        scale=grad_scale(case, upstream),
+        out_dtype=case.torch_dtype,
+    )
+    assert_inputs_unmutated(results)
+
+
 # ---- token level -------------------------------------------------------------
 
 
@@ -200,16 +214,7 @@ def check_token_backward(case: Case, target: str = "impl") -> None:
     results = run_job(TOKEN_JOB, case, target)
     ref, naive = reference.token_reference(case), reference.token_reference(case, precise=False)
     a, b = case.row_probe_weights()
-    upstream = float(a.abs().max() + (b.abs().max() if case.with_entropy else 0)) if case.rows else 0.0
-    assert_close(
-        assemble_grad(case, results),
-        ref.grad,
-        naive.grad,
-        what="grad(logits)",
-        scale=grad_scale(case, upstream),
-        out_dtype=case.torch_dtype,
-    )
-    assert_inputs_unmutated(results)
+    _assert_probe_grad(case, results, ref, naive, [a], [b])
 
 
 # ---- packed level ------------------------------------------------------------
@@ -268,16 +273,7 @@ def check_packed_backward(case: Case, target: str = "impl") -> None:
     results = run_job(PACKED_JOB, case, target)
     ref, naive = reference.packed_reference(case), reference.packed_reference(case, precise=False)
     a, b = case.probe_weights()
-    upstream = _max_abs(a) + (_max_abs(b) if case.with_entropy else 0.0)
-    assert_close(
-        assemble_grad(case, results),
-        ref.grad,
-        naive.grad,
-        what="grad(logits)",
-        scale=grad_scale(case, upstream),
-        out_dtype=case.torch_dtype,
-    )
-    assert_inputs_unmutated(results)
+    _assert_probe_grad(case, results, ref, naive, a, b)
 
 
 # ---- policy loss ------------------------------------------------------------------
