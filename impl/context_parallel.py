@@ -102,7 +102,7 @@ def _validate(logits, batch: PackedBatch, cp_mode: str, loss_mask_only: bool) ->
 
 def _evaluate(logits, rows: list[int], targets: torch.Tensor, options: dict):
     index = torch.tensor(rows, dtype=torch.long, device=logits.device)
-    return token_log_probs_and_entropy(logits.index_select(0, index), targets.to(logits.device), **options)
+    return token_log_probs_and_entropy(logits, targets.to(logits.device), rows=index, **options)
 
 
 def _response_targets_by_sample(batch: PackedBatch) -> list[torch.Tensor]:

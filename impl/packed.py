@@ -238,7 +238,7 @@ def log_probs_and_entropy(
             )
             compact = compact.to(logits.device)
             rows_index, targets = rows_index[compact], targets[compact]
-        log_probs, entropy = token_log_probs_and_entropy(logits.index_select(0, rows_index), targets, **options)
+        log_probs, entropy = token_log_probs_and_entropy(logits, targets, rows=rows_index, **options)
 
     return PackedOutput(
         log_probs=_scatter_back(log_probs, kept, batch),

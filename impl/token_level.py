@@ -59,16 +59,32 @@ def chunk_bounds(rows: int, chunk_size: int | None) -> list[tuple[int, int]]:
     return [(start, min(start + chunk_size, rows)) for start in range(0, rows, chunk_size)]
 
 
-def _shifted_fp32(chunk: torch.Tensor, shift: torch.Tensor, temperature: float) -> torch.Tensor:
-    """A NEW fp32 buffer holding ``chunk / temperature - shift[:, None]``.
+def _private_fp32(logits: torch.Tensor, rows: torch.Tensor | None, start: int, end: int) -> torch.Tensor:
+    """A NEW fp32 buffer holding the chunk's rows (``rows[start:end]``, or ``start:end`` without ``rows``).
 
     The copy is what keeps the inputs untouched: everything after this point
-    works in place on the private buffer only.
+    works in place on the private buffer only. ``index_select`` already
+    returns a fresh tensor, so fp32 rows are not copied twice.
     """
-    out = chunk.to(torch.float32, copy=True)
+    if rows is None:
+        return logits[start:end].to(torch.float32, copy=True)
+    return logits.index_select(0, rows[start:end]).float()
+
+
+def _shifted_fp32(chunk: torch.Tensor, shift: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``chunk / temperature - shift[:, None]``, in place on the private fp32 ``chunk``."""
     if temperature != 1.0:
-        out.div_(temperature)
-    return out.sub_(shift.unsqueeze(1))
+        chunk.div_(temperature)
+    return chunk.sub_(shift.unsqueeze(1))
+
+
+def _row_max(logits: torch.Tensor, rows: torch.Tensor | None, bounds, temperature: float) -> torch.Tensor:
+    """Per-row maximum of ``logits / temperature`` (exact: division by t > 0 is monotone)."""
+    if rows is None:
+        # A row reduction allocates only [rows]: no chunking needed.
+        return logits.amax(dim=1).float() / temperature
+    maxima = [logits.index_select(0, rows[start:end]).amax(dim=1) for start, end in bounds]
+    return torch.cat([logits.new_zeros(0)] + maxima).float() / temperature
 
 
 def _all_reduce_max(tensor: torch.Tensor, group) -> None:
@@ -114,16 +130,30 @@ def _is_fake(tensor: torch.Tensor) -> bool:
     return is_fake(tensor)
 
 
-def validate_token_inputs(logits, targets, tp_group, chunk_size, temperature) -> None:
+def _validate_rows(rows, logits) -> int:
+    """``rows`` (optional) selects unique logits rows to evaluate; returns how many rows are evaluated."""
+    if rows is None:
+        return logits.shape[0]
+    if not isinstance(rows, torch.Tensor) or rows.dim() != 1 or rows.dtype != torch.long:
+        raise ValueError("rows must be a 1-D int64 tensor of logits row indices (or None for every row)")
+    if rows.numel() and not _is_fake(rows):
+        low, high = int(rows.min()), int(rows.max())
+        if low < 0 or high >= logits.shape[0]:
+            raise ValueError(f"rows holds index {low if low < 0 else high}, outside [0, {logits.shape[0]})")
+    return rows.shape[0]
+
+
+def validate_token_inputs(logits, targets, tp_group, chunk_size, temperature, rows=None) -> None:
     """Reject bad input with an error naming the argument and the fix."""
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
         shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise ValueError(f"logits must be a 2-D tensor [rows, V_local]; got {shape}: flatten batch dims first")
     if logits.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"logits must be float32, bfloat16 or float16, got {logits.dtype}")
-    if not isinstance(targets, torch.Tensor) or targets.dim() != 1 or targets.shape[0] != logits.shape[0]:
+    evaluated = _validate_rows(rows, logits)
+    if not isinstance(targets, torch.Tensor) or targets.dim() != 1 or targets.shape[0] != evaluated:
         shape = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
-        raise ValueError(f"targets must be a 1-D tensor with one id per logits row ({logits.shape[0]}), got {shape}")
+        raise ValueError(f"targets must be a 1-D tensor with one id per evaluated row ({evaluated}), got {shape}")
     if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
         raise TypeError(f"targets must hold integer token ids, got {targets.dtype}")
     if targets.device != logits.device:
@@ -149,15 +179,13 @@ class FusedLogProbEntropy(torch.autograd.Function):
     """``(log_probs, entropy)`` of vocab-sharded logits; see the module docstring."""
 
     @staticmethod
-    def forward(ctx, logits, targets, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
-        rows, v_local = logits.shape
+    def forward(ctx, logits, targets, row_index, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
+        v_local = logits.shape[1]
+        rows = targets.shape[0]
         _, tp_rank = tp_world(tp_group)
         bounds = chunk_bounds(rows, chunk_size)
 
-        row_max = torch.empty(rows, dtype=torch.float32, device=logits.device)
-        for start, end in bounds:
-            # max(x / t) == max(x) / t exactly: division by t > 0 is monotone.
-            row_max[start:end] = logits[start:end].amax(dim=1).float() / temperature
+        row_max = _row_max(logits, row_index, bounds, temperature)
         _all_reduce_max(row_max, tp_group)
 
         local_targets = targets - tp_rank * v_local
@@ -167,7 +195,7 @@ class FusedLogProbEntropy(torch.autograd.Function):
         n_stats = 3 if with_entropy else 2
         stats = torch.zeros(rows, n_stats, dtype=torch.float32, device=logits.device)
         for start, end in bounds:
-            shifted = _shifted_fp32(logits[start:end], row_max[start:end], temperature)
+            shifted = _shifted_fp32(_private_fp32(logits, row_index, start, end), row_max[start:end], temperature)
             target_shift = shifted.gather(1, gather_index[start:end]).squeeze(1)
             stats[start:end, 1] = torch.where(in_shard[start:end], target_shift, 0.0)
             probs = shifted.exp()
@@ -181,7 +209,7 @@ class FusedLogProbEntropy(torch.autograd.Function):
         log_probs = stats[:, 1] - log_sum_exp
         entropy = log_sum_exp - stats[:, 2] / stats[:, 0] if with_entropy else None
 
-        ctx.save_for_backward(logits, targets, row_max, stats)
+        ctx.save_for_backward(logits, targets, row_index, row_max, stats)
         ctx.chunk_size = chunk_size
         ctx.temperature = temperature
         ctx.tp_rank = tp_rank
@@ -191,8 +219,9 @@ class FusedLogProbEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_log_probs, grad_entropy):
-        logits, targets, row_max, stats = ctx.saved_tensors
-        rows, v_local = logits.shape
+        logits, targets, row_index, row_max, stats = ctx.saved_tensors
+        v_local = logits.shape[1]
+        rows = targets.shape[0]
         temperature = ctx.temperature
         log_sum_exp = stats[:, 0].log()
         shift = row_max + log_sum_exp
@@ -209,9 +238,10 @@ class FusedLogProbEntropy(torch.autograd.Function):
         scatter_index = local_targets.clamp(0, v_local - 1).unsqueeze(1)
         target_grad = torch.where(in_shard, grad_log_probs, 0.0).unsqueeze(1)
 
-        grad_logits = torch.empty_like(logits)
+        # Rows that were not evaluated get exactly zero gradient.
+        grad_logits = torch.empty_like(logits) if row_index is None else torch.zeros_like(logits)
         for start, end in chunk_bounds(rows, ctx.chunk_size):
-            log_p = _shifted_fp32(logits[start:end], shift[start:end], temperature)
+            log_p = _shifted_fp32(_private_fp32(logits, row_index, start, end), shift[start:end], temperature)
             probs = log_p.exp()
             # dL/dz = g_lp * (1[v=t] - p) - g_H * p * (log p + H)
             #       = -p * (g_lp + g_H * (log p + H)) + g_lp * 1[v=t]
@@ -225,9 +255,12 @@ class FusedLogProbEntropy(torch.autograd.Function):
             grad_chunk.scatter_add_(1, scatter_index[start:end], target_grad[start:end])
             if temperature != 1.0:
                 grad_chunk.div_(temperature)
-            grad_logits[start:end].copy_(grad_chunk)
+            if row_index is None:
+                grad_logits[start:end].copy_(grad_chunk)
+            else:
+                grad_logits.index_add_(0, row_index[start:end], grad_chunk.to(grad_logits.dtype))
             del grad_chunk, probs
-        return grad_logits, None, None, None, None, None, None
+        return grad_logits, None, None, None, None, None, None, None
 
 
 def log_probs_and_entropy(
@@ -239,6 +272,7 @@ def log_probs_and_entropy(
     with_entropy: bool = True,
     entropy_grad: bool = True,
     temperature: float = 1.0,
+    rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-row log-prob of ``targets`` and entropy of the full-vocabulary softmax.
 
@@ -252,11 +286,17 @@ def log_probs_and_entropy(
         entropy_grad: when False the entropy is returned without a graph
             (``requires_grad`` False, bit-identical values).
         temperature: logits are divided by it before the softmax.
+        rows: optional UNIQUE int64 row indices: evaluate only these rows
+            (``targets`` then has one id per selected row). The rows are read
+            chunk by chunk straight from ``logits``, so no compact copy of the
+            selection is made, and the other rows get exactly zero gradient
+            (response-only evaluation, slime PR #2076).
 
     Returns:
-        ``(log_probs, entropy)`` as float32 ``[rows]`` tensors (entropy may be None).
+        ``(log_probs, entropy)`` as float32 tensors with one entry per
+        evaluated row (entropy may be None).
     """
-    validate_token_inputs(logits, targets, tp_group, chunk_size, temperature)
+    validate_token_inputs(logits, targets, tp_group, chunk_size, temperature, rows)
     return FusedLogProbEntropy.apply(
-        logits, targets, tp_group, chunk_size, bool(with_entropy), bool(entropy_grad), float(temperature)
+        logits, targets, rows, tp_group, chunk_size, bool(with_entropy), bool(entropy_grad), float(temperature)
     )

@@ -36,7 +36,10 @@ MUTANTS = (
         name="borrow_restore_saved_logits",
         bug="BUGS.md #2 (SkyRL #1648): the backward subtracts from the saved logits in place, then adds back",
         module="impl.token_level",
-        original="            log_p = _shifted_fp32(logits[start:end], shift[start:end], temperature)\n",
+        original=(
+            "            log_p = _shifted_fp32(_private_fp32(logits, row_index, start, end), shift[start:end], "
+            "temperature)\n"
+        ),
         replacement=(
             "            borrowed = logits.detach()[start:end]\n"
             "            offset = (shift[start:end] * temperature).unsqueeze(1).to(borrowed.dtype)\n"
@@ -50,9 +53,21 @@ MUTANTS = (
         name="forward_shifts_logits_in_place",
         bug="BUGS.md #2 (verl #1672, Megatron cross-entropy): the forward writes its shifted logits over the input",
         module="impl.token_level",
-        original="    out = chunk.to(torch.float32, copy=True)\n",
-        replacement="    out = chunk.to(torch.float32)\n",
+        original="        return logits[start:end].to(torch.float32, copy=True)\n",
+        replacement="        return logits[start:end].to(torch.float32)\n",
         killed_by=("regressions/test_inplace_version_counter.py",),
+    ),
+    Mutant(
+        name="one_hot_backward",
+        bug="BUGS.md #3 (SkyRL #1650, NeMo-RL #4114): the chunked backward builds an int64 one_hot over the "
+        "vocabulary plus a float copy to place the target gradient",
+        module="impl.token_level",
+        original="            grad_chunk.scatter_add_(1, scatter_index[start:end], target_grad[start:end])\n",
+        replacement=(
+            "            one_hot = torch.nn.functional.one_hot(scatter_index[start:end].squeeze(1), v_local)\n"
+            "            grad_chunk.add_(one_hot.float() * target_grad[start:end])\n"
+        ),
+        killed_by=("regressions/test_one_hot_oom.py",),
     ),
     Mutant(
         name="redistribute_zeros_require_grad",
