@@ -460,3 +460,36 @@ def check_cp_collectives(case: Case, target: str = "impl") -> None:
     require(target, required_capabilities(case, "policy_loss"))
     run_job(POLICY_JOB, case, target, timeout_s=HANG_TIMEOUT_S)
     run_job(PACKED_JOB, case, target, timeout_s=HANG_TIMEOUT_S, entropy_grad=entropy_gate(case))
+
+
+# ---- donation ------------------------------------------------------------------------
+
+DONATION_JOB = "harness.jobs:donation_job"
+
+
+@replayable
+def check_donation(case: Case, target: str = "impl") -> None:
+    """Donation gives the same values and gradient, bit for bit, or refuses loudly; never a silent wrong answer.
+
+    * donated vs plain: identical log-probs, entropy and gradient on every rank;
+    * a second backward (retain_graph) after donation raises;
+    * with another node that saved the logits, donation either raises or
+      returns exactly the gradient of the same graph without donation.
+    """
+    require(target, required_capabilities(case, "token") | {"donation", "entropy"})
+    results = run_job(DONATION_JOB, case, target)
+    for rank, result in enumerate(results):
+        plain, donated = result["plain"], result["donated"]
+        assert plain["error"] is None and donated["error"] is None, f"rank {rank}: {plain['error'] or donated['error']}"
+        for key in ("log_probs", "entropy", "grad"):
+            assert_identical(donated[key], plain[key], what=f"rank {rank} {key}, donated vs plain")
+        assert result["twice"]["error"] is not None, f"rank {rank}: a second backward after donation did not refuse"
+        for consumer in ("before", "after"):
+            reference_run, run = result[f"consumer_{consumer}"], result[f"donated_consumer_{consumer}"]
+            assert reference_run["error"] is None, f"rank {rank}: {reference_run['error']}"
+            if run["error"] is None:
+                assert_identical(
+                    run["grad"],
+                    reference_run["grad"],
+                    what=f"rank {rank} grad with another consumer {consumer}, donated vs plain",
+                )

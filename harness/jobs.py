@@ -231,3 +231,51 @@ def shared_logits_job(payload: dict, ctx) -> dict:
         "after_forward": after_forward,
         **_integrity(logits, before, version),
     }
+
+
+def _donation_run(case: Case, ctx, target, donate: bool, consumer: str | None = None, twice: bool = False) -> dict:
+    """One token-level forward+backward; ``consumer`` adds another node that saves the logits, before or after."""
+    logits = _leaf_logits(case, ctx)
+    extra = {"donate_logits": True} if donate else {}
+    other = logits.pow(2).sum() if consumer == "before" else None
+    log_probs, entropy = target.token_log_probs(
+        logits,
+        case.row_targets(),
+        tp_group=ctx.tp_group,
+        chunk_size=case.chunk_size,
+        with_entropy=True,
+        entropy_grad=True,
+        temperature=case.temperature,
+        **extra,
+    )
+    if consumer == "after":
+        other = logits.pow(2).sum()
+    a, b = (w.float() for w in case.row_probe_weights())
+    loss = (a * log_probs).sum() + (b * entropy).sum() + (other if other is not None else 0.0)
+    try:
+        loss.backward(retain_graph=twice)
+        if twice:
+            loss.backward()
+    except RuntimeError as exc:
+        return {"error": str(exc).splitlines()[0]}
+    return {
+        "error": None,
+        "log_probs": log_probs.detach().clone(),
+        "entropy": entropy.detach().clone(),
+        "grad": logits.grad.clone(),
+    }
+
+
+def donation_job(payload: dict, ctx) -> dict:
+    """Donation (writing the gradient over the logits) against the same computation without it."""
+    case = Case.from_json(payload["case"])
+    target = load_target(payload["target"])
+    scenarios = {
+        "plain": _donation_run(case, ctx, target, donate=False),
+        "donated": _donation_run(case, ctx, target, donate=True),
+        "twice": _donation_run(case, ctx, target, donate=True, twice=True),
+    }
+    for consumer in ("before", "after"):
+        scenarios[f"consumer_{consumer}"] = _donation_run(case, ctx, target, donate=False, consumer=consumer)
+        scenarios[f"donated_consumer_{consumer}"] = _donation_run(case, ctx, target, donate=True, consumer=consumer)
+    return {**scenarios, "trace": _trace(ctx)}

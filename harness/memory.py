@@ -123,9 +123,9 @@ class MemoryCase:
     def chunk_rows(self) -> int:
         return self.rows if self.chunk_size is None else min(self.chunk_size, self.rows)
 
-    def bound(self) -> int:
-        """DESIGN.md: 2x logits (+ a chunk) with the backward, 1x logits (+ a chunk) forward only."""
-        copies = 2 if self.backward else 1
+    def bound(self, donated: bool = False) -> int:
+        """DESIGN.md: 2x logits (+ a chunk) with the backward, 1x logits (+ a chunk) forward only or donated."""
+        copies = 2 if self.backward and not donated else 1
         return (
             copies * self.unit + chunk_working_set(self.chunk_rows, self.vocab_local) + self.rows * ROW_ALLOWANCE_BYTES
         )

@@ -140,6 +140,8 @@ def _validate_rows(rows, logits) -> int:
         low, high = int(rows.min()), int(rows.max())
         if low < 0 or high >= logits.shape[0]:
             raise ValueError(f"rows holds index {low if low < 0 else high}, outside [0, {logits.shape[0]})")
+        if rows.unique().numel() != rows.numel():
+            raise ValueError("rows must not repeat a row index (each row's gradient is written once)")
     return rows.shape[0]
 
 
@@ -175,11 +177,48 @@ def validate_token_inputs(logits, targets, tp_group, chunk_size, temperature, ro
             )
 
 
+def _unpack(ctx) -> tuple:
+    """The saved tensors, refusing (clearly) to recompute from logits that were donated or modified."""
+    if ctx.donated:
+        raise RuntimeError(
+            "donate_logits=True: the first backward wrote the gradient over the logits, so a second backward "
+            "(retain_graph=True) cannot recompute from them; use donate_logits=False to backward twice"
+        )
+    try:
+        return ctx.saved_tensors
+    except RuntimeError as exc:
+        if ctx.donate:
+            raise RuntimeError(
+                "donate_logits=True refused: the logits were modified in place after the forward (another "
+                "consumer donated or wrote them); use donate_logits=False"
+            ) from exc
+        raise
+
+
+def _gradient_buffer(logits: torch.Tensor, row_index: torch.Tensor | None, donate: bool) -> torch.Tensor:
+    """Where the backward writes the gradient; rows that were not evaluated read exactly 0.
+
+    With donation it is the logits' own storage: each chunk is copied to its
+    private fp32 buffer BEFORE its rows are overwritten, and rows never read
+    are zeroed first. The write bumps the logits' version counter, so any
+    other node that saved the logits and runs its backward later fails with
+    torch's version-counter error instead of reading the gradient as logits.
+    """
+    if not donate:
+        return torch.empty_like(logits) if row_index is None else torch.zeros_like(logits)
+    buffer = logits.detach()
+    if row_index is not None:
+        unselected = torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device)
+        unselected[row_index] = False
+        buffer.masked_fill_(unselected.unsqueeze(1), 0)
+    return buffer
+
+
 class FusedLogProbEntropy(torch.autograd.Function):
     """``(log_probs, entropy)`` of vocab-sharded logits; see the module docstring."""
 
     @staticmethod
-    def forward(ctx, logits, targets, row_index, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
+    def forward(ctx, logits, targets, row_index, tp_group, chunk_size, with_entropy, entropy_grad, temperature, donate):
         v_local = logits.shape[1]
         rows = targets.shape[0]
         _, tp_rank = tp_world(tp_group)
@@ -213,13 +252,14 @@ class FusedLogProbEntropy(torch.autograd.Function):
         ctx.chunk_size = chunk_size
         ctx.temperature = temperature
         ctx.tp_rank = tp_rank
+        ctx.donate, ctx.donated = donate, False
         if with_entropy and not entropy_grad:
             ctx.mark_non_differentiable(entropy)
         return log_probs, entropy
 
     @staticmethod
     def backward(ctx, grad_log_probs, grad_entropy):
-        logits, targets, row_index, row_max, stats = ctx.saved_tensors
+        logits, targets, row_index, row_max, stats = _unpack(ctx)
         v_local = logits.shape[1]
         rows = targets.shape[0]
         temperature = ctx.temperature
@@ -238,8 +278,7 @@ class FusedLogProbEntropy(torch.autograd.Function):
         scatter_index = local_targets.clamp(0, v_local - 1).unsqueeze(1)
         target_grad = torch.where(in_shard, grad_log_probs, 0.0).unsqueeze(1)
 
-        # Rows that were not evaluated get exactly zero gradient.
-        grad_logits = torch.empty_like(logits) if row_index is None else torch.zeros_like(logits)
+        grad_logits = _gradient_buffer(logits, row_index, ctx.donate)
         for start, end in chunk_bounds(rows, ctx.chunk_size):
             log_p = _shifted_fp32(_private_fp32(logits, row_index, start, end), shift[start:end], temperature)
             probs = log_p.exp()
@@ -258,9 +297,10 @@ class FusedLogProbEntropy(torch.autograd.Function):
             if row_index is None:
                 grad_logits[start:end].copy_(grad_chunk)
             else:
-                grad_logits.index_add_(0, row_index[start:end], grad_chunk.to(grad_logits.dtype))
+                grad_logits.index_copy_(0, row_index[start:end], grad_chunk.to(grad_logits.dtype))
             del grad_chunk, probs
-        return grad_logits, None, None, None, None, None, None, None
+        ctx.donated = ctx.donate
+        return grad_logits, None, None, None, None, None, None, None, None
 
 
 def log_probs_and_entropy(
@@ -273,6 +313,7 @@ def log_probs_and_entropy(
     entropy_grad: bool = True,
     temperature: float = 1.0,
     rows: torch.Tensor | None = None,
+    donate_logits: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-row log-prob of ``targets`` and entropy of the full-vocabulary softmax.
 
@@ -291,6 +332,12 @@ def log_probs_and_entropy(
             chunk by chunk straight from ``logits``, so no compact copy of the
             selection is made, and the other rows get exactly zero gradient
             (response-only evaluation, slime PR #2076).
+        donate_logits: write the gradient over the logits' own storage (peak
+            about 1x logits plus a chunk instead of 2x), for trainers that no
+            longer need the logits after the backward. Refused with a clear
+            error, never silent corruption, on a second backward, and
+            torch's version counter stops any other node that saved the
+            logits from reading them afterwards.
 
     Returns:
         ``(log_probs, entropy)`` as float32 tensors with one entry per
@@ -298,5 +345,13 @@ def log_probs_and_entropy(
     """
     validate_token_inputs(logits, targets, tp_group, chunk_size, temperature, rows)
     return FusedLogProbEntropy.apply(
-        logits, targets, rows, tp_group, chunk_size, bool(with_entropy), bool(entropy_grad), float(temperature)
+        logits,
+        targets,
+        rows,
+        tp_group,
+        chunk_size,
+        bool(with_entropy),
+        bool(entropy_grad),
+        float(temperature),
+        bool(donate_logits),
     )

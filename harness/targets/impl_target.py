@@ -25,7 +25,9 @@ class ImplTarget(Target):
     name = "impl"
     capabilities = CAPABILITIES
 
-    def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
+    def token_log_probs(
+        self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature, donate_logits=False
+    ):
         return token_log_probs_and_entropy(
             logits,
             targets,
@@ -34,6 +36,7 @@ class ImplTarget(Target):
             with_entropy=with_entropy,
             entropy_grad=entropy_grad,
             temperature=temperature,
+            donate_logits=donate_logits,
         )
 
     def packed_log_probs(

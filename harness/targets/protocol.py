@@ -35,6 +35,7 @@ CAPABILITIES = frozenset(
         "bshd",  # qkv_format="bshd"
         "cp_zigzag",  # context parallelism, zigzag (ring-attention) layout
         "cp_allgather",  # context parallelism, allgather layout (DSA models)
+        "donation",  # token_log_probs(..., donate_logits=True) writes the gradient over the logits
     }
 )
 

@@ -1,0 +1,18 @@
+"""Donation mode: the gradient written over the logits' own storage (DESIGN.md memory bounds).
+
+Same results bit for bit as without donation, or a loud refusal (a second
+backward; another node that saved the logits and runs later); never a silent
+wrong gradient. Its memory bound is in test_memory_bounds.py.
+"""
+
+from hypothesis import example, given
+
+from harness.cases import Case
+from harness.checks import check_donation
+from properties.strategies import TOKEN_LEVEL, cases
+
+
+@given(case=cases(cp_sizes=TOKEN_LEVEL, max_samples=4, max_length=32))
+@example(case=Case(seed=61, vocab=12, tp=2, samples=((9, 4),), chunk_size=2))
+def test_donation_matches_or_refuses(case, target):
+    check_donation(case, target)

@@ -1,0 +1,118 @@
+"""Peak live memory stays within DESIGN.md's bounds, on generated shapes and at the historic scales.
+
+Units (MATH.md): ``logits_bytes = rows * V_local * element_size``; a chunk
+working set is two fp32 ``[chunk, V_local]`` buffers; every row may also hold
+a few per-row vectors (``ROW_ALLOWANCE_BYTES``).
+
+* forward + backward with the entropy gradient: 2x logits + a chunk;
+* forward only: 1x logits + a chunk;
+* donation: 1x logits + a chunk (the gradient IS the logits' storage);
+* response-only: nothing scales with the dropped rows: the same 2x of the
+  stream's logits (input + its gradient), with a chunk of the kept rows.
+
+Generated shapes run on real tensors; the real scales (slime #1951, SkyRL
+#1650) under fake tensors, nothing allocated.
+"""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.checks import require
+from harness.memory import (
+    ROW_ALLOWANCE_BYTES,
+    MemoryCase,
+    chunk_working_set,
+    measure_packed_memory,
+    measure_token_memory,
+)
+from harness.targets import PackedInputs, load_target
+
+
+class DonatingTarget:
+    """The target under test, asked to donate its logits (capability ``donation``)."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def token_log_probs(self, logits, targets, **kwargs):
+        return self.target.token_log_probs(logits, targets, donate_logits=True, **kwargs)
+
+
+@st.composite
+def memory_cases(draw):
+    rows = draw(st.integers(1, 300))
+    return MemoryCase(
+        rows=rows,
+        vocab_local=draw(st.integers(1, 300)),
+        dtype=draw(st.sampled_from(("float32", "bfloat16", "float16"))),
+        chunk_size=draw(st.one_of(st.none(), st.integers(1, rows + 3))),
+        with_entropy=draw(st.booleans()),
+        entropy_grad=draw(st.booleans()),
+        backward=draw(st.booleans()),
+    )
+
+
+@given(case=memory_cases())
+def test_generated_shapes_within_bound(case, target):
+    require(target, {"token", "chunking"} | ({"entropy"} if case.with_entropy else set()))
+    report = measure_token_memory(case, load_target(target), fake=False)
+    assert report.peak <= case.bound(), str(report)
+
+
+@given(case=memory_cases())
+def test_donation_within_one_logits(case, target):
+    require(target, {"token", "chunking", "donation"} | ({"entropy"} if case.with_entropy else set()))
+    case = case.__class__(**{**case.__dict__, "backward": True})
+    report = measure_token_memory(case, DonatingTarget(load_target(target)), fake=False)
+    bound = case.bound(donated=True)
+    assert report.peak <= bound, f"{report}; donation bound {bound / case.unit:.4f} x"
+
+
+REAL_SCALE = {
+    "slime-1951-tp1": MemoryCase(rows=205_280, vocab_local=76_032),
+    "skyrl-1650": MemoryCase(rows=128 * 280, vocab_local=151_936),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL_SCALE))
+def test_forward_only_at_real_scale(name, target):
+    case = MemoryCase(**{**REAL_SCALE[name].__dict__, "backward": False})
+    report = measure_token_memory(case, load_target(target))
+    print(report)
+    assert report.peak <= case.bound(), str(report)
+
+
+@pytest.mark.parametrize("name", sorted(REAL_SCALE))
+def test_donation_at_real_scale(name, target):
+    require(target, {"token", "donation", "entropy", "chunking"})
+    case = REAL_SCALE[name]
+    report = measure_token_memory(case, DonatingTarget(load_target(target)))
+    print(report)
+    assert report.peak <= case.bound(donated=True), f"{report}; donation bound {case.bound(True) / case.unit:.4f} x"
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.25, 0.5])
+def test_response_only_buffers_scale_with_kept_rows(fraction, target):
+    """slime #2076 at the #1951 scale: 160 samples of 1283 tokens, a fraction of them response."""
+    require(target, {"packed", "response_only", "entropy", "chunking"})
+    total, samples = 1283, 160
+    response = int(total * fraction)
+    case = MemoryCase(rows=total * samples, vocab_local=76_032)
+
+    def inputs():
+        return PackedInputs(
+            tokens=[torch.zeros(total, dtype=torch.long) for _ in range(samples)],
+            total_lengths=[total] * samples,
+            response_lengths=[response] * samples,
+            loss_masks=[torch.ones(response) for _ in range(samples)],
+            qkv_format="thd",
+            pad_multiple=1,
+        )
+
+    report = measure_packed_memory(case, load_target(target), inputs, response_only=True)
+    print(report)
+    kept = response * samples
+    bound = 2 * case.unit + chunk_working_set(min(case.chunk_rows, kept), case.vocab_local)
+    assert report.peak <= bound + case.rows * ROW_ALLOWANCE_BYTES, f"{report}; bound {bound / case.unit:.4f} x"

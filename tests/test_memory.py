@@ -1,0 +1,50 @@
+"""Self-tests of the live-storage tracker: fake and real agree, views count once, frees count."""
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from harness.memory import LiveStorageTracker, MemoryCase, int64_with_dimension, measure_token_memory
+from harness.targets import load_target
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        MemoryCase(rows=64, vocab_local=50, chunk_size=7),
+        MemoryCase(rows=64, vocab_local=50, chunk_size=None, dtype="bfloat16"),
+        MemoryCase(rows=33, vocab_local=17, chunk_size=100, backward=False),
+        MemoryCase(rows=40, vocab_local=9, with_entropy=False),
+    ],
+    ids=str,
+)
+def test_fake_and_real_peaks_agree(case):
+    target = load_target("impl")
+    assert measure_token_memory(case, target, fake=True).peak == measure_token_memory(case, target, fake=False).peak
+
+
+def test_views_count_once_and_frees_are_subtracted():
+    with LiveStorageTracker() as tracker:
+        a = torch.zeros(1000)
+        view = a[10:20]
+        assert tracker.current == 4000
+        b = torch.ones(500)
+        assert tracker.current == 6000
+        del b
+        assert tracker.current == 4000
+        del view, a
+    assert tracker.peak == 6000 and tracker.current == 0
+
+
+def test_fake_tensors_count_without_allocating():
+    with FakeTensorMode(), LiveStorageTracker() as tracker:
+        huge = torch.empty(200_000, 100_000)
+        assert tracker.current == 200_000 * 100_000 * 4
+        del huge
+    assert tracker.peak == 8 * 10**10
+
+
+def test_int64_vocabulary_tensors_are_flagged():
+    with LiveStorageTracker() as tracker:
+        one_hot = torch.nn.functional.one_hot(torch.tensor([1, 2]), 37)
+    assert [a.shape for a in int64_with_dimension(tracker.allocations, 37)] == [tuple(one_hot.shape)]
