@@ -65,6 +65,30 @@ def mutants(session: nox.Session) -> None:
     session.run("python", "-m", "harness.mutants", *session.posargs)
 
 
+PEERS = ["skyrl==0.3.0"]
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """CPU speed (pytest-benchmark) and peak memory of impl/, donation, naive torch and installed peers.
+
+    Writes reports/bench/speed.json, memory.json and memory.png. Peers are
+    installed without their dependencies and loaded from the package at run
+    time; one that cannot be installed is left out with a warning.
+    """
+    _install(session)
+    session.install("matplotlib")
+    for peer in PEERS:
+        try:
+            session.install("--no-deps", peer)
+        except nox.command.CommandFailed:
+            session.warn(f"peer {peer} could not be installed; benchmarking without it")
+    raw = "reports/bench/raw-speed.json"
+    session.run("python", "-m", "pytest", "bench", f"--benchmark-json={raw}", *session.posargs)
+    session.run("python", "-m", "bench.report", raw)
+    session.run("python", "-m", "bench.memory_table")
+
+
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff lint and format check."""

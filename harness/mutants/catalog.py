@@ -37,8 +37,8 @@ MUTANTS = (
         bug="BUGS.md #2 (SkyRL #1648): the backward subtracts from the saved logits in place, then adds back",
         module="impl.token_level",
         original=(
-            "            log_p = _shifted_fp32(_private_fp32(logits, row_index, start, end), shift[start:end], "
-            "temperature)\n"
+            "            log_p = _shifted_rows("
+            "logits, row_index, start, end, shift[start:end], temperature, *workspace_pair)\n"
         ),
         replacement=(
             "            borrowed = logits.detach()[start:end]\n"
@@ -53,8 +53,11 @@ MUTANTS = (
         name="forward_shifts_logits_in_place",
         bug="BUGS.md #2 (verl #1672, Megatron cross-entropy): the forward writes its shifted logits over the input",
         module="impl.token_level",
-        original="        return logits[start:end].to(torch.float32, copy=True)\n",
-        replacement="        return logits[start:end].to(torch.float32)\n",
+        original="        return torch.sub(chunk, shift, out=out)\n",
+        replacement=(
+            "        in_place = chunk.dtype == torch.float32  # 'save a buffer' when no cast is needed\n"
+            "        return chunk.sub_(shift) if in_place else torch.sub(chunk, shift, out=out)\n"
+        ),
         killed_by=("regressions/test_inplace_version_counter.py",),
     ),
     Mutant(

@@ -1,0 +1,123 @@
+"""The implementations the benchmarks compare, each as ``run(logits, targets) -> (log_probs, entropy)``.
+
+* ``naive``: plain torch autograd (fp32 ``log_softmax`` + gather, softmax entropy);
+* ``impl`` and ``impl-donate``: this repository's fused Function with a
+  cache-friendly chunk (``impl.token_level.cache_friendly_chunk_rows``);
+* peers, where they load: SkyRL's ``DistributedLogprob`` + ``vocab_parallel_entropy``
+  from the INSTALLED ``skyrl`` package (``pip install --no-deps skyrl==0.3.0``;
+  nothing of it is copied here), on a single-rank process group and a minimal
+  stand-in for the ``megatron.core.parallel_state`` lookups it makes.
+
+Each entry is measured on a single rank (tp = 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import sys
+import tempfile
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from impl.token_level import cache_friendly_chunk_rows, log_probs_and_entropy
+
+SKYRL_FILE = "backends/skyrl_train/distributed/megatron/model_utils.py"
+
+
+def naive(logits: torch.Tensor, targets: torch.Tensor):
+    log_p = torch.log_softmax(logits.float(), dim=-1)
+    entropy = -(log_p.exp() * log_p).sum(-1)
+    return log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1), entropy
+
+
+def fused(logits, targets):
+    return log_probs_and_entropy(logits, targets, chunk_size=cache_friendly_chunk_rows(logits.shape[-1]))
+
+
+def fused_donating(logits, targets):
+    chunk_size = cache_friendly_chunk_rows(logits.shape[-1])
+    return log_probs_and_entropy(logits, targets, chunk_size=chunk_size, donate_logits=True)
+
+
+def _single_rank_group() -> None:
+    if not dist.is_initialized():
+        rendezvous = Path(tempfile.mkdtemp(prefix="lph-bench-")) / "rendezvous"
+        dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=0, world_size=1)
+
+
+def _parallel_state_stand_in() -> None:
+    """The two lookups SkyRL's model utilities make of Megatron's parallel state, for one rank."""
+    if "megatron.core.parallel_state" in sys.modules:
+        return
+    state = types.ModuleType("megatron.core.parallel_state")
+    state.get_tensor_model_parallel_group = lambda: dist.group.WORLD
+    state.get_tensor_model_parallel_rank = lambda: 0
+    state.get_tensor_model_parallel_world_size = lambda: 1
+    state.get_context_parallel_group = lambda: dist.group.WORLD
+    state.get_context_parallel_world_size = lambda: 1
+    state.get_context_parallel_rank = lambda: 0
+    megatron = sys.modules.setdefault("megatron", types.ModuleType("megatron"))
+    core = sys.modules.setdefault("megatron.core", types.ModuleType("megatron.core"))
+    megatron.core, core.parallel_state = core, state
+    sys.modules["megatron.core.parallel_state"] = state
+
+
+def load_skyrl() -> Callable | None:
+    """SkyRL's token-level log-prob + entropy from the installed package, or None if it is not installed."""
+    spec = importlib.util.find_spec("skyrl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / SKYRL_FILE
+    if not path.is_file():
+        return None
+    _single_rank_group()
+    _parallel_state_stand_in()
+    torch._dynamo.config.disable = True  # its entropy uses torch.compile; run it eagerly on CPU
+    module_spec = importlib.util.spec_from_file_location("lph_peer_skyrl_model_utils", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+
+    def run(logits, targets):
+        # SkyRL's convention is [B, S, V_local]; its 2-D backward path still builds a one_hot.
+        batched, vocab = logits.unsqueeze(0), logits.shape[-1]
+        log_probs = module.DistributedLogprob.apply(batched, targets.unsqueeze(0), 0, vocab, dist.group.WORLD, False)
+        return log_probs.squeeze(0), module.vocab_parallel_entropy(batched).squeeze(0)
+
+    return run
+
+
+def implementations() -> dict[str, Callable]:
+    """Every implementation that loads here, by name."""
+    table = {"naive": naive, "impl": fused, "impl-donate": fused_donating}
+    skyrl = load_skyrl()
+    if skyrl is not None:
+        from importlib.metadata import version
+
+        table[f"skyrl-{version('skyrl')}"] = skyrl
+    return table
+
+
+class AsTarget:
+    """Present a benchmark callable to ``harness.memory.measure_token_memory``."""
+
+    def __init__(self, run: Callable):
+        self.run = run
+
+    def token_log_probs(self, logits, targets, **_):
+        return self.run(logits, targets)
+
+
+@contextlib.contextmanager
+def single_rank_collectives():
+    """On one rank every all-reduce is the identity: skip it, so fake tensors never reach gloo."""
+    original = dist.all_reduce
+    dist.all_reduce = lambda tensor, *args, **kwargs: None
+    try:
+        yield
+    finally:
+        dist.all_reduce = original

@@ -1,0 +1,99 @@
+"""Peak memory of forward+backward per implementation, against T, under fake tensors.
+
+``python -m bench.memory_table`` writes ``reports/bench/memory.json``
+(implementation -> case -> peak bytes and ratio to the logits' bytes) and
+``reports/bench/memory.png`` (peak GiB against T for V = 151,936 and 76,032,
+with the 80 GB and 141 GB GPU capacities and where each implementation
+crosses them). Nothing is allocated: the same live-storage tracker as the
+memory properties, with the collectives of a single rank skipped (identities).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.implementations import AsTarget, implementations, single_rank_collectives
+from harness.memory import MemoryCase, measure_token_memory
+
+OUT = Path("reports/bench")
+GPUS = {"80 GB (H100)": 80e9, "141 GB (H200)": 141e9}
+VOCABS = {"V=151936 (Qwen2)": 151_936, "V=76032 (slime #1951)": 76_032}
+ROWS = [4096, 16_384, 35_840, 65_536, 131_072, 205_280, 262_144]
+NAMED = {
+    "slime-1951": MemoryCase(rows=205_280, vocab_local=76_032),
+    "skyrl-1650": MemoryCase(rows=35_840, vocab_local=151_936),
+}
+
+
+def measure_all() -> dict:
+    table: dict = {}
+    for name, run in implementations().items():
+        cases = dict(NAMED)
+        cases.update(
+            {
+                f"T={rows},V={vocab}": MemoryCase(rows=rows, vocab_local=vocab)
+                for vocab in VOCABS.values()
+                for rows in ROWS
+            }
+        )
+        with single_rank_collectives():
+            for label, case in cases.items():
+                report = measure_token_memory(case, AsTarget(run))
+                table.setdefault(name, {})[label] = {
+                    "rows": case.rows,
+                    "vocab": case.vocab_local,
+                    "peak_bytes": report.peak,
+                    "ratio_to_logits": report.ratio,
+                }
+    return table
+
+
+def plot(table: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(VOCABS), figsize=(13, 5))
+    for axis, (title, vocab) in zip(axes, VOCABS.items()):
+        for name, cases in sorted(table.items()):
+            points = sorted((c["rows"], c["peak_bytes"]) for c in cases.values() if c["vocab"] == vocab)
+            rows, peaks = zip(*points)
+            axis.plot(rows, [p / 1e9 for p in peaks], marker="o", label=name)
+            for capacity in GPUS.values():
+                over = [r for r, p in points if p > capacity]
+                if over:
+                    axis.axvline(over[0], color=axis.lines[-1].get_color(), alpha=0.15)
+        for label, capacity in GPUS.items():
+            axis.axhline(capacity / 1e9, linestyle="--", color="grey")
+            axis.text(ROWS[0], capacity / 1e9 * 1.03, label, color="grey")
+        axis.set(
+            title=f"forward+backward peak, fp32, {title}",
+            xlabel="T (rows)",
+            ylabel="peak live GB",
+            xscale="log",
+            yscale="log",
+        )
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    table = measure_all()
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "memory.json").write_text(json.dumps(table, indent=2))
+    plot(table, OUT / "memory.png")
+    print(f"{'implementation':18}" + "".join(f"{label:>16}" for label in NAMED) + "   (peak / logits bytes)")
+    for name, cases in sorted(table.items()):
+        print(f"{name:18}" + "".join(f"{cases[label]['ratio_to_logits']:>16.3f}" for label in NAMED))
+        for capacity_label, capacity in GPUS.items():
+            for vocab_label, vocab in VOCABS.items():
+                fits = [c["rows"] for c in cases.values() if c["vocab"] == vocab and c["peak_bytes"] <= capacity]
+                print(f"{'':18}largest T measured that fits {capacity_label}, {vocab_label}: {max(fits, default=0)}")
+    print(f"wrote {OUT / 'memory.json'} and {OUT / 'memory.png'}")
+
+
+if __name__ == "__main__":
+    main()
