@@ -7,6 +7,7 @@ machines carry (2.13.0) so no session ever pulls a multi-GB CUDA build.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import nox
 
@@ -84,6 +85,7 @@ def bench(session: nox.Session) -> None:
         except nox.command.CommandFailed:
             session.warn(f"peer {peer} could not be installed; benchmarking without it")
     raw = "reports/bench/raw-speed.json"
+    Path(raw).parent.mkdir(parents=True, exist_ok=True)
     session.run("python", "-m", "pytest", "bench", f"--benchmark-json={raw}", *session.posargs)
     session.run("python", "-m", "bench.report", raw)
     session.run("python", "-m", "bench.memory_table")

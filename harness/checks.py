@@ -244,25 +244,16 @@ def check_packed_forward(case: Case, target: str = "impl") -> None:
     results = run_job(PACKED_JOB, case, target)
     ref, naive = reference.packed_reference(case), reference.packed_reference(case, precise=False)
     consumed = _consumed(case)
-    log_probs = gather_samples(case, results, "log_probs")
-    _compare_samples(
-        _only_consumed(log_probs, consumed),
-        _only_consumed(ref.log_probs, consumed),
-        _only_consumed(naive.log_probs, consumed),
-        "log_probs",
-        case,
-    )
-    _assert_dropped_zero(log_probs, consumed, "log_probs")
-    if case.with_entropy:
-        entropy = gather_samples(case, results, "entropy")
+    for key in ("log_probs", "entropy") if case.with_entropy else ("log_probs",):
+        values = gather_samples(case, results, key)
         _compare_samples(
-            _only_consumed(entropy, consumed),
-            _only_consumed(ref.entropy, consumed),
-            _only_consumed(naive.entropy, consumed),
-            "entropy",
+            _only_consumed(values, consumed),
+            _only_consumed(getattr(ref, key), consumed),
+            _only_consumed(getattr(naive, key), consumed),
+            key,
             case,
         )
-        _assert_dropped_zero(entropy, consumed, "entropy")
+        _assert_dropped_zero(values, consumed, key)
     assert_inputs_unmutated(results)
 
 

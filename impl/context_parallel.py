@@ -190,27 +190,14 @@ def allgather_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, opt
 
 
 def cp_log_probs_and_entropy(
-    logits,
-    batch: PackedBatch,
-    *,
-    cp_mode: str,
-    cp_group,
-    tp_group=None,
-    chunk_size=None,
-    with_entropy=False,
-    entropy_grad=True,
-    temperature=1.0,
-    loss_mask_only=False,
+    logits, batch: PackedBatch, *, cp_mode: str, cp_group, loss_mask_only: bool, options: dict
 ) -> PackedOutput:
-    """Per-sample outputs in the zigzag view on every CP rank (module docstring)."""
+    """Per-sample outputs in the zigzag view on every CP rank (module docstring).
+
+    ``options`` are the token-level Function's keyword arguments (TP group,
+    chunk size, entropy flags, temperature), passed through unchanged.
+    """
     _validate(logits, batch, cp_mode, loss_mask_only)
-    options = dict(
-        tp_group=tp_group,
-        chunk_size=chunk_size,
-        with_entropy=with_entropy,
-        entropy_grad=entropy_grad,
-        temperature=temperature,
-    )
     if cp_mode == "zigzag":
         return zigzag_log_probs_and_entropy(logits, batch, cp_group=cp_group, options=options)
     return allgather_log_probs_and_entropy(logits, batch, cp_group=cp_group, options=options)

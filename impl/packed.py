@@ -186,21 +186,19 @@ def log_probs_and_entropy(
             rows are ever evaluated (``response_only`` is implied).
         Other arguments as in ``impl.token_level.log_probs_and_entropy``.
     """
+    options = dict(
+        tp_group=tp_group,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+        entropy_grad=entropy_grad,
+        temperature=temperature,
+    )
     if cp_mode != "none":
         # Imported here: context_parallel builds on this module's PackedBatch.
         from impl.context_parallel import cp_log_probs_and_entropy
 
         return cp_log_probs_and_entropy(
-            logits,
-            batch,
-            cp_mode=cp_mode,
-            cp_group=cp_group,
-            tp_group=tp_group,
-            chunk_size=chunk_size,
-            with_entropy=with_entropy,
-            entropy_grad=entropy_grad,
-            temperature=temperature,
-            loss_mask_only=loss_mask_only,
+            logits, batch, cp_mode=cp_mode, cp_group=cp_group, loss_mask_only=loss_mask_only, options=options
         )
     if cp_group is not None and tp_world(cp_group)[0] > 1:
         raise ValueError("a CP group of size > 1 was given with cp_mode='none'; pass cp_mode='zigzag' or 'allgather'")
@@ -214,13 +212,6 @@ def log_probs_and_entropy(
         raise ValueError(f"logits must be [rows, V_local] (or [B, S, V_local] for bshd), got {tuple(logits.shape)}")
     rows_index = response_rows(batch, logits.shape[0]).to(logits.device)
     targets = response_targets(batch).to(logits.device)
-    options = dict(
-        tp_group=tp_group,
-        chunk_size=chunk_size,
-        with_entropy=with_entropy,
-        entropy_grad=entropy_grad,
-        temperature=temperature,
-    )
 
     if not response_only:
         stream_targets = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
