@@ -1,24 +1,27 @@
-"""A persistent pool of gloo rank processes per world size.
+"""A persistent pool of gloo rank processes, one per world size.
 
-Spawning ranks costs about a second each, so one pool per world size is
-started once per test session and then runs a job in milliseconds. Design:
+Spawning ranks costs seconds (each imports torch and joins a process group),
+while a property test runs hundreds of small distributed jobs. So the ranks
+of a world size are started once and then run a job in milliseconds:
 
-* spawn start method, ``OMP_NUM_THREADS=1``, gloo with a short process-group
-  timeout, ``file://`` rendezvous in a fresh temp dir per start (parallel
-  pytest-xdist workers and respawns never collide, no ports involved);
+* spawn start method, ``OMP_NUM_THREADS=1`` (many ranks share few cores),
+  gloo, ``file://`` rendezvous in a fresh temp dir per start, so parallel
+  pytest-xdist workers and respawns never collide and no port is involved;
 * every (tp, cp) factorisation of the world gets its TP and CP groups at
-  start-up, in Megatron order (``rank = cp_rank * tp + tp_rank``);
-* a job is an importable ``'module:function'`` called on every rank with the
-  payload and a RankContext; payloads and results cross as pickled bytes (plain
-  pickle, so tensors travel by value, not as shared-memory file descriptors);
-* the PARENT enforces a deadline: a hung rank becomes ``RankHang`` naming the
-  stuck rank and the last collective it issued (mirrored into shared memory
-  by the collective tracer before each call), a raising or dying rank becomes
-  ``RankError`` with its traceback; either way a broken pool is killed and
-  transparently respawned by the next job, so one bad example never hangs CI
-  or poisons the next test;
-* ranks exit when the parent dies (a watchdog thread), and ``shutdown_all``
-  (registered with atexit) leaves no process behind.
+  start-up, in Megatron order (``rank = cp_rank * tp + tp_rank``): creating a
+  group is itself a collective, so it is done once, in the same order on all
+  ranks, and a job only picks its groups;
+* a job is an importable ``'module:function'`` called on every rank as
+  ``fn(payload, ctx)``; payload and results cross as plain pickled bytes, so
+  tensors travel by value, never as shared-memory file descriptors;
+* the PARENT enforces a deadline, so a hang becomes a failure naming the rank,
+  never a stuck CI job: ``RankHang`` names each stuck rank and the last
+  collective it issued (the tracer mirrors it into shared memory before each
+  call); a raising or dying rank becomes ``RankError`` with its traceback or
+  exit code. A pool left inconsistent is killed and transparently respawned
+  by the next job, so one bad example never poisons the next;
+* ranks exit when the parent dies (a watchdog thread, and daemon processes),
+  and ``shutdown_all`` (registered with atexit) leaves no process behind.
 """
 
 from __future__ import annotations
@@ -30,29 +33,40 @@ import multiprocessing.connection as mp_connection
 import os
 import pickle
 import shutil
+import signal
+import sys
 import tempfile
 import threading
 import time
 import traceback
+import weakref
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.trace import CollectiveTracer
 
 GRACE_S = 2.0
 START_TIMEOUT_S = 120.0
+STOP_JOIN_S = 3.0
+KILL_JOIN_S = 2.0
 LAST_COLLECTIVE_BYTES = 512
+ORPHAN_POLL_S = 0.5
+PICKLE_PROTOCOL = 5
 
 
 class RankError(RuntimeError):
-    """One or more ranks raised or died while running a job."""
+    """One or more ranks raised or died while running a job (or starting)."""
 
 
 class RankHang(RuntimeError):
-    """One or more ranks did not finish a job before its deadline."""
+    """One or more ranks did not finish a job (or start) before the deadline."""
 
 
 @dataclass
 class RankContext:
-    """What a job knows about its rank: position, TP/CP groups, and the collective tracer."""
+    """What a job knows about its rank: position in the layout, its TP/CP groups, the collective tracer."""
 
     rank: int
     world_size: int
@@ -62,16 +76,16 @@ class RankContext:
     cp_rank: int
     tp_group: object
     cp_group: object
-    tracer: object
+    tracer: CollectiveTracer | None
 
 
 def factorisations(world_size: int) -> list[tuple[int, int]]:
-    """Every (tp, cp) with tp * cp == world_size."""
+    """Every (tp, cp) with tp * cp == world_size, tp ascending."""
     return [(tp, world_size // tp) for tp in range(1, world_size + 1) if world_size % tp == 0]
 
 
-def layout_groups(world_size: int, tp: int, cp: int) -> tuple[list[tuple], list[tuple]]:
-    """TP groups (consecutive ranks) and CP groups (equal tp_rank) of one factorisation."""
+def layout_groups(world_size: int, tp: int, cp: int) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """TP groups (consecutive ranks) and CP groups (ranks of equal tp_rank), Megatron order."""
     tp_groups = [tuple(c * tp + t for t in range(tp)) for c in range(cp)]
     cp_groups = [tuple(c * tp + t for c in range(cp)) for t in range(tp)]
     return tp_groups, cp_groups
@@ -81,13 +95,15 @@ def layout_groups(world_size: int, tp: int, cp: int) -> tuple[list[tuple], list[
 
 
 def _exit_when_orphaned(parent_pid: int) -> None:
+    """A rank whose parent died abruptly (no atexit) must not linger: poll the parent pid."""
     while True:
         if os.getppid() != parent_pid:
             os._exit(1)
-        time.sleep(0.5)
+        time.sleep(ORPHAN_POLL_S)
 
 
-def _make_groups(world_size: int):
+def _make_groups(world_size: int) -> dict:
+    """All TP and CP groups of every factorisation, size 1 included, created in the same order on every rank."""
     import torch.distributed as dist
 
     groups = {}
@@ -99,9 +115,7 @@ def _make_groups(world_size: int):
     return groups
 
 
-def _child_main(rank, world_size, rendezvous, pg_timeout_s, conn, last_collective, parent_pid):
-    os.environ["OMP_NUM_THREADS"] = "1"
-    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
+def _start_rank(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float, last_collective):
     import torch
     import torch.distributed as dist
 
@@ -116,50 +130,101 @@ def _child_main(rank, world_size, rendezvous, pg_timeout_s, conn, last_collectiv
         timeout=timedelta(seconds=pg_timeout_s),
     )
 
-    def mirror(record):
+    def mirror(record) -> None:
         last_collective.value = describe(record).encode()[: LAST_COLLECTIVE_BYTES - 1]
 
     tracer = CollectiveTracer(on_record=mirror).install()
-    groups = _make_groups(world_size)
-    functions = {}
-    conn.send_bytes(pickle.dumps(("ready", rank)))
+    return tracer, _make_groups(world_size)
+
+
+def _load(cache: dict, path: str):
+    if path not in cache:
+        module_name, _, function_name = path.partition(":")
+        cache[path] = getattr(importlib.import_module(module_name), function_name)
+    return cache[path]
+
+
+def _context(rank: int, world_size: int, tp: int, cp: int, groups: dict, tracer) -> RankContext:
+    tp_rank, cp_rank = rank % tp, rank // tp
+    tp_groups, cp_groups = layout_groups(world_size, tp, cp)
+    return RankContext(
+        rank=rank,
+        world_size=world_size,
+        tp=tp,
+        cp=cp,
+        tp_rank=tp_rank,
+        cp_rank=cp_rank,
+        tp_group=groups[tp_groups[cp_rank]],
+        cp_group=groups[cp_groups[tp_rank]],
+        tracer=tracer,
+    )
+
+
+def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collective) -> None:
+    """Answer jobs until told to stop or the parent's end of the pipe closes; a raising job is reported, not fatal."""
+    functions: dict = {}
     while True:
-        message = pickle.loads(conn.recv_bytes())
-        if message[0] == "stop":
-            break
-        _, fn_path, payload, tp, cp = message
+        try:
+            blob = conn.recv_bytes()
+        except EOFError:
+            return
         tracer.reset()
         last_collective.value = b""
         try:
-            if fn_path not in functions:
-                module_name, _, function_name = fn_path.partition(":")
-                functions[fn_path] = getattr(importlib.import_module(module_name), function_name)
-            tp_rank, cp_rank = rank % tp, rank // tp
-            tp_groups, cp_groups = layout_groups(world_size, tp, cp)
-            ctx = RankContext(
-                rank,
-                world_size,
-                tp,
-                cp,
-                tp_rank,
-                cp_rank,
-                groups[tp_groups[cp_rank]],
-                groups[cp_groups[tp_rank]],
-                tracer,
-            )
-            reply = ("ok", functions[fn_path](payload, ctx))
-            blob = pickle.dumps(reply, protocol=5)
+            message = pickle.loads(blob)
+            if message[0] == "stop":
+                return
+            _, fn_path, payload, tp, cp = message
+            result = _load(functions, fn_path)(payload, _context(rank, world_size, tp, cp, groups, tracer))
+            reply = pickle.dumps(("ok", result), protocol=PICKLE_PROTOCOL)
         except BaseException:
-            blob = pickle.dumps(("error", traceback.format_exc()))
-        conn.send_bytes(blob)
+            reply = pickle.dumps(("error", traceback.format_exc()), protocol=PICKLE_PROTOCOL)
+        conn.send_bytes(reply)
+
+
+def _child_main(rank, world_size, rendezvous, pg_timeout_s, conn, last_collective, parent_pid) -> None:
+    """Entry point of one rank process; module level so that the spawn start method can import it.
+
+    SIGINT is ignored: on Ctrl-C the parent tears the pool down, and ranks
+    printing KeyboardInterrupt tracebacks would only bury the real report.
+    A stopped rank leaves through ``os._exit``: tearing down an interpreter
+    with torch loaded costs about a second, and only the std streams need
+    flushing.
+    """
+    os.environ["OMP_NUM_THREADS"] = "1"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
+    try:
+        tracer, groups = _start_rank(rank, world_size, rendezvous, pg_timeout_s, last_collective)
+    except BaseException:
+        conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
+        return
+    conn.send_bytes(pickle.dumps(("ok", None)))
+    _serve(rank, world_size, conn, tracer, groups, last_collective)
+    import torch.distributed as dist
+
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # ---- parent side ---------------------------------------------------------------
 
 
+def _exit_description(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "rank process closed its pipe but has not exited"
+    if exitcode < 0:
+        try:
+            return f"rank process was killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"rank process was killed by signal {-exitcode}"
+    return f"rank process exited with code {exitcode}"
+
+
 class RankPool:
-    """``world_size`` persistent gloo ranks; see the module docstring."""
+    """``world_size`` persistent gloo ranks, started on first use; see the module docstring."""
 
     def __init__(self, world_size: int, *, pg_timeout_s: float = 20.0):
         if world_size < 1:
@@ -170,16 +235,62 @@ class RankPool:
         self._conns: list = []
         self._last: list = []
         self._tmpdir: str | None = None
+        _ALL_POOLS.add(self)
 
     @property
     def alive(self) -> bool:
+        """All ranks are running; a pool that is not alive respawns on the next ``run``."""
         return bool(self._procs) and all(p.is_alive() for p in self._procs)
 
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs]
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Spawn the ranks and wait until each has joined the process group and made its groups (no-op if alive)."""
+        if self.alive:
+            return
+        self._reap(0.0)
+        self._spawn()
+        _, errors, stuck = self._collect(START_TIMEOUT_S)
+        if not errors and not stuck:
+            return
+        self._reap(0.0)
+        header = f"the rank pool of world size {self.world_size} failed to start"
+        if errors:
+            raise RankError(header + "\n" + self._error_lines(errors))
+        raise RankHang(f"{header}: rank(s) {sorted(stuck)} not ready within {START_TIMEOUT_S:.0f} s")
+
+    def run(self, fn: str, payload, *, tp: int, cp: int, timeout_s: float = 60.0) -> list:
+        """Run ``fn(payload, ctx)`` on every rank; one result per global rank, in rank order.
+
+        Raises ``RankError`` (a rank raised or died) or ``RankHang`` (the
+        deadline passed with a rank still busy); the pool is respawned by the
+        next call whenever a failure left it inconsistent.
+        """
+        if tp * cp != self.world_size:
+            raise ValueError(f"tp={tp} x cp={cp} = {tp * cp} must equal the pool's world_size={self.world_size}")
+        self.start()
+        blob = pickle.dumps(("job", fn, payload, tp, cp), protocol=PICKLE_PROTOCOL)
+        for last in self._last:
+            last.value = b""
+        self._post(blob)
+        results, errors, stuck = self._collect(timeout_s)
+        stuck_at = {rank: self._last_collective(rank) for rank in sorted(stuck)}
+        if stuck or not self.alive:
+            self._reap(0.0)
+        if errors:
+            raise RankError(self._error_message(fn, tp, cp, errors, stuck_at))
+        if stuck_at:
+            raise RankHang(self._hang_message(fn, tp, cp, timeout_s, stuck_at))
+        return [results[rank] for rank in range(self.world_size)]
+
+    def shutdown(self) -> None:
+        """Stop the ranks (a stop message, then terminate, then kill) and remove the rendezvous directory."""
+        self._request_stop()
+        self._reap(STOP_JOIN_S)
+
+    def _spawn(self) -> None:
         ctx = mp.get_context("spawn")
         self._tmpdir = tempfile.mkdtemp(prefix="lph-pool-")
         rendezvous = os.path.join(self._tmpdir, "rendezvous")
@@ -187,115 +298,135 @@ class RankPool:
         os.environ["OMP_NUM_THREADS"] = "1"
         try:
             for rank in range(self.world_size):
-                parent_conn, child_conn = ctx.Pipe()
-                last = ctx.Array("c", LAST_COLLECTIVE_BYTES, lock=False)
-                proc = ctx.Process(
-                    target=_child_main,
-                    name=f"lph-rank{rank}of{self.world_size}",
-                    daemon=True,
-                    args=(rank, self.world_size, rendezvous, self.pg_timeout_s, child_conn, last, os.getpid()),
-                )
-                proc.start()
-                child_conn.close()
-                self._procs.append(proc)
-                self._conns.append(parent_conn)
-                self._last.append(last)
+                self._spawn_rank(ctx, rank, rendezvous)
         finally:
             if previous is None:
                 os.environ.pop("OMP_NUM_THREADS", None)
             else:
                 os.environ["OMP_NUM_THREADS"] = previous
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for rank, conn in enumerate(self._conns):
-            if not conn.poll(max(0.0, deadline - time.monotonic())):
-                self.shutdown()
-                raise RankHang(
-                    f"rank {rank} of a world of {self.world_size} did not start within {START_TIMEOUT_S:.0f} s"
-                )
-            pickle.loads(conn.recv_bytes())
 
-    def _last_collective(self, rank: int) -> str:
-        text = self._last[rank].value.decode(errors="replace")
-        return text or "(no collective issued in this job)"
+    def _spawn_rank(self, ctx, rank: int, rendezvous: str) -> None:
+        parent_conn, child_conn = ctx.Pipe()
+        # No lock: a rank killed while holding it would block the parent reading its last collective.
+        last = ctx.Array("c", LAST_COLLECTIVE_BYTES, lock=False)
+        proc = ctx.Process(
+            target=_child_main,
+            name=f"lph-rank{rank}of{self.world_size}",
+            daemon=True,
+            args=(rank, self.world_size, rendezvous, self.pg_timeout_s, child_conn, last, os.getpid()),
+        )
+        proc.start()
+        child_conn.close()
+        self._procs.append(proc)
+        self._conns.append(parent_conn)
+        self._last.append(last)
 
-    def run(self, fn: str, payload, *, tp: int, cp: int, timeout_s: float = 60.0) -> list:
-        """Run ``fn(payload, ctx)`` on every rank; one result per rank, in rank order."""
-        if tp * cp != self.world_size:
-            raise ValueError(f"tp={tp} x cp={cp} must equal the pool's world_size={self.world_size}")
-        if not self.alive:
-            self.shutdown()
-            self._start()
-        blob = pickle.dumps(("job", fn, payload, tp, cp), protocol=5)
+    def _post(self, blob: bytes) -> None:
+        """Send a job to every rank; a rank that died meanwhile is reported by ``_collect`` through its sentinel."""
         for conn in self._conns:
-            conn.send_bytes(blob)
-        results, errors, pending = [None] * self.world_size, {}, set(range(self.world_size))
+            try:
+                conn.send_bytes(blob)
+            except OSError:
+                pass
+
+    def _collect(self, timeout_s: float) -> tuple[dict, dict, set]:
+        """One reply per rank until the deadline: (results, errors, ranks still pending).
+
+        The first error shortens the deadline to a grace period: the other
+        ranks either finish or are stuck in a collective the failed rank
+        never joined, and waiting longer would only delay the report.
+        """
+        results, errors, pending = {}, {}, set(range(self.world_size))
         deadline = time.monotonic() + timeout_s
         while pending:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            waitables = {self._conns[r]: r for r in pending}
-            waitables.update({self._procs[r].sentinel: r for r in pending})
+            waitables = {self._conns[rank]: rank for rank in pending}
+            waitables.update({self._procs[rank].sentinel: rank for rank in pending})
             for ready in mp_connection.wait(list(waitables), timeout=remaining):
                 rank = waitables[ready]
                 if rank not in pending:
                     continue
                 pending.discard(rank)
-                try:
-                    status, value = (
-                        pickle.loads(self._conns[rank].recv_bytes())
-                        if ready is self._conns[rank] or self._conns[rank].poll()
-                        else ("died", None)
-                    )
-                except (EOFError, OSError):
-                    status, value = "died", None
+                status, value = self._receive(rank)
                 if status == "ok":
                     results[rank] = value
-                    continue
-                if status == "died":
-                    self._procs[rank].join(1.0)
-                    value = f"rank process exited with code {self._procs[rank].exitcode}"
-                errors[rank] = value
-                deadline = min(deadline, time.monotonic() + GRACE_S)
-        if pending or any(not p.is_alive() for p in self._procs):
-            stuck = {rank: self._last_collective(rank) for rank in sorted(pending)}
-            self.shutdown()
-        else:
-            stuck = {}
-        if errors:
-            raise RankError(self._error_message(fn, errors, stuck))
-        if stuck:
-            lines = [f"rank {rank} stuck; last collective: {last}" for rank, last in stuck.items()]
-            raise RankHang(
-                f"job {fn} did not finish within {timeout_s:.1f} s on a world of {self.world_size} "
-                f"(tp={tp}, cp={cp}):\n" + "\n".join(lines) + "\nthe pool was killed and will respawn"
-            )
-        return results
+                else:
+                    errors[rank] = value
+                    deadline = min(deadline, time.monotonic() + GRACE_S)
+        return results, errors, pending
 
-    def _error_message(self, fn: str, errors: dict, stuck: dict) -> str:
-        parts = [f"job {fn} failed on rank(s) {sorted(errors)} of a world of {self.world_size}"]
-        for rank, text in sorted(errors.items()):
-            parts.append(f"--- rank {rank} ---\n{text}")
-        for rank, last in stuck.items():
-            parts.append(f"rank {rank} was left waiting; last collective: {last}")
+    def _receive(self, rank: int) -> tuple[str, object]:
+        conn = self._conns[rank]
+        try:
+            if conn.poll():
+                return pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            pass
+        except Exception:
+            return "error", "the parent could not unpickle this rank's reply:\n" + traceback.format_exc()
+        self._procs[rank].join(KILL_JOIN_S)
+        return "error", _exit_description(self._procs[rank].exitcode)
+
+    def _last_collective(self, rank: int) -> str:
+        text = self._last[rank].value.decode(errors="replace")
+        return text or "(no collective issued in this job)"
+
+    def _layout(self, fn: str, tp: int, cp: int) -> str:
+        return f"job {fn} on a world of {self.world_size} (tp={tp}, cp={cp})"
+
+    @staticmethod
+    def _error_lines(errors: dict) -> str:
+        return "\n".join(f"--- rank {rank} ---\n{text.rstrip()}" for rank, text in sorted(errors.items()))
+
+    @staticmethod
+    def _stuck_lines(stuck_at: dict) -> str:
+        return "\n".join(f"rank {rank} stuck; last collective: {last}" for rank, last in stuck_at.items())
+
+    def _error_message(self, fn: str, tp: int, cp: int, errors: dict, stuck_at: dict) -> str:
+        parts = [f"{self._layout(fn, tp, cp)} failed on rank(s) {sorted(errors)}", self._error_lines(errors)]
+        if stuck_at:
+            parts += [
+                f"the other rank(s) {sorted(stuck_at)} were still busy after a {GRACE_S:.0f} s grace:",
+                self._stuck_lines(stuck_at),
+                "the pool was killed and will respawn on the next job",
+            ]
         return "\n".join(parts)
 
-    def shutdown(self) -> None:
-        """Stop the ranks (politely, then by force) and remove the rendezvous directory."""
+    def _hang_message(self, fn: str, tp: int, cp: int, timeout_s: float, stuck_at: dict) -> str:
+        finished = sorted(set(range(self.world_size)) - set(stuck_at))
+        return "\n".join(
+            [
+                f"{self._layout(fn, tp, cp)} did not finish within {timeout_s:.1f} s",
+                self._stuck_lines(stuck_at),
+                f"finished: rank(s) {finished}",
+                "the pool was killed and will respawn on the next job",
+            ]
+        )
+
+    def _request_stop(self) -> None:
+        stop = pickle.dumps(("stop",))
         for proc, conn in zip(self._procs, self._conns):
             if proc.is_alive():
                 try:
-                    conn.send_bytes(pickle.dumps(("stop",)))
+                    conn.send_bytes(stop)
                 except (OSError, ValueError):
                     pass
+
+    def _reap(self, grace_s: float) -> None:
+        """Give the ranks ``grace_s`` in all to exit, then terminate, then kill; forget them and the temp dir."""
+        deadline = time.monotonic() + grace_s
         for proc in self._procs:
-            proc.join(2.0)
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in self._procs:
             if proc.is_alive():
                 proc.terminate()
-                proc.join(2.0)
+        for proc in self._procs:
+            proc.join(KILL_JOIN_S)
             if proc.is_alive():
                 proc.kill()
-                proc.join(2.0)
+                proc.join(KILL_JOIN_S)
         for conn in self._conns:
             conn.close()
         self._procs, self._conns, self._last = [], [], []
@@ -304,19 +435,24 @@ class RankPool:
             self._tmpdir = None
 
 
+_ALL_POOLS: weakref.WeakSet[RankPool] = weakref.WeakSet()
 _POOLS: dict[int, RankPool] = {}
 
 
 def get_pool(world_size: int) -> RankPool:
-    """The session's pool for ``world_size`` (created on first use)."""
+    """This process's pool for ``world_size``, created on first use and started on its first job."""
     if world_size not in _POOLS:
         _POOLS[world_size] = RankPool(world_size)
     return _POOLS[world_size]
 
 
 def shutdown_all() -> None:
-    for pool in _POOLS.values():
-        pool.shutdown()
+    """Stop every pool of this process (stop messages to all first, so the ranks exit in parallel)."""
+    pools = list(_ALL_POOLS)
+    for pool in pools:
+        pool._request_stop()
+    for pool in pools:
+        pool._reap(STOP_JOIN_S)
     _POOLS.clear()
 
 

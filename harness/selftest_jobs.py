@@ -60,3 +60,25 @@ def backward_collective_on_rank0(payload, ctx) -> list:
         y = dist_nn.all_reduce(y, group=ctx.tp_group)
     y.sum().backward()
     return list(ctx.tracer.records)
+
+
+def raise_while_peer_waits(payload, ctx):
+    """Rank ``payload['rank']`` raises; the others wait in a broadcast it never joins."""
+    if ctx.rank == payload["rank"]:
+        raise ValueError(f"planted failure on rank {ctx.rank}")
+    dist.broadcast(torch.ones(2), src=0, group=None)
+    return ctx.rank
+
+
+def assorted_collectives(payload, ctx) -> list:
+    """A tensorless world barrier, an all-gather into one tensor, and nn.all_gather, whose gloo backward scatters.
+
+    The tracer is installed a second time first: installing must be idempotent
+    (one record per call, never two).
+    """
+    ctx.tracer.install()
+    dist.barrier()
+    dist.all_gather_into_tensor(torch.empty(2 * ctx.tp, 2), torch.ones(2, 2), group=ctx.tp_group)
+    x = torch.ones(3, requires_grad=True)
+    torch.stack(dist_nn.all_gather(x, group=ctx.tp_group)).sum().backward()
+    return list(ctx.tracer.records)

@@ -1,18 +1,26 @@
 """Record every torch.distributed collective a rank issues (BUGS.md #5, the hang class).
 
-Inside each rank process the plain collectives of ``torch.distributed`` and
-the differentiable ones of ``torch.distributed.nn`` are wrapped so that each
-call is recorded as (op, group ranks, shape, dtype, forward/backward) BEFORE
-it is issued: a rank stuck inside a collective shows it as its last record.
-The universal property is then a comparison: all ranks of a group must issue
-the same sequence. That catches a mismatched collective without waiting for
-it to hang.
+A collective that some ranks of a group issue and others do not is a hang in
+waiting: it may happen to pair with an unrelated collective and pass, or block
+forever. Inside each rank process the plain collectives of
+``torch.distributed`` and the differentiable ones of ``torch.distributed.nn``
+(and ``.functional``) are wrapped so that each call is recorded as
+(op, group ranks, shape, dtype, forward/backward) BEFORE it is issued, so a
+rank stuck inside a collective shows it as its last record. The universal
+property is then a plain comparison, ``compare_traces``: all ranks of a group
+issue the same sequence. That catches a mismatch without waiting for a hang.
+
+The differentiable collectives are autograd Functions that call the plain
+``torch.distributed.*`` functions inside their forward and backward; those
+inner calls are recorded too, which is how a backward all-reduce shows up,
+with phase ``'backward'``.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -31,12 +39,29 @@ PLAIN_OPS = (
     "reduce",
     "gather",
     "scatter",
+    # Private, but called by the backward of torch.distributed.nn's all-gather.
+    "_all_gather_base",
+    "_reduce_scatter_base",
 )
-AUTOGRAD_OPS = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter", "broadcast", "all_to_all_single")
+AUTOGRAD_OPS = (
+    "all_reduce",
+    "all_gather",
+    "all_to_all",
+    "all_to_all_single",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+)
+AUTOGRAD_PREFIX = "nn."
+_TRACED = "__lph_traced__"
 
 
 @dataclass(frozen=True)
 class CollectiveRecord:
+    """One collective as issued by one rank; equal records on all ranks of a group mean they pair up."""
+
     op: str
     group_ranks: tuple
     shape: tuple
@@ -46,14 +71,21 @@ class CollectiveRecord:
 
 
 def describe(record: CollectiveRecord | None) -> str:
+    """One line, e.g. ``all_reduce[SUM] group=(0, 1) shape=(4, 3) float32 backward``, for hang and mismatch reports."""
     if record is None:
         return "(no collective issued)"
     op = f"{record.op}[{record.reduce_op}]" if record.reduce_op else record.op
-    return f"{op} group={record.group_ranks} shape={record.shape} {record.dtype} {record.phase}"
+    parts = [op, f"group={record.group_ranks}", f"shape={record.shape}", record.dtype, record.phase]
+    return " ".join(part for part in parts if part)
 
 
 def current_phase() -> str:
-    """'backward' inside an autograd backward pass (the engine sets a graph task id), else 'forward'."""
+    """'backward' while the autograd engine runs a graph task on this thread, else 'forward'.
+
+    The engine sets a thread-local graph task id for the duration of
+    ``backward()``/``autograd.grad`` (-1 otherwise); a reentrant checkpoint's
+    recomputation therefore counts as backward, which is when it is issued.
+    """
     return "backward" if torch._C._current_graph_task_id() != -1 else "forward"
 
 
@@ -63,8 +95,8 @@ def _group_ranks(group) -> tuple:
     return tuple(dist.get_process_group_ranks(group))
 
 
-def _first_tensor(args, kwargs):
-    for value in list(args) + list(kwargs.values()):
+def _first_tensor(values) -> torch.Tensor | None:
+    for value in values:
         if isinstance(value, torch.Tensor):
             return value
         if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
@@ -72,21 +104,36 @@ def _first_tensor(args, kwargs):
     return None
 
 
-def _reduce_op_name(args, kwargs) -> str:
-    op = kwargs.get("op")
+def _reduce_op_name(op) -> str:
     if op is None:
-        op = next((a for a in args if isinstance(a, dist.ReduceOp.RedOpType)), None)
-    return str(op).split(".")[-1] if op is not None else ""
+        return ""
+    return getattr(op, "name", None) or str(op).split(".")[-1]
+
+
+def _bind(signature: inspect.Signature | None, args, kwargs) -> dict:
+    """The call's arguments by name, defaults included; a call the function would reject keeps its kwargs."""
+    if signature is None:
+        return dict(kwargs)
+    try:
+        binding = signature.bind(*args, **kwargs)
+    except TypeError:
+        return dict(kwargs)
+    binding.apply_defaults()
+    return dict(binding.arguments)
 
 
 class CollectiveTracer:
-    """Monkeypatches collectives in this process and records each call (see module docstring)."""
+    """Monkeypatches the collectives of this process and records each call before issuing it.
 
-    def __init__(self, on_record=None):
+    ``on_record(record)`` is called after each record is appended; the rank
+    pool uses it to mirror the latest collective into shared memory, where
+    the parent can read it even while the rank is stuck inside that call.
+    """
+
+    def __init__(self, on_record: Callable[[CollectiveRecord], None] | None = None):
         self.records: list[CollectiveRecord] = []
         self.on_record = on_record
         self._installed = False
-        self._depth = 0
 
     def reset(self) -> None:
         self.records = []
@@ -94,87 +141,89 @@ class CollectiveTracer:
     def last(self) -> CollectiveRecord | None:
         return self.records[-1] if self.records else None
 
-    def _record(self, op: str, signature, args, kwargs, kind: str) -> None:
-        bound = dict(kwargs)
-        if signature is not None:
-            binding = signature.bind_partial(*args, **kwargs)
-            binding.apply_defaults()
-            bound = binding.arguments
-        tensor = _first_tensor(args, kwargs)
+    def record(self, op: str, arguments: dict, values) -> CollectiveRecord:
+        tensor = _first_tensor(values)
         record = CollectiveRecord(
-            op=op if kind == "plain" else f"nn.{op}",
-            group_ranks=_group_ranks(bound.get("group")),
+            op=op,
+            group_ranks=_group_ranks(arguments.get("group")),
             shape=tuple(tensor.shape) if tensor is not None else (),
-            dtype=str(tensor.dtype).replace("torch.", "") if tensor is not None else "",
+            dtype=str(tensor.dtype).removeprefix("torch.") if tensor is not None else "",
             phase=current_phase(),
-            reduce_op=_reduce_op_name(args, {"op": bound.get("op")} if bound.get("op") is not None else {}),
+            reduce_op=_reduce_op_name(arguments.get("op")),
         )
         self.records.append(record)
         if self.on_record is not None:
             self.on_record(record)
+        return record
 
-    def _wrap(self, fn, op: str, kind: str):
-        tracer = self
+    def _wrap(self, fn: Callable, op: str) -> Callable:
         try:
             signature = inspect.signature(fn)
         except (TypeError, ValueError):
             signature = None
 
         @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            # A differentiable collective issues a plain one inside; record the outer call only.
-            if tracer._depth == 0:
-                tracer._record(op, signature, args, kwargs, kind)
-            tracer._depth += kind == "autograd"
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                tracer._depth -= kind == "autograd"
+        def traced(*args, **kwargs):
+            self.record(op, _bind(signature, args, kwargs), list(args) + list(kwargs.values()))
+            return fn(*args, **kwargs)
 
-        wrapper.__lph_traced__ = True
-        return wrapper
+        setattr(traced, _TRACED, True)
+        return traced
+
+    def _patch(self, module, names, prefix: str = "") -> None:
+        for name in names:
+            fn = getattr(module, name, None)
+            if fn is not None and not getattr(fn, _TRACED, False):
+                setattr(module, name, self._wrap(fn, prefix + name))
 
     def install(self) -> CollectiveTracer:
-        """Patch ``torch.distributed`` and ``torch.distributed.nn(.functional)`` (idempotent)."""
+        """Patch ``torch.distributed`` and ``torch.distributed.nn(.functional)``; idempotent, returns self.
+
+        Only the module attributes are patched: code that looks collectives up
+        as ``dist.all_reduce`` at call time (torch.distributed.nn does) is
+        traced, a name bound by ``from torch.distributed import all_reduce``
+        before ``install()`` is not. The rank pool installs at start-up,
+        before any job module is imported.
+        """
         if self._installed:
             return self
         import torch.distributed.nn as dist_nn
         import torch.distributed.nn.functional as dist_nn_functional
 
-        for op in PLAIN_OPS:
-            fn = getattr(dist, op, None)
-            if fn is not None and not getattr(fn, "__lph_traced__", False):
-                setattr(dist, op, self._wrap(fn, op, "plain"))
+        self._patch(dist, PLAIN_OPS)
         for module in (dist_nn_functional, dist_nn):
-            for op in AUTOGRAD_OPS:
-                fn = getattr(module, op, None)
-                if fn is not None and not getattr(fn, "__lph_traced__", False):
-                    setattr(module, op, self._wrap(fn, op, "autograd"))
+            self._patch(module, AUTOGRAD_OPS, AUTOGRAD_PREFIX)
         self._installed = True
         return self
 
 
-def compare_traces(traces: dict, groups) -> list[str]:
-    """All ranks of each group must issue the same sequence; returns mismatch descriptions (empty = ok)."""
+def _divergence(group: tuple, first: int, reference: list, rank: int, sequence: list) -> str:
+    index = next((i for i, (a, b) in enumerate(zip(reference, sequence)) if a != b), min(len(reference), len(sequence)))
+    ours = describe(reference[index]) if index < len(reference) else "(nothing: its sequence ended)"
+    theirs = describe(sequence[index]) if index < len(sequence) else "(nothing: its sequence ended)"
+    return (
+        f"group {group}: rank {first} and rank {rank} diverge at collective #{index}: "
+        f"rank {first} issued {ours}; rank {rank} issued {theirs} "
+        f"({len(reference)} vs {len(sequence)} collectives on this group in total)"
+    )
+
+
+def compare_traces(traces: dict[int, list[CollectiveRecord]], groups: list[tuple[int, ...]]) -> list[str]:
+    """Universal property: all ranks of each group issue the same sequence on it.
+
+    Each member's trace is projected to the records of that group and
+    compared with the lowest member's. Returns one human-readable line per
+    diverging (group, rank), naming the first differing index and both
+    records; an empty list means consistent. Members absent from ``traces``
+    are skipped.
+    """
     problems = []
-    for group in groups:
-        group = tuple(group)
+    for group in map(tuple, groups):
         projected = {rank: [r for r in traces[rank] if r.group_ranks == group] for rank in group if rank in traces}
         if len(projected) < 2:
             continue
-        first_rank = min(projected)
-        reference = projected[first_rank]
-        for rank, sequence in sorted(projected.items()):
-            if sequence == reference:
-                continue
-            index = next(
-                (i for i, (a, b) in enumerate(zip(reference, sequence)) if a != b), min(len(reference), len(sequence))
-            )
-            ours = describe(reference[index]) if index < len(reference) else "(nothing: sequence ended)"
-            theirs = describe(sequence[index]) if index < len(sequence) else "(nothing: sequence ended)"
-            problems.append(
-                f"group {group}: rank {first_rank} and rank {rank} diverge at collective #{index}: "
-                f"rank {first_rank} issued {ours}; rank {rank} issued {theirs} "
-                f"({len(reference)} vs {len(sequence)} collectives in total)"
-            )
+        first = min(projected)
+        for rank in sorted(projected):
+            if projected[rank] != projected[first]:
+                problems.append(_divergence(group, first, projected[first], rank, projected[rank]))
     return problems

@@ -1,4 +1,10 @@
-"""Self-tests of the rank pool: layouts, failures named by rank, hangs contained, nothing left behind."""
+"""Self-tests of the rank pool: Megatron layouts, failures named by rank, hangs contained, nothing left behind.
+
+Jobs live in an importable module (harness/selftest_jobs.py) because spawned
+ranks import them by name.
+One world-2 pool serves the whole module; the failure tests also check that
+it respawns by itself.
+"""
 
 import multiprocessing
 import os
@@ -6,9 +12,11 @@ import time
 
 import pytest
 
-from harness.pool import RankError, RankHang, RankPool, factorisations
+from harness.pool import RankError, RankHang, RankPool, factorisations, get_pool, layout_groups, shutdown_all
 
 pytestmark = pytest.mark.slow
+
+WHOAMI = "harness.selftest_jobs:whoami"
 
 
 @pytest.fixture(scope="module")
@@ -18,59 +26,105 @@ def pool2():
     pool.shutdown()
 
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_every_factorisation_gets_megatron_groups(world):
-    pool = RankPool(world)
+def _ranks(pool: RankPool) -> list[int]:
+    return [result["rank"] for result in pool.run(WHOAMI, None, tp=2, cp=1)]
+
+
+def test_factorisations_and_megatron_layout():
+    assert factorisations(1) == [(1, 1)]
+    assert factorisations(2) == [(1, 2), (2, 1)]
+    assert factorisations(4) == [(1, 4), (2, 2), (4, 1)]
+    assert layout_groups(4, 2, 2) == ([(0, 1), (2, 3)], [(0, 2), (1, 3)])
+    assert layout_groups(4, 4, 1) == ([(0, 1, 2, 3)], [(0,), (1,), (2,), (3,)])
+
+
+def _check_every_factorisation(pool: RankPool, world: int) -> None:
+    for tp, cp in factorisations(world):
+        results = pool.run(WHOAMI, "hi", tp=tp, cp=cp)
+        for rank, result in enumerate(results):
+            assert (result["rank"], result["tp_rank"], result["cp_rank"]) == (rank, rank % tp, rank // tp)
+            first = (rank // tp) * tp
+            assert result["tp_sum"] == sum(range(first, first + tp)), "all_reduce over the TP group"
+            assert result["payload"] == "hi"
+
+
+def test_every_factorisation_world2(pool2):
+    _check_every_factorisation(pool2, 2)
+
+
+def test_every_factorisation_world4():
+    pool = RankPool(4, pg_timeout_s=10)
     try:
-        for tp, cp in factorisations(world):
-            results = pool.run("harness.selftest_jobs:whoami", "hi", tp=tp, cp=cp)
-            for rank, result in enumerate(results):
-                assert (result["rank"], result["tp_rank"], result["cp_rank"]) == (rank, rank % tp, rank // tp)
-                first = (rank // tp) * tp
-                assert result["tp_sum"] == sum(range(first, first + tp))
-                assert result["payload"] == "hi"
+        _check_every_factorisation(pool, 4)
     finally:
         pool.shutdown()
 
 
 def test_layout_must_match_world(pool2):
-    with pytest.raises(ValueError, match="world_size=2"):
-        pool2.run("harness.selftest_jobs:whoami", None, tp=2, cp=2)
+    with pytest.raises(ValueError, match=r"tp=2 x cp=2 = 4 must equal the pool's world_size=2"):
+        pool2.run(WHOAMI, None, tp=2, cp=2)
 
 
 def test_raising_rank_is_named_and_pool_survives(pool2):
+    _ranks(pool2)
+    pids = pool2.pids
     with pytest.raises(RankError, match=r"rank\(s\) \[1\][\s\S]*ValueError: planted failure on rank 1"):
         pool2.run("harness.selftest_jobs:raise_on", {"rank": 1}, tp=2, cp=1)
-    assert [r["rank"] for r in pool2.run("harness.selftest_jobs:whoami", None, tp=2, cp=1)] == [0, 1]
+    assert pool2.pids == pids, "a clean failure (no rank left stuck) must not cost a respawn"
+    assert _ranks(pool2) == [0, 1]
+
+
+def test_raising_rank_with_stuck_peer_names_both(pool2):
+    with pytest.raises(RankError) as info:
+        pool2.run("harness.selftest_jobs:raise_while_peer_waits", {"rank": 1}, tp=2, cp=1, timeout_s=30)
+    message = str(info.value)
+    assert "rank(s) [1]" in message and "ValueError: planted failure on rank 1" in message
+    assert "rank 0 stuck; last collective: broadcast group=(0, 1) shape=(2,) float32 forward" in message
+    assert not pool2.alive
+    assert _ranks(pool2) == [0, 1]
 
 
 def test_skipped_collective_fails_fast_naming_stuck_rank(pool2):
+    _ranks(pool2)
     start = time.monotonic()
-    with pytest.raises(RankHang, match=r"rank 0 stuck; last collective: all_reduce\[SUM\] group=\(0, 1\)"):
+    with pytest.raises(RankHang) as info:
         pool2.run("harness.selftest_jobs:skip_collective", {"rank": 1}, tp=2, cp=1, timeout_s=3)
     elapsed = time.monotonic() - start
-    print(f"hang detected and pool killed in {elapsed:.1f} s")
-    assert [r["rank"] for r in pool2.run("harness.selftest_jobs:whoami", None, tp=2, cp=1)] == [0, 1]
+    print(f"hang reported and pool killed in {elapsed:.1f} s")
+    message = str(info.value)
+    assert "rank 0 stuck; last collective: all_reduce[SUM] group=(0, 1) shape=(3,) float32 forward" in message
+    assert "finished: rank(s) [1]" in message
+    assert elapsed < 10, f"a 3 s deadline took {elapsed:.1f} s to report"
+    assert not pool2.alive
+    assert _ranks(pool2) == [0, 1]
 
 
 def test_dying_rank_is_named_and_pool_respawns(pool2):
-    with pytest.raises(RankError, match="exited with code 3"):
+    with pytest.raises(RankError, match=r"rank\(s\) \[1\][\s\S]*--- rank 1 ---\nrank process exited with code 3"):
         pool2.run("harness.selftest_jobs:die_on", {"rank": 1}, tp=2, cp=1)
     assert pool2.run("harness.selftest_jobs:die_on", {"rank": -1}, tp=2, cp=1) == [0, 1]
 
 
 def test_many_small_jobs(pool2):
+    _ranks(pool2)
+    count = 100
     start = time.monotonic()
-    for i in range(100):
-        assert [r["payload"] for r in pool2.run("harness.selftest_jobs:whoami", i, tp=1, cp=2)] == [i, i]
-    print(f"{100 / (time.monotonic() - start):.0f} jobs/s")
+    for i in range(count):
+        assert [r["payload"] for r in pool2.run(WHOAMI, i, tp=1, cp=2)] == [i, i]
+    print(f"{count / (time.monotonic() - start):.0f} jobs/s (world 2)")
 
 
-def test_shutdown_leaves_no_process():
-    pool = RankPool(2)
-    pool.run("harness.selftest_jobs:whoami", None, tp=2, cp=1)
-    pids = pool.pids
-    pool.shutdown()
+def test_get_pool_caches_one_lazy_pool_per_world_size():
+    assert get_pool(2) is get_pool(2)
+    assert get_pool(2) is not get_pool(4)
+    assert get_pool(4).pids == [], "a pool starts on its first job, not on creation"
+
+
+def test_shutdown_all_leaves_no_process(pool2):
+    _ranks(pool2)
+    pids = pool2.pids
+    shutdown_all()
+    assert not pool2.alive
     assert not [p for p in multiprocessing.active_children() if p.pid in pids]
     for pid in pids:
-        assert not os.path.exists(f"/proc/{pid}"), f"rank process {pid} outlived shutdown"
+        assert not os.path.exists(f"/proc/{pid}"), f"rank process {pid} outlived shutdown_all (running or zombie)"
