@@ -7,6 +7,7 @@ machines carry (2.13.0) so no session ever pulls a multi-GB CUDA build.
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import nox
@@ -35,6 +36,24 @@ def _target_slug(target: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", target).strip("_") or "target"
 
 
+def _run_suite(session: nox.Session, target: str, slug: str, args: list[str]) -> None:
+    """Properties + regressions against ``target``: verdict table, reports/<slug>/junit.xml and report.md."""
+    out = f"reports/{slug}"
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        *SUITE,
+        "--target",
+        target,
+        f"--junitxml={out}/junit.xml",
+        f"--report-dir={out}",
+        "-o",
+        "junit_family=xunit2",
+        *args,
+    )
+
+
 @nox.session(python=PYTHON)
 def check(session: nox.Session) -> None:
     """Run properties + regressions against one target (--target T); verdict table, JUnit XML, report.md."""
@@ -42,21 +61,54 @@ def check(session: nox.Session) -> None:
     args = list(session.posargs)
     target = "impl"
     if "--target" in args:
-        target = args[args.index("--target") + 1]
+        at = args.index("--target")
+        target = args[at + 1]
+        del args[at : at + 2]
+    _run_suite(session, target, _target_slug(target), args)
+
+
+ADAPTERS = {"skyrl": "harness.targets.skyrl:SkyRLTarget", "slime": "harness.targets.slime:SlimeTarget"}
+CHECKOUT_VARIABLES = {"skyrl": "LPH_SKYRL_PATH", "slime": "LPH_SLIME_PATH"}
+
+
+def _git_revision(path: Path) -> str:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "--short=9", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return path.name
+
+
+@nox.session(python=PYTHON)
+def upstream(session: nox.Session) -> None:
+    """Check upstream code: `nox -s upstream -- SPEC [pytest args]`, exit non-zero on any FAIL.
+
+    SPEC is ``skyrl==X`` (installed from PyPI without its dependencies),
+    ``skyrl=PATH`` or ``slime=PATH`` (a checkout, loaded by path), or any
+    ``--target`` spec (``module:attr``, ``path/to/adapter.py:attr``).
+    Reports go to reports/<target>/ (junit.xml, report.md).
+    """
+    if not session.posargs:
+        session.error("usage: nox -s upstream -- SPEC [pytest args] (SPEC: skyrl==X, skyrl=PATH, slime=PATH, mod:attr)")
+    spec, args = session.posargs[0], list(session.posargs[1:])
+    _install(session)
+    name, sep, value = spec.partition("=")
+    if name == "skyrl" and (not sep or value.startswith("=")):
+        # PyPI: the package itself only; the adapter loads one file of it and stands in for Megatron.
+        session.install("--no-deps", "--force-reinstall", spec)
+        target, slug = ADAPTERS["skyrl"], _target_slug(spec.replace("==", "-"))
+    elif name in CHECKOUT_VARIABLES and sep:
+        path = Path(value).expanduser().resolve()
+        if not path.is_dir():
+            session.error(f"{spec}: {path} is not a directory (give the root of a {name} checkout)")
+        session.env[CHECKOUT_VARIABLES[name]] = str(path)
+        target, slug = ADAPTERS[name], f"{name}-{_git_revision(path)}"
+    elif ":" in spec:
+        target, slug = spec, _target_slug(spec)
     else:
-        args += ["--target", target]
-    out = f"reports/{_target_slug(target)}"
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        *SUITE,
-        f"--junitxml={out}/junit.xml",
-        f"--report-dir={out}",
-        "-o",
-        "junit_family=xunit2",
-        *args,
-    )
+        session.error(f"unknown SPEC {spec!r}: expected skyrl==X, skyrl=PATH, slime=PATH or module:attr")
+    _run_suite(session, target, slug, args)
 
 
 @nox.session(python=PYTHON)
@@ -97,3 +149,66 @@ def lint(session: nox.Session) -> None:
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+# Imported for what the GPU session needs: the machine's torch, plus these if the system Python lacks them.
+GPU_TEST_DEPS = {"pytest": "pytest>=8", "hypothesis": "hypothesis>=6.100"}
+_GPU_PROBE = (
+    "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), torch.cuda.device_count())"
+)
+
+
+@nox.session(python=None, venv_params=["--system-site-packages"])
+def gpu(session: nox.Session) -> None:
+    """The suite on CUDA (LPH_DEVICE=cuda), real-memory calibration of the tracker, and the GPU bench: reports/gpu/.
+
+    Works offline: the venv is made from the interpreter nox runs under with
+    --system-site-packages, so it uses the machine's own (CUDA) torch; pick
+    another interpreter with ``nox -s gpu --force-python /path/to/python``.
+    The project is installed with --no-deps --no-index (falling back to
+    PYTHONPATH); pytest and hypothesis are installed only if not importable
+    (pip honours PIP_NO_INDEX / PIP_FIND_LINKS for a wheelhouse). Without CUDA
+    it prints why and is skipped: exit 0.
+    """
+    try:
+        probe = session.run("python", "-c", _GPU_PROBE, silent=True)
+    except nox.command.CommandFailed:
+        session.skip("nox -s gpu: torch is not importable from this interpreter (no system torch): skipped")
+    version, cuda, available, count = probe.strip().splitlines()[-1].split()
+    if available != "True":
+        session.skip(f"nox -s gpu: no CUDA device (torch {version}, cuda {cuda}): skipped")
+    session.log(f"nox -s gpu: torch {version}, CUDA {cuda}, {count} device(s)")
+
+    try:
+        session.install("--no-deps", "--no-index", "--no-build-isolation", "-e", ".")
+    except nox.command.CommandFailed:
+        session.warn("could not install the project offline; running it from the source tree (PYTHONPATH)")
+        session.env["PYTHONPATH"] = str(Path(__file__).resolve().parent)
+    find_missing = f"import importlib.util as u; print(*[m for m in {list(GPU_TEST_DEPS)} if u.find_spec(m) is None])"
+    missing = session.run("python", "-c", find_missing, silent=True).split()
+    if missing:
+        try:
+            session.install(*(GPU_TEST_DEPS[name] for name in missing))
+        except nox.command.CommandFailed:
+            session.error(
+                f"nox -s gpu: {missing} not importable and not installable here; install them into the system "
+                "Python, or point pip at a wheelhouse (PIP_NO_INDEX=1 PIP_FIND_LINKS=/path/to/wheels)"
+            )
+
+    out = "reports/gpu"
+    Path(out).mkdir(parents=True, exist_ok=True)
+    session.env["LPH_DEVICE"] = "cuda"
+    steps = {
+        "suite on CUDA": ["pytest", "tests", *SUITE, f"--junitxml={out}/junit.xml", f"--report-dir={out}"],
+        "memory calibration": ["bench.gpu_calibration"],
+        "GPU bench": ["bench.gpu_bench"],
+    }
+    failed = []
+    for name, args in steps.items():
+        extra = list(session.posargs) if name == "suite on CUDA" else []
+        try:
+            session.run("python", "-m", *args, *extra)
+        except nox.command.CommandFailed:
+            failed.append(name)
+    if failed:
+        session.error(f"nox -s gpu: failed: {', '.join(failed)} (see {out}/)")

@@ -10,24 +10,34 @@ Each job also reports what the historic bugs broke: whether the logits were
 left bit-identical with an unchanged version counter (bug 2), and the
 ``requires_grad`` of every returned tensor (bugs 1 and 4), plus the
 collective trace when the rank has a tracer (bug 5).
+
+Device (``harness.device``, ``LPH_DEVICE``): the Case draws every value on
+the CPU; a job copies the tensors a trainer would hold on its GPU (logits,
+targets and token ids, loss masks, probe weights, advantages, old log-probs)
+to the rank's device, and its results come back as CPU tensors
+(``@on_host``). On the CPU both are no-ops: the same tensor objects as before.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
 from harness import reference
 from harness.cases import Case
+from harness.device import to_device, to_host
 from harness.targets import PackedInputs, load_target
 
 
-def packed_inputs(case: Case) -> PackedInputs:
-    """The Case's packed batch in the harness's target-neutral form."""
+def packed_inputs(case: Case, on_device: bool = False) -> PackedInputs:
+    """The Case's packed batch, target-neutral; ``on_device``: token ids and loss masks on the rank's device."""
+    move = to_device if on_device else (lambda tensor: tensor)
     return PackedInputs(
-        tokens=case.tokens(),
+        tokens=[move(tokens) for tokens in case.tokens()],
         total_lengths=case.total_lengths,
         response_lengths=case.response_lengths,
-        loss_masks=case.loss_masks(),
+        loss_masks=[move(mask) for mask in case.loss_masks()],
         qkv_format=case.qkv_format,
         pad_multiple=case.pad_multiple,
         cp_mode=case.cp_mode,
@@ -39,18 +49,28 @@ def in_view(values: list, case: Case, ctx) -> list:
     return [v[torch.tensor(view, dtype=torch.long)] for v, view in zip(values, case.views(ctx.cp_rank))]
 
 
+def on_host(job):
+    """Results of ``job`` as CPU tensors, whatever device it ran on (in-process world size 1 included)."""
+
+    @functools.wraps(job)
+    def wrapper(payload: dict, ctx) -> dict:
+        return to_host(job(payload, ctx))
+
+    return wrapper
+
+
 def upstream_grad(weights: torch.Tensor, noncontiguous: bool) -> torch.Tensor:
-    """fp32 upstream gradient; optionally a strided (non-contiguous) view of the same values."""
-    weights = weights.float()
+    """fp32 upstream gradient on the rank's device; optionally a strided (non-contiguous) view of the same values."""
+    weights = to_device(weights.float())
     if not noncontiguous:
         return weights
-    holder = torch.zeros(weights.numel(), 2)
+    holder = torch.zeros(weights.numel(), 2, device=weights.device)
     holder[:, 0] = weights
     return holder[:, 0]
 
 
 def _leaf_logits(case: Case, ctx) -> torch.Tensor:
-    return case.rank_logits(ctx.tp_rank, ctx.cp_rank).requires_grad_()
+    return to_device(case.rank_logits(ctx.tp_rank, ctx.cp_rank)).requires_grad_()
 
 
 def _backward(outputs: list, weights: list, noncontiguous: bool) -> None:
@@ -93,6 +113,7 @@ def _trace(ctx):
     return list(ctx.tracer.records) if getattr(ctx, "tracer", None) is not None else []
 
 
+@on_host
 def token_job(payload: dict, ctx) -> dict:
     """Token level: log-probs/entropy of every row, backward of the row probe loss."""
     case = Case.from_json(payload["case"])
@@ -101,7 +122,7 @@ def token_job(payload: dict, ctx) -> dict:
     before, version = logits.detach().clone(), logits._version
     log_probs, entropy = target.token_log_probs(
         logits,
-        case.row_targets(),
+        to_device(case.row_targets()),
         tp_group=ctx.tp_group,
         chunk_size=case.chunk_size,
         with_entropy=case.with_entropy,
@@ -120,6 +141,7 @@ def token_job(payload: dict, ctx) -> dict:
     }
 
 
+@on_host
 def packed_job(payload: dict, ctx) -> dict:
     """Packed level: per-sample outputs, backward of the probe loss of MATH.md."""
     case = Case.from_json(payload["case"])
@@ -128,7 +150,7 @@ def packed_job(payload: dict, ctx) -> dict:
     before, version = logits.detach().clone(), logits._version
     log_probs, entropy = target.packed_log_probs(
         logits,
-        packed_inputs(case),
+        packed_inputs(case, on_device=True),
         tp_group=ctx.tp_group,
         cp_group=ctx.cp_group,
         chunk_size=case.chunk_size,
@@ -153,6 +175,7 @@ def packed_job(payload: dict, ctx) -> dict:
     }
 
 
+@on_host
 def policy_job(payload: dict, ctx) -> dict:
     """Policy path: the PPO loss with entropy bonus; the target decides the entropy gate."""
     case = Case.from_json(payload["case"])
@@ -161,9 +184,9 @@ def policy_job(payload: dict, ctx) -> dict:
     before, version = logits.detach().clone(), logits._version
     loss, log_probs, entropy = target.policy_loss(
         logits,
-        packed_inputs(case),
-        advantages=[a.float() for a in in_view(case.advantages(), case, ctx)],
-        old_log_probs=[o.float() for o in in_view(reference.old_log_probs(case), case, ctx)],
+        packed_inputs(case, on_device=True),
+        advantages=[to_device(a.float()) for a in in_view(case.advantages(), case, ctx)],
+        old_log_probs=[to_device(o.float()) for o in in_view(reference.old_log_probs(case), case, ctx)],
         eps_clip=reference.EPS_CLIP,
         eps_clip_high=reference.EPS_CLIP_HIGH,
         entropy_coef=case.entropy_coef,
@@ -190,20 +213,23 @@ def policy_job(payload: dict, ctx) -> dict:
     }
 
 
+@on_host
 def shared_logits_job(payload: dict, ctx) -> dict:
     """Bug 2: several consumers of the SAME logits (and an overlapping view) in one graph.
 
     Log-probs unchunked with entropy, log-probs chunked, and log-probs plus
     entropy of ``logits[1:]`` (a view sharing storage and version counter),
-    all with the entropy gradient on; one backward with ``retain_graph=True``,
-    then a second backward. Any in-place write on the saved logits makes a
-    later unpack raise the version-counter error, or perturbs the values.
+    all with the entropy gradient on; one backward, or (``payload['backwards']
+    == 2``) one with ``retain_graph=True`` and then a second. Any in-place
+    write on the saved logits makes a later unpack raise the version-counter
+    error, or perturbs the values; an in-place write on a Function's own saved
+    tensors breaks only the second backward.
     """
     case = Case.from_json(payload["case"])
     target = load_target(payload["target"])
     logits = _leaf_logits(case, ctx)
     before, version = logits.detach().clone(), logits._version
-    targets = case.row_targets()
+    targets = to_device(case.row_targets())
     options = dict(tp_group=ctx.tp_group, entropy_grad=True, temperature=case.temperature)
     log_probs, entropy = target.token_log_probs(logits, targets, chunk_size=None, with_entropy=True, **options)
     chunked, _ = target.token_log_probs(
@@ -213,7 +239,7 @@ def shared_logits_job(payload: dict, ctx) -> dict:
         logits[1:], targets[1:], chunk_size=payload["chunk_size"], with_entropy=True, **options
     )
     after_forward = _integrity(logits, before, version)
-    a, b = (w.float() for w in case.row_probe_weights())
+    a, b = (to_device(w.float()) for w in case.row_probe_weights())
     loss = (
         (a * log_probs).sum()
         + (b * entropy).sum()
@@ -221,13 +247,14 @@ def shared_logits_job(payload: dict, ctx) -> dict:
         + (a[1:] * view_log_probs).sum()
         + (b[1:] * view_entropy).sum()
     )
-    loss.backward(retain_graph=True)
-    first = logits.grad.clone()
-    logits.grad = None
-    loss.backward()
+    grads = []
+    for remaining in reversed(range(payload["backwards"])):
+        loss.backward(retain_graph=remaining > 0)
+        grads.append(logits.grad.clone())
+        logits.grad = None
     return {
         "values": [v.detach().clone() for v in (log_probs, entropy, chunked, view_log_probs, view_entropy)],
-        "grads": [first, logits.grad.clone()],
+        "grads": grads,
         "after_forward": after_forward,
         **_integrity(logits, before, version),
     }
@@ -240,7 +267,7 @@ def _donation_run(case: Case, ctx, target, donate: bool, consumer: str | None = 
     other = logits.pow(2).sum() if consumer == "before" else None
     log_probs, entropy = target.token_log_probs(
         logits,
-        case.row_targets(),
+        to_device(case.row_targets()),
         tp_group=ctx.tp_group,
         chunk_size=case.chunk_size,
         with_entropy=True,
@@ -250,7 +277,7 @@ def _donation_run(case: Case, ctx, target, donate: bool, consumer: str | None = 
     )
     if consumer == "after":
         other = logits.pow(2).sum()
-    a, b = (w.float() for w in case.row_probe_weights())
+    a, b = (to_device(w.float()) for w in case.row_probe_weights())
     loss = (a * log_probs).sum() + (b * entropy).sum() + (other if other is not None else 0.0)
     try:
         loss.backward(retain_graph=twice)
@@ -266,6 +293,7 @@ def _donation_run(case: Case, ctx, target, donate: bool, consumer: str | None = 
     }
 
 
+@on_host
 def donation_job(payload: dict, ctx) -> dict:
     """Donation (writing the gradient over the logits) against the same computation without it."""
     case = Case.from_json(payload["case"])

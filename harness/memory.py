@@ -60,7 +60,7 @@ class LiveStorageTracker(TorchDispatchMode):
         key = id(storage)
         if key in self._live:
             return
-        nbytes = storage.nbytes()
+        nbytes = _upper_bound(storage.nbytes())
         self._live[key] = nbytes
         self.current += nbytes
         self.peak = max(self.peak, self.current)
@@ -73,6 +73,32 @@ class LiveStorageTracker(TorchDispatchMode):
             if isinstance(value, torch.Tensor):
                 self._register(value, str(func.overloadpacket.__name__))
         return out
+
+
+def _upper_bound(value) -> int:
+    """A concrete byte count; for a data-dependent size (masked_select under fake tensors) its upper bound.
+
+    Fake tensors give ops like ``masked_select`` an unbacked symbolic size whose
+    value range torch bounds by the input's element count. Counting that
+    bound over-estimates the peak, never under-estimates it.
+    """
+    if isinstance(value, int):
+        return value
+    node = value.node
+    if not node.expr.free_symbols:
+        return int(node.expr)
+    upper = node.shape_env.bound_sympy(node.expr).upper
+    if not upper.is_finite:
+        raise ValueError(f"cannot bound the data-dependent size {node.expr} of a tracked tensor")
+    return int(upper)
+
+
+def fake_mode():
+    """FakeTensorMode that also traces data-dependent output shapes (SkyRL's backward uses masked_select)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    return FakeTensorMode(shape_env=ShapeEnv(allow_dynamic_output_shape_ops=True))
 
 
 def int64_with_dimension(allocations: list, size: int) -> list[Allocation]:
@@ -131,6 +157,17 @@ class MemoryCase:
         )
 
 
+# The scales at which the historic OOMs hit (MATH.md "Memory units"), fp32,
+# entropy with its gradient, slime's reference chunk of 1024 rows unless noted.
+HISTORIC_SCALES = {
+    "slime-1951-tp1": MemoryCase(rows=205_280, vocab_local=76_032),
+    "slime-1951-tp8": MemoryCase(rows=205_280, vocab_local=76_032 // 8),
+    "skyrl-1650": MemoryCase(rows=128 * 280, vocab_local=151_936),
+    # SkyRL #1650 as it OOMed: one chunk spanning every row of the batch.
+    "skyrl-1650-one-chunk": MemoryCase(rows=128 * 280, vocab_local=151_936, chunk_size=128 * 280),
+}
+
+
 @dataclass
 class MemoryReport:
     case: MemoryCase
@@ -154,9 +191,7 @@ def measure_packed_memory(case: MemoryCase, target, inputs_factory, *, response_
     ``inputs_factory()`` builds the PackedInputs inside the fake mode (its
     token tensors are fake too); ``case.rows`` is the whole stream.
     """
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    with FakeTensorMode():
+    with fake_mode():
         logits = torch.zeros(case.rows, case.vocab_local, dtype=case.torch_dtype, requires_grad=True)
         inputs = inputs_factory()
         tracker = LiveStorageTracker().track(logits, *inputs.tokens)
@@ -185,7 +220,6 @@ def measure_token_memory(case: MemoryCase, target, *, fake: bool = True) -> Memo
     The upstream gradients are ones (a ``sum()``), so nothing but the
     computation under test adds to the peak.
     """
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     def run() -> MemoryReport:
         logits = torch.zeros(case.rows, case.vocab_local, dtype=case.torch_dtype, requires_grad=case.backward)
@@ -211,5 +245,5 @@ def measure_token_memory(case: MemoryCase, target, *, fake: bool = True) -> Memo
 
     if not fake:
         return run()
-    with FakeTensorMode():
+    with fake_mode():
         return run()

@@ -7,6 +7,9 @@ of a world size are started once and then run a job in milliseconds:
 * spawn start method, ``OMP_NUM_THREADS=1`` (many ranks share few cores),
   gloo, ``file://`` rendezvous in a fresh temp dir per start, so parallel
   pytest-xdist workers and respawns never collide and no port is involved;
+  under ``LPH_DEVICE=cuda`` each rank is pinned to a GPU and the backend is
+  NCCL (one GPU per rank) or gloo with CUDA tensors (ranks sharing a GPU),
+  chosen by ``harness.device``; results always come back as CPU tensors;
 * every (tp, cp) factorisation of the world gets its TP and CP groups at
   start-up, in Megatron order (``rank = cp_rank * tp + tp_rank``): creating a
   group is itself a collective, so it is done once, in the same order on all
@@ -119,11 +122,14 @@ def _start_rank(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float
     import torch
     import torch.distributed as dist
 
+    from harness import device
     from harness.trace import CollectiveTracer, describe
 
     torch.set_num_threads(1)
+    # gloo on the CPU (LPH_DEVICE unset); under LPH_DEVICE=cuda this pins the rank to its GPU first.
+    backend = device.setup_rank(rank, world_size)
     dist.init_process_group(
-        "gloo",
+        backend,
         init_method=f"file://{rendezvous}",
         rank=rank,
         world_size=world_size,
@@ -162,6 +168,8 @@ def _context(rank: int, world_size: int, tp: int, cp: int, groups: dict, tracer)
 
 def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collective) -> None:
     """Answer jobs until told to stop or the parent's end of the pipe closes; a raising job is reported, not fatal."""
+    from harness.device import to_host
+
     functions: dict = {}
     while True:
         try:
@@ -176,7 +184,8 @@ def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collecti
                 return
             _, fn_path, payload, tp, cp = message
             result = _load(functions, fn_path)(payload, _context(rank, world_size, tp, cp, groups, tracer))
-            reply = pickle.dumps(("ok", result), protocol=PICKLE_PROTOCOL)
+            # Whatever device the job used, the parent receives CPU tensors (a no-op on the CPU).
+            reply = pickle.dumps(("ok", to_host(result)), protocol=PICKLE_PROTOCOL)
         except BaseException:
             reply = pickle.dumps(("error", traceback.format_exc()), protocol=PICKLE_PROTOCOL)
         conn.send_bytes(reply)

@@ -13,12 +13,15 @@ import os
 import re
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.errors import Unsatisfiable
 
 from harness import stats
+from harness.checks import UNSUPPORTED_EXAMPLES
 from harness.pool import shutdown_all
 
 _BASE = settings(
@@ -90,6 +93,39 @@ _REPLAY = re.compile(r"^(?:E\s+)?Replay: (.*)$", re.MULTILINE)
 _CASE = re.compile(r"^(?:E\s+)?Case: (.*)$", re.MULTILINE)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    UNSUPPORTED_EXAMPLES.clear()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Carry the count of examples rejected as UNSUPPORTED into the report (it crosses xdist workers).
+
+    A property whose every generated example needed a missing capability
+    ends in Hypothesis' Unsatisfiable: that is reported as UNSUPPORTED too.
+    """
+    report = yield
+    if call.when != "call" or not UNSUPPORTED_EXAMPLES:
+        return report
+    name = next(iter(UNSUPPORTED_EXAMPLES))[0]
+    rejected = sum(UNSUPPORTED_EXAMPLES.values())
+    if report.failed and call.excinfo is not None and call.excinfo.errisinstance(Unsatisfiable):
+        always = set.intersection(*(set(missing) for _, missing in UNSUPPORTED_EXAMPLES))
+        missing = sorted(always) or sorted({c for _, m in UNSUPPORTED_EXAMPLES for c in m})
+        report.outcome = "skipped"
+        report.longrepr = (
+            str(item.path),
+            0,
+            f"UNSUPPORTED: target {name!r} does not support {missing} (all {rejected} generated examples needed it)",
+        )
+        return report
+    needed = Counter(c for (_, missing), count in UNSUPPORTED_EXAMPLES.items() for c in missing for _ in range(count))
+    detail = ", ".join(f"{c} ({n})" if n != rejected else c for c, n in needed.most_common())
+    report.user_properties.append(("unsupported_examples", f"{rejected} generated examples needing {detail}"))
+    return report
+
+
 def pytest_runtest_logreport(report):
     verdicts = _CONFIG[0]._lph_verdicts
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
@@ -100,21 +136,30 @@ def pytest_runtest_logreport(report):
         elif report.failed:
             text = report.longreprtext
             cases, replays = _CASE.findall(text), _REPLAY.findall(text)
+            reason = _first_error_line(text)
             verdicts[report.nodeid] = (
                 "FAIL",
-                cases[-1] if cases else _first_error_line(text),
+                f"{reason} Case: {cases[-1]}" if cases else reason,
                 replays[-1] if replays else f"pytest '{report.nodeid}'",
             )
         else:
-            verdicts[report.nodeid] = ("PASS", "", "")
+            left_out = dict(report.user_properties).get("unsupported_examples", "")
+            verdicts[report.nodeid] = ("PASS", f"left out as UNSUPPORTED: {left_out}" if left_out else "", "")
 
 
 _CONFIG: list = []
 
 
+_ERROR = re.compile(r"^(?:E\s+|\s*\|\s+)((?:\w+\.)*\w*(?:Error|Exception|Hang)\b.*|Failed: .*)$", re.MULTILINE)
+
+
 def _first_error_line(text: str) -> str:
+    """The first exception line (also inside Hypothesis' exception groups, whose lines start with '|')."""
+    match = _ERROR.search(text)
+    if match:
+        return match.group(1).strip()[:240]
     lines = [line[2:] for line in text.splitlines() if line.startswith("E ")]
-    return lines[0].strip()[:200] if lines else ""
+    return lines[0].strip()[:240] if lines else ""
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -130,7 +130,9 @@ def zigzag_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, option
         for t, total, response in zip(targets, batch.total_lengths, batch.response_lengths)
     ]
     flat_rows = [row for sample_rows in rows for row in sample_rows]
-    flat_targets = torch.cat([torch.zeros(0, dtype=torch.long)] + picked)
+    flat_targets = torch.cat(
+        [torch.zeros(0, dtype=torch.long, device=logits.device)] + [t.to(logits.device) for t in picked]
+    )
     log_probs, entropy = _evaluate(logits, flat_rows, flat_targets, options)
     sizes = [len(r) for r in rows]
     return PackedOutput(_split(log_probs, sizes), _split(entropy, sizes))
@@ -163,8 +165,9 @@ def allgather_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, opt
     if cp > 1:
         lengths = [0] * cp
         if dist.is_initialized():
-            size = torch.tensor([logits.shape[0]], dtype=torch.long)
-            gathered = [torch.zeros(1, dtype=torch.long) for _ in range(cp)]
+            # On the logits' device: a trainer's CP group may be NCCL-only.
+            size = torch.tensor([logits.shape[0]], dtype=torch.long, device=logits.device)
+            gathered = [torch.zeros(1, dtype=torch.long, device=logits.device) for _ in range(cp)]
             dist.all_gather(gathered, size, group=cp_group)
             lengths = [int(g) for g in gathered]
         if len(set(lengths)) != 1:
@@ -181,7 +184,10 @@ def allgather_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, opt
     targets = _response_targets_by_sample(batch)
     starts = [sum(batch.response_lengths[:i]) for i in range(len(batch.response_lengths))]
     held_flat = torch.tensor([start + j for start, sample in zip(starts, held) for j in sample], dtype=torch.long)
-    flat_targets = torch.cat([torch.zeros(0, dtype=torch.long)] + [t[h] for t, h in zip(targets, held)])
+    flat_targets = torch.cat(
+        [torch.zeros(0, dtype=torch.long, device=logits.device)]
+        + [t[h].to(logits.device) for t, h in zip(targets, held)]
+    )
     log_probs, entropy = _evaluate(logits, [row for rows in local for row in rows], flat_targets, options)
     return PackedOutput(
         _redistribute(log_probs, held_flat, batch, cp, cp_rank, cp_group),

@@ -57,6 +57,7 @@ def cases(
     max_vocab_local: int = 96,
     response_only=st.booleans(),
     with_entropy=st.booleans(),
+    special=st.lists(st.sampled_from(SPECIALS), unique=True, max_size=2),
 ):
     """A full Case for the token, packed and policy-loss checks.
 
@@ -89,7 +90,7 @@ def cases(
         dtype=draw(dtype),
         temperature=draw(st.sampled_from((1.0, 1.0, 0.7, 2.5))),
         logit_scale=draw(st.sampled_from((1.0, 1.0, 5.0, 30.0, 1e4))),
-        special=tuple(draw(st.lists(st.sampled_from(SPECIALS), unique=True, max_size=2))),
+        special=tuple(draw(special)),
         with_entropy=draw(with_entropy),
         entropy_coef=draw(st.sampled_from((0.0, 0.0, 0.01, -0.5, 1.0))),
         response_only=is_response_only,

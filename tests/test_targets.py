@@ -1,5 +1,6 @@
 """Self-tests of the target seam: external adapters load by path, UNSUPPORTED is reported, failures replay."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -25,6 +26,13 @@ SKEWED_ADAPTER = textwrap.dedent('''
     class TokenOnly(ImplTarget):
         name = "token-only"
         capabilities = frozenset({"token", "entropy"})
+
+    class NoTemperature(ImplTarget):
+        name = "no-temperature"
+        capabilities = ImplTarget.capabilities - {"temperature"}
+
+    class SkewedNoTemperature(Skewed):
+        capabilities = ImplTarget.capabilities - {"temperature"}
 ''')
 
 
@@ -81,3 +89,37 @@ def test_replay_command_reproduces_failure_and_pass(adapter_file):
     assert failing.returncode == 1 and "FAIL" in failing.stdout, failing.stdout + failing.stderr
     passing = subprocess.run([*command, "--target", "impl"], cwd=ROOT, capture_output=True, text=True)
     assert passing.returncode == 0 and "PASS" in passing.stdout, passing.stdout + passing.stderr
+
+
+def _verdicts(adapter_file, selection: str, adapter: str) -> str:
+    """Run one property in a fresh pytest (dev profile) against an adapter; its verdict table."""
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", selection, "--target", f"{adapter_file}:{adapter}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HYPOTHESIS_PROFILE": "dev", "CI": ""},
+    )
+    return run.stdout[run.stdout.index("verdicts for target") :]
+
+
+@pytest.mark.slow
+def test_examples_needing_a_missing_capability_are_left_out_and_counted(adapter_file):
+    table = _verdicts(adapter_file, "properties/test_forward_parity.py::test_token_forward_parity", "NoTemperature")
+    assert "PASS        properties/test_forward_parity.py::test_token_forward_parity" in table, table
+    assert "left out as UNSUPPORTED:" in table and "needing temperature" in table, table
+
+
+@pytest.mark.slow
+def test_left_out_examples_never_hide_a_failure(adapter_file):
+    table = _verdicts(
+        adapter_file, "properties/test_forward_parity.py::test_token_forward_parity", "SkewedNoTemperature"
+    )
+    assert "FAIL        properties/test_forward_parity.py::test_token_forward_parity" in table, table
+
+
+@pytest.mark.slow
+def test_property_whose_every_example_needs_a_missing_capability_is_unsupported(adapter_file):
+    table = _verdicts(adapter_file, "properties/test_forward_parity.py::test_packed_forward_parity", "TokenOnly")
+    assert "UNSUPPORTED properties/test_forward_parity.py::test_packed_forward_parity" in table, table
+    assert "does not support ['packed'] (all " in table, table

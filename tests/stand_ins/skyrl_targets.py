@@ -1,0 +1,17 @@
+"""SkyRL adapters pointed at the stand-in packages beside this file (loaded by path in every rank)."""
+
+from pathlib import Path
+
+from harness.targets.skyrl import SkyRLTarget
+
+HERE = Path(__file__).resolve().parent
+
+
+class Fixed(SkyRLTarget):
+    def __init__(self):
+        super().__init__(root=HERE / "skyrl_fixed")
+
+
+class Buggy(SkyRLTarget):
+    def __init__(self):
+        super().__init__(root=HERE / "skyrl_buggy")

@@ -1,0 +1,95 @@
+"""The SkyRL adapter's seams, on stand-in packages written here (no network, no upstream checkout).
+
+``tests/stand_ins/skyrl_fixed`` follows the upstream signatures with correct
+arithmetic; ``skyrl_buggy`` carries BUGS.md #2 and #3. The adapter must load
+both by path, answer the Megatron lookups, map shapes and shard bounds so the
+fixed one passes the checks at one and two TP ranks, and let the regressions'
+checks fail the buggy one.
+"""
+
+import pytest
+import torch
+
+from harness.cases import Case
+from harness.checks import check_shared_logits, check_token_backward, check_token_forward
+from harness.memory import MemoryCase, int64_with_dimension, measure_token_memory
+from harness.targets import load_target, megatron_stand_in
+from harness.targets.skyrl import PATH_VARIABLE, SkyRLTarget
+
+STAND_INS = "tests/stand_ins/skyrl_targets.py"
+FIXED, BUGGY = f"{STAND_INS}:Fixed", f"{STAND_INS}:Buggy"
+CASES = [
+    Case(seed=1, vocab=12, samples=((6, 4), (5, 2)), chunk_size=3, with_entropy=True),
+    Case(seed=2, vocab=16, tp=2, samples=((7, 5),), chunk_size=2, with_entropy=True),
+]
+
+
+def test_names_the_version_it_loaded():
+    assert load_target(FIXED).name == "skyrl-0.0.0+stand-in-fixed"
+    assert load_target(FIXED).capabilities == {"token", "entropy", "entropy_gate", "chunking"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"tp{c.tp}")
+def test_fixed_stand_in_passes_token_checks(case):
+    check_token_forward(case, FIXED)
+    check_token_backward(case, FIXED)
+    check_token_backward(case.with_(chunk_size=None), FIXED)
+    check_shared_logits(case, FIXED, backwards=2)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"tp{c.tp}")
+def test_borrow_restore_stand_in_fails_the_shared_logits_check(case):
+    # The entropy backward's sub_/add_ bumps the saved logits' version: the
+    # chunked log-prob's backward refuses them (the error a rank raised).
+    with pytest.raises(Exception, match="modified by an inplace operation"):
+        check_shared_logits(case, BUGGY)
+
+
+def test_one_hot_stand_in_is_caught_and_fixed_one_is_not():
+    case = MemoryCase(rows=4096, vocab_local=5000, with_entropy=False)
+    buggy = int64_with_dimension(measure_token_memory(case, load_target(BUGGY)).allocations, case.vocab_local)
+    fixed = int64_with_dimension(measure_token_memory(case, load_target(FIXED)).allocations, case.vocab_local)
+    assert buggy and not fixed
+    assert {a.shape for a in buggy} >= {(1, 1024, 5000)}
+
+
+def test_missing_checkout_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv(PATH_VARIABLE, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=PATH_VARIABLE):
+        SkyRLTarget()
+
+
+def test_temperature_is_refused_not_ignored():
+    target = load_target(FIXED)
+    logits = torch.zeros(2, 4, requires_grad=True)
+    with pytest.raises(ValueError, match="temperature"):
+        target.token_log_probs(
+            logits, torch.zeros(2, dtype=torch.long), tp_group=None, chunk_size=None,
+            with_entropy=False, entropy_grad=False, temperature=0.5,
+        )  # fmt: skip
+
+
+def test_megatron_stand_in_single_rank_collectives_are_the_identity():
+    state = megatron_stand_in.install()
+    megatron_stand_in.set_groups(None, None)
+    group = state.get_tensor_model_parallel_group()
+    assert group is megatron_stand_in.SINGLE_RANK
+    assert (state.get_tensor_model_parallel_world_size(), state.get_tensor_model_parallel_rank()) == (1, 0)
+    x = torch.arange(3.0)
+    torch.distributed.all_reduce(x, op=torch.distributed.ReduceOp.MAX, group=group)
+    gathered = [torch.empty(3)]
+    torch.distributed.all_gather(gathered, x, group=group)
+    assert torch.equal(x, torch.arange(3.0)) and torch.equal(gathered[0], x)
+    y = torch.ones(2, requires_grad=True)
+    assert torch.distributed.nn.functional.all_reduce(y, group=group) is y
+
+
+def test_entropy_gate_gives_a_graph_free_entropy():
+    target = load_target(FIXED)
+    logits = torch.randn(3, 5, requires_grad=True)
+    targets = torch.tensor([0, 4, 2])
+    options = dict(tp_group=None, chunk_size=None, with_entropy=True, temperature=1.0)
+    _, off = target.token_log_probs(logits, targets, entropy_grad=False, **options)
+    _, on = target.token_log_probs(logits, targets, entropy_grad=True, **options)
+    assert off.grad_fn is None and on.requires_grad
+    assert torch.equal(off, on.detach())
