@@ -292,22 +292,37 @@ def entropy_gate(case: Case) -> bool:
     return case.with_entropy and case.entropy_coef != 0
 
 
-def assert_entropy_gate(case: Case, results: list) -> None:
-    """Bugs 1 and 4: ``requires_grad`` of every returned entropy equals the gate, on every rank."""
+def assert_entropy_gate(case: Case, results: list, target: str = "impl") -> None:
+    """Bug 1: ``requires_grad`` of every returned, non-empty entropy equals the gate, on every rank.
+
+    Gate on (``with_entropy and entropy_coef != 0``): the entropy must carry
+    its graph, or the bonus silently does nothing: every target. Gate off: it
+    must not, but only for a target declaring ``entropy_gate``; one without
+    the optimisation keeps the graph, which costs memory, not correctness.
+    Empty outputs hold no value to differentiate; whether their flags agree
+    across CP ranks is bug 4's check (``check_cp_requires_grad``).
+    """
     gate = entropy_gate(case)
+    gated = "entropy_gate" in load_target(target).capabilities
     for rank, result in enumerate(results):
         flags = result["entropy_requires_grad"]
         if flags is None:
             assert not case.with_entropy, f"rank {rank}: entropy was requested but not returned"
             continue
-        for i, flag in enumerate(flags):
+        sizes = [v.numel() for v in result["entropy"]] if result.get("entropy") is not None else [1] * len(flags)
+        for i, (flag, size) in enumerate(zip(flags, sizes, strict=True)):
+            if size == 0 or (not gate and not gated):
+                continue
             assert flag == gate, (
                 f"rank {rank}, sample {i}: entropy.requires_grad={flag} but the gate "
                 f"(with_entropy={case.with_entropy} and entropy_coef={case.entropy_coef} != 0) is {gate}"
             )
         if result.get("log_probs_requires_grad") is not None:
-            assert all(result["log_probs_requires_grad"]), f"rank {rank}: a returned log-prob has no graph"
-        if not gate and "entropy_grad_fn_is_none" in result:
+            log_prob_sizes = [v.numel() for v in result.get("log_probs") or []] or [1] * len(flags)
+            assert all(flag for flag, size in zip(result["log_probs_requires_grad"], log_prob_sizes) if size), (
+                f"rank {rank}: a returned non-empty log-prob has no graph"
+            )
+        if not gate and gated and "entropy_grad_fn_is_none" in result:
             assert all(result["entropy_grad_fn_is_none"]), f"rank {rank}: gated-off entropy still has a grad_fn"
 
 
@@ -324,6 +339,8 @@ def check_policy_loss(case: Case, target: str = "impl") -> None:
     ref, naive = reference.policy_reference(case), reference.policy_reference(case, precise=False)
     scale = value_scale(case.global_logits(), case.temperature) * policy_upstream(case) * max(len(case.samples), 1)
     # Under context parallelism each CP rank returns its share; the shares add up to the batch's loss.
+    # The gate first: an inverted one (bug 1) is then named as such, not as a gradient mismatch.
+    assert_entropy_gate(case, results, target)
     loss = sum(_replicated(group, "loss") for group in _cp_groups(case, results))
     assert_close(loss, ref.loss, naive.loss, what="policy loss", scale=scale)
     assert_close(
@@ -334,7 +351,6 @@ def check_policy_loss(case: Case, target: str = "impl") -> None:
         scale=grad_scale(case, policy_upstream(case)),
         out_dtype=case.torch_dtype,
     )
-    assert_entropy_gate(case, results)
     assert_inputs_unmutated(results)
 
 
@@ -464,7 +480,7 @@ def check_cp_requires_grad(case: Case, target: str = "impl") -> None:
     results = run_job(POLICY_JOB, case, target, timeout_s=HANG_TIMEOUT_S, compare_traces=False, backward=False)
     flags = {rank: (r["log_probs_requires_grad"], r["entropy_requires_grad"]) for rank, r in enumerate(results)}
     assert len({repr(f) for f in flags.values()}) == 1, f"requires_grad differs across ranks: {flags}"
-    assert_entropy_gate(case, results)
+    assert_entropy_gate(case, results, target)
     assert_collectives_consistent(case, results)
 
 

@@ -1,0 +1,17 @@
+"""Stand-in (tests only): slime's ``get_sum_of_sample_mean`` signature, one context-parallel rank."""
+
+import torch
+from megatron.core import mpu
+
+
+def get_sum_of_sample_mean(total_lengths, response_lengths, loss_masks, calculate_per_token_loss=False):
+    assert mpu.get_context_parallel_world_size() == 1, "stand-in: no context parallelism"
+    assert not calculate_per_token_loss
+
+    def sum_of_sample_mean(x: torch.Tensor) -> torch.Tensor:
+        total = x.new_zeros(())
+        for values, mask in zip(x.split(list(response_lengths)), loss_masks):
+            total = total + (values * mask).sum() / mask.sum().clamp(min=1)
+        return total
+
+    return sum_of_sample_mean
