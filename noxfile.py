@@ -6,8 +6,10 @@ machines carry (2.13.0) so no session ever pulls a multi-GB CUDA build.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import nox
@@ -151,48 +153,61 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
-# Imported for what the GPU session needs: the machine's torch, plus these if the system Python lacks them.
+# Imported for what the GPU session needs: the machine's torch, plus these if that Python lacks them.
 GPU_TEST_DEPS = {"pytest": "pytest>=8", "hypothesis": "hypothesis>=6.100"}
 _GPU_PROBE = (
     "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), torch.cuda.device_count())"
 )
 
 
-@nox.session(python=None, venv_params=["--system-site-packages"])
+@nox.session(venv_backend="none")
 def gpu(session: nox.Session) -> None:
     """The suite on CUDA (LPH_DEVICE=cuda), real-memory calibration of the tracker, and the GPU bench: reports/gpu/.
 
-    Works offline: the venv is made from the interpreter nox runs under with
-    --system-site-packages, so it uses the machine's own (CUDA) torch; pick
-    another interpreter with ``nox -s gpu --force-python /path/to/python``.
-    The project is installed with --no-deps --no-index (falling back to
-    PYTHONPATH); pytest and hypothesis are installed only if not importable
-    (pip honours PIP_NO_INDEX / PIP_FIND_LINKS for a wheelhouse). Without CUDA
-    it prints why and is skipped: exit 0.
+    Runs in the interpreter nox itself runs under (``sys.executable``), with
+    no virtualenv: GPU machines keep their CUDA torch in a venv or conda env
+    of their own, and a new venv made with --system-site-packages from such
+    an interpreter sees the BASE Python's site-packages, not the env's, so
+    torch would vanish. Run nox with the Python that holds the CUDA torch
+    (``/path/to/python -m nox -s gpu``). Nothing is downloaded: the project is
+    put on PYTHONPATH; pytest and hypothesis, if that Python lacks them, are
+    pip-installed into ``.nox/gpu-site`` (pip honours PIP_NO_INDEX /
+    PIP_FIND_LINKS for a wheelhouse). Without CUDA it prints why and is
+    skipped: exit 0.
     """
+    python = sys.executable
     try:
-        probe = session.run("python", "-c", _GPU_PROBE, silent=True)
+        probe = session.run(python, "-c", _GPU_PROBE, silent=True, external=True)
     except nox.command.CommandFailed:
-        session.skip("nox -s gpu: torch is not importable from this interpreter (no system torch): skipped")
+        session.skip(
+            f"nox -s gpu: torch is not importable from {python}: skipped (run nox with the CUDA torch's Python)"
+        )
     version, cuda, available, count = probe.strip().splitlines()[-1].split()
     if available != "True":
         session.skip(f"nox -s gpu: no CUDA device (torch {version}, cuda {cuda}): skipped")
-    session.log(f"nox -s gpu: torch {version}, CUDA {cuda}, {count} device(s)")
+    session.log(f"nox -s gpu: {python}: torch {version}, CUDA {cuda}, {count} device(s)")
 
-    try:
-        session.install("--no-deps", "--no-index", "--no-build-isolation", "-e", ".")
-    except nox.command.CommandFailed:
-        session.warn("could not install the project offline; running it from the source tree (PYTHONPATH)")
-        session.env["PYTHONPATH"] = str(Path(__file__).resolve().parent)
+    root = Path(__file__).resolve().parent
+    site = root / ".nox" / "gpu-site"
+    session.env["PYTHONPATH"] = os.pathsep.join([str(root), str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
     find_missing = f"import importlib.util as u; print(*[m for m in {list(GPU_TEST_DEPS)} if u.find_spec(m) is None])"
-    missing = session.run("python", "-c", find_missing, silent=True).split()
+    missing = session.run(python, "-c", find_missing, silent=True, external=True).split()
     if missing:
         try:
-            session.install(*(GPU_TEST_DEPS[name] for name in missing))
+            session.run(
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--target",
+                str(site),
+                *(GPU_TEST_DEPS[m] for m in missing),
+                external=True,
+            )
         except nox.command.CommandFailed:
             session.error(
-                f"nox -s gpu: {missing} not importable and not installable here; install them into the system "
-                "Python, or point pip at a wheelhouse (PIP_NO_INDEX=1 PIP_FIND_LINKS=/path/to/wheels)"
+                f"nox -s gpu: {missing} not importable from {python} and not installable here; install them into "
+                "that Python, or point pip at a wheelhouse (PIP_NO_INDEX=1 PIP_FIND_LINKS=/path/to/wheels)"
             )
 
     out = "reports/gpu"
@@ -207,7 +222,7 @@ def gpu(session: nox.Session) -> None:
     for name, args in steps.items():
         extra = list(session.posargs) if name == "suite on CUDA" else []
         try:
-            session.run("python", "-m", *args, *extra)
+            session.run(python, "-m", *args, *extra, external=True)
         except nox.command.CommandFailed:
             failed.append(name)
     if failed:

@@ -25,6 +25,13 @@ vocabulary"). Design decisions, each tied to a historic bug (BUGS.md):
 * ``0 * log 0 = 0``: vocabulary entries at ``-inf`` contribute nothing to the
   entropy or its gradient, never NaN (SkyRL #2259).
 * A target outside ``[0, V)`` is an error, not a silent log-prob of 0.
+* Chunking changes no bit (chunk invariance): on the CPU ``torch.sum`` of a
+  row does not depend on how many rows share the call, but on CUDA it does
+  (the reduction kernel's launch shape follows the number of rows; seen on an
+  H100 by ``nox -s gpu`` under the ``ci`` profile, one last bit at
+  chunk_size=1 vs one chunk). Off the CPU the row sums therefore use
+  ``row_sum_fixed_order``: a pairwise tree of elementwise adds, whose every
+  addition is fixed by the column index alone.
 """
 
 from __future__ import annotations
@@ -39,6 +46,30 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # changes no probability; it only keeps ``p * log p`` at 0 * finite = 0
 # instead of 0 * -inf = NaN for masked (-inf) vocabulary entries.
 _LOG_ZERO_FLOOR = -200.0
+
+
+def row_sum_fixed_order(rows: torch.Tensor) -> torch.Tensor:
+    """Sum each row of the 2-D ``rows`` (destroying it) in an order fixed by the column count alone.
+
+    Folds the upper part of each row onto the lower part, ``x[:, :h] +=
+    x[:, n-h:n]`` with ``h = n // 2``, until one column is left: pairwise
+    summation made of elementwise adds only, so the result of a row is
+    bit-identical whether it is summed alone or among any number of others,
+    on any device. In place on a private buffer: no allocation but the
+    ``[rows]`` result. Costs ``log2(V)`` launches, which is why the CPU, where
+    ``torch.sum`` is already row-count invariant, keeps ``torch.sum``.
+    """
+    width = rows.shape[1]
+    while width > 1:
+        half = width // 2
+        rows[:, :half].add_(rows[:, width - half : width])
+        width -= half
+    return rows[:, 0].clone() if width == 1 else rows.new_zeros(rows.shape[0])
+
+
+def _row_sum(rows: torch.Tensor) -> torch.Tensor:
+    """Row sums of a private workspace buffer, independent of the chunk's row count on every device."""
+    return rows.sum(dim=1) if rows.device.type == "cpu" else row_sum_fixed_order(rows)
 
 
 def tp_world(group) -> tuple[int, int]:
@@ -261,9 +292,11 @@ class FusedLogProbEntropy(torch.autograd.Function):
             target_shift = shifted.gather(1, gather_index[start:end]).squeeze(1)
             stats[start:end, 1] = torch.where(in_shard[start:end], target_shift, 0.0)
             probs = torch.exp(shifted, out=workspace_pair[1])
-            stats[start:end, 0] = probs.sum(dim=1)
             if with_entropy:
-                stats[start:end, 2] = probs.mul_(shifted.clamp_(min=_LOG_ZERO_FLOOR)).sum(dim=1)
+                # p * log p into the shifted buffer first: the row sums below consume their buffers.
+                p_log_p = shifted.clamp_(min=_LOG_ZERO_FLOOR).mul_(probs)
+                stats[start:end, 2] = _row_sum(p_log_p)
+            stats[start:end, 0] = _row_sum(probs)
         del workspace
         stats = _sum_in_rank_order(stats, tp_group)
 

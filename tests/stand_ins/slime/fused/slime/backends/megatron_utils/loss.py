@@ -13,7 +13,7 @@ def get_log_probs_and_entropy(
     logits = logits.squeeze(0)
     if args.rollout_temperature != 1.0:
         logits = logits / args.rollout_temperature
-    shifted = torch.zeros(logits.size(0), dtype=torch.long)
+    shifted = torch.zeros(logits.size(0), dtype=torch.long, device=logits.device)
     offset = 0
     for tokens, total in zip(unconcat_tokens, total_lengths):
         shifted[offset : offset + total - 1] = tokens[1:total]
