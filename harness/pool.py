@@ -394,7 +394,10 @@ class RankPool:
         return "\n".join(f"rank {rank} stuck; last collective: {last}" for rank, last in stuck_at.items())
 
     def _error_message(self, fn: str, tp: int, cp: int, errors: dict, stuck_at: dict) -> str:
-        parts = [f"{self._layout(fn, tp, cp)} failed on rank(s) {sorted(errors)}", self._error_lines(errors)]
+        # The first line carries the first failing rank's exception: verdict tables show only that line.
+        first = errors[min(errors)].rstrip().splitlines()
+        cause = f": rank {min(errors)}: {first[-1].strip()}" if first else ""
+        parts = [f"{self._layout(fn, tp, cp)} failed on rank(s) {sorted(errors)}{cause}", self._error_lines(errors)]
         if stuck_at:
             parts += [
                 f"the other rank(s) {sorted(stuck_at)} were still busy after a {GRACE_S:.0f} s grace:",

@@ -68,8 +68,12 @@ def test_layout_must_match_world(pool2):
 def test_raising_rank_is_named_and_pool_survives(pool2):
     _ranks(pool2)
     pids = pool2.pids
-    with pytest.raises(RankError, match=r"rank\(s\) \[1\][\s\S]*ValueError: planted failure on rank 1"):
+    with pytest.raises(RankError, match=r"rank\(s\) \[1\][\s\S]*ValueError: planted failure on rank 1") as info:
         pool2.run("harness.selftest_jobs:raise_on", {"rank": 1}, tp=2, cp=1)
+    # Verdict tables show the first line only: it must carry the rank's exception.
+    assert (
+        str(info.value).splitlines()[0].endswith("failed on rank(s) [1]: rank 1: ValueError: planted failure on rank 1")
+    )
     assert pool2.pids == pids, "a clean failure (no rank left stuck) must not cost a respawn"
     assert _ranks(pool2) == [0, 1]
 
