@@ -395,8 +395,9 @@ class RankPool:
 
     def _error_message(self, fn: str, tp: int, cp: int, errors: dict, stuck_at: dict) -> str:
         # The first line carries the first failing rank's exception: verdict tables show only that line.
-        first = errors[min(errors)].rstrip().splitlines()
-        cause = f": rank {min(errors)}: {first[-1].strip()}" if first else ""
+        first_rank = min(errors)
+        lines = errors[first_rank].rstrip().splitlines()
+        cause = f": rank {first_rank}: {lines[-1].strip()}" if lines else ""
         parts = [f"{self._layout(fn, tp, cp)} failed on rank(s) {sorted(errors)}{cause}", self._error_lines(errors)]
         if stuck_at:
             parts += [
