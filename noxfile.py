@@ -7,8 +7,6 @@ machines carry (2.13.0) so no session ever pulls a multi-GB CUDA build.
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -34,31 +32,12 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "tests", *SUITE, *session.posargs)
 
 
-def _target_slug(target: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", target).strip("_") or "target"
-
-
-def _run_suite(session: nox.Session, target: str, slug: str, args: list[str]) -> None:
-    """Properties + regressions against ``target``: verdict table, reports/<slug>/junit.xml and report.md."""
-    out = f"reports/{slug}"
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        *SUITE,
-        "--target",
-        target,
-        f"--junitxml={out}/junit.xml",
-        f"--report-dir={out}",
-        "-o",
-        "junit_family=xunit2",
-        *args,
-    )
-
-
 @nox.session(python=PYTHON)
 def check(session: nox.Session) -> None:
-    """Run properties + regressions against one target (--target T); verdict table, JUnit XML, report.md."""
+    """Run properties + regressions against one target (--target T, default impl), every tier gated.
+
+    Verdict table grouped by tier, reports/<target>/ (junit.xml, verdicts.json, report.md, gate.json).
+    """
     _install(session)
     args = list(session.posargs)
     target = "impl"
@@ -66,51 +45,38 @@ def check(session: nox.Session) -> None:
         at = args.index("--target")
         target = args[at + 1]
         del args[at : at + 2]
-    _run_suite(session, target, _target_slug(target), args)
-
-
-ADAPTERS = {"skyrl": "harness.targets.skyrl:SkyRLTarget", "slime": "harness.targets.slime:SlimeTarget"}
-CHECKOUT_VARIABLES = {"skyrl": "LPH_SKYRL_PATH", "slime": "LPH_SLIME_PATH"}
-
-
-def _git_revision(path: Path) -> str:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(path), "rev-parse", "--short=9", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return path.name
+    session.run("python", "-m", "harness.gate", target, "--tiers", "contract,budget,hardening", *args)
 
 
 @nox.session(python=PYTHON)
 def upstream(session: nox.Session) -> None:
-    """Check upstream code: `nox -s upstream -- SPEC [pytest args]`, exit non-zero on any FAIL.
+    """Gate upstream code: `nox -s upstream -- SPEC [--baseline SPEC] [gate options] [pytest args]`.
 
-    SPEC is ``skyrl==X`` (installed from PyPI without its dependencies),
-    ``skyrl=PATH`` or ``slime=PATH`` (a checkout, loaded by path), or any
-    ``--target`` spec (``module:attr``, ``path/to/adapter.py:attr``).
-    Reports go to reports/<target>/ (junit.xml, report.md).
+    SPEC: ``skyrl==X`` (PyPI, no dependencies, its own directory), ``skyrl=PATH``,
+    ``slime=PATH`` or ``nemo_rl=PATH`` (a checkout), or any ``module:attr`` /
+    ``path.py:attr`` adapter. One target: exit non-zero on an unexpected
+    failure in a gated tier (contract by default; ``--tiers``), known failures
+    from ``expectations/<family>.toml`` (``--expectations``, ``--strict``,
+    ``--update-expectations``). ``--baseline SPEC``: base vs PR, exit non-zero
+    on a NEW FAIL (every tier gated by default). See harness/gate/runner.py.
     """
     if not session.posargs:
-        session.error("usage: nox -s upstream -- SPEC [pytest args] (SPEC: skyrl==X, skyrl=PATH, slime=PATH, mod:attr)")
-    spec, args = session.posargs[0], list(session.posargs[1:])
+        session.error("usage: nox -s upstream -- SPEC [--baseline SPEC] [--tiers ...] [pytest args]")
     _install(session)
-    name, sep, value = spec.partition("=")
-    if name == "skyrl" and (not sep or value.startswith("=")):
-        # PyPI: the package itself only; the adapter loads one file of it and stands in for Megatron.
-        session.install("--no-deps", "--force-reinstall", spec)
-        target, slug = ADAPTERS["skyrl"], _target_slug(spec.replace("==", "-"))
-    elif name in CHECKOUT_VARIABLES and sep:
-        path = Path(value).expanduser().resolve()
-        if not path.is_dir():
-            session.error(f"{spec}: {path} is not a directory (give the root of a {name} checkout)")
-        session.env[CHECKOUT_VARIABLES[name]] = str(path)
-        target, slug = ADAPTERS[name], f"{name}-{_git_revision(path)}"
-    elif ":" in spec:
-        target, slug = spec, _target_slug(spec)
-    else:
-        session.error(f"unknown SPEC {spec!r}: expected skyrl==X, skyrl=PATH, slime=PATH or module:attr")
-    _run_suite(session, target, slug, args)
+    session.run("python", "-m", "harness.gate", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def history(session: nox.Session) -> None:
+    """Would the gate have caught it? Base-vs-PR over an upstream repository's commits (harness/gate/history.py).
+
+    `nox -s history -- slime=PATH_TO_GIT_REPO [--since 2025-12-01] [--until REV] [--paths a.py,b.py]`:
+    verdicts cached per revision of the files under test, table in reports/history/<name>/history.md.
+    """
+    if not session.posargs:
+        session.error("usage: nox -s history -- slime=PATH_TO_GIT_REPO [--since DATE] [--until REV] [--paths ...]")
+    _install(session)
+    session.run("python", "-m", "harness.gate.history", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -1,10 +1,13 @@
 """pytest wiring: the --target option, Hypothesis profiles, the verdict table and case counts.
 
-Loaded from the root conftest.py. The verdict table (check, outcome, shrunk
-counterexample, replay command) is printed at the end of every session and,
-with ``--report-dir``, written as ``report.md`` next to pytest's JUnit XML.
-A check skipped with an ``UNSUPPORTED:`` reason is reported as UNSUPPORTED,
-never as a pass.
+Loaded from the root conftest.py. Every check carries exactly one tier
+(``@pytest.mark.tier``, harness/gate/tiers.py), shown in the verdict table,
+the JUnit properties and the JSON. The verdict table (check, tier, outcome,
+shrunk counterexample, replay command), grouped by tier with the named
+regressions first, is printed at the end of every session and, with
+``--report-dir``, written as ``report.md`` and ``verdicts.json`` (what the
+gate reads) next to pytest's JUnit XML. A check skipped with an
+``UNSUPPORTED:`` reason is reported as UNSUPPORTED, never as a pass.
 """
 
 from __future__ import annotations
@@ -20,8 +23,23 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Unsatisfiable
 
-from harness import stats
+from harness import figures, stats
 from harness.checks import UNSUPPORTED_EXAMPLES
+from harness.gate import render
+from harness.gate.render import Row
+from harness.gate.tiers import MARKER, SELF_TEST, TIERS, tier_of_item
+from harness.gate.verdicts import (
+    FAIL,
+    HANG,
+    PASS,
+    SKIPPED,
+    UNSUPPORTED,
+    VERDICTS_FILE,
+    Run,
+    Verdict,
+    failure_kind,
+    split_replay,
+)
 from harness.pool import shutdown_all
 
 _BASE = settings(
@@ -37,6 +55,10 @@ settings.register_profile(
     "mutants", _BASE, max_examples=40, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate]
 )
 settings.register_profile("thorough", _BASE, max_examples=1000, phases=list(Phase))
+# smoke: the gate's own end-to-end self-tests (a few derandomised examples, no shrinking).
+settings.register_profile(
+    "smoke", _BASE, max_examples=8, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate]
+)
 
 
 def _profile() -> str:
@@ -78,7 +100,8 @@ def _stats_dir(config) -> Path:
 
 
 def pytest_configure(config):
-    """A fresh per-session directory for case counts; xdist workers inherit it through the environment."""
+    """The tier marker; a fresh per-session directory for case counts (xdist workers inherit it)."""
+    config.addinivalue_line("markers", f"{MARKER}(name): the check's gate tier, one of {', '.join(TIERS)}")
     config._lph_verdicts = {}
     if not _is_worker(config):
         os.environ[_STATS_ENV] = tempfile.mkdtemp(prefix="lph-stats-")
@@ -93,9 +116,26 @@ _REPLAY = re.compile(r"^(?:E\s+)?Replay: (.*)$", re.MULTILINE)
 _CASE = re.compile(r"^(?:E\s+)?Case: (.*)$", re.MULTILINE)
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """Every check declares exactly one tier (harness.gate.tiers); it travels in the report's user properties.
+
+    A check without a tier is a collection error naming it, never a check
+    that silently weighs nothing.
+    """
+    problems = []
+    for item in items:
+        try:
+            item.user_properties.append(("tier", tier_of_item(item)))
+        except ValueError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     UNSUPPORTED_EXAMPLES.clear()
+    figures.reset()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -106,6 +146,8 @@ def pytest_runtest_makereport(item, call):
     ends in Hypothesis' Unsatisfiable: that is reported as UNSUPPORTED too.
     """
     report = yield
+    if call.when == "call" and figures.recorded():
+        report.user_properties.append(("figures", figures.recorded()))
     if call.when != "call" or not UNSUPPORTED_EXAMPLES:
         return report
     name = next(iter(UNSUPPORTED_EXAMPLES))[0]
@@ -126,25 +168,44 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+def _raw_verdict(report) -> Verdict | None:
+    """The verdict of a finished test (its call phase, or a setup phase that did not pass)."""
+    if not (report.when == "call" or (report.when == "setup" and report.outcome != "passed")):
+        return None
+    properties = dict(report.user_properties)
+    tier = properties.get("tier", SELF_TEST)
+    figures = properties.get("figures", {})
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        outcome = UNSUPPORTED if "UNSUPPORTED" in reason else SKIPPED
+        return Verdict(report.nodeid, outcome, tier, reason=reason.replace("Skipped: ", ""), figures=figures)
+    if report.failed:
+        text = report.longreprtext
+        cases, replays = _CASE.findall(text), _REPLAY.findall(text)
+        reason = _first_error_line(text)
+        replay = replays[-1] if replays else f"pytest '{report.nodeid}'"
+        check, case = split_replay(replay)
+        return Verdict(
+            report.nodeid,
+            FAIL,
+            tier,
+            reason=f"{reason} Case: {cases[-1]}" if cases else reason,
+            kind=failure_kind(reason),
+            check=check,
+            case=case,
+            replay=replay,
+            figures=figures,
+        )
+    left_out = properties.get("unsupported_examples", "")
+    return Verdict(
+        report.nodeid, PASS, tier, reason=f"left out as UNSUPPORTED: {left_out}" if left_out else "", figures=figures
+    )
+
+
 def pytest_runtest_logreport(report):
-    verdicts = _CONFIG[0]._lph_verdicts
-    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-        if report.skipped:
-            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-            outcome = "UNSUPPORTED" if "UNSUPPORTED" in reason else "SKIPPED"
-            verdicts[report.nodeid] = (outcome, reason.replace("Skipped: ", ""), "")
-        elif report.failed:
-            text = report.longreprtext
-            cases, replays = _CASE.findall(text), _REPLAY.findall(text)
-            reason = _first_error_line(text)
-            verdicts[report.nodeid] = (
-                "FAIL",
-                f"{reason} Case: {cases[-1]}" if cases else reason,
-                replays[-1] if replays else f"pytest '{report.nodeid}'",
-            )
-        else:
-            left_out = dict(report.user_properties).get("unsupported_examples", "")
-            verdicts[report.nodeid] = ("PASS", f"left out as UNSUPPORTED: {left_out}" if left_out else "", "")
+    verdict = _raw_verdict(report)
+    if verdict is not None:
+        _CONFIG[0]._lph_verdicts[report.nodeid] = verdict
 
 
 _CONFIG: list = []
@@ -173,15 +234,14 @@ def pytest_sessionfinish(session, exitstatus):
         stats.dump(_stats_dir(session.config))
 
 
-def verdict_table(verdicts: dict) -> str:
-    rows = ["| check | outcome | counterexample | reproduce |", "|---|---|---|---|"]
-    for nodeid, (outcome, detail, replay) in sorted(verdicts.items()):
-        detail = detail.replace("|", "\\|")
-        rows.append(
-            f"| `{nodeid}` | {outcome} | {('`' + detail + '`') if detail else ''} | "
-            f"{('`' + replay + '`') if replay else ''} |"
-        )
-    return "\n".join(rows)
+def raw_rows(verdicts) -> list[Row]:
+    """The run's raw verdicts as rows (hangs say so; UNSUPPORTED rows carry their missing capabilities)."""
+    rows = []
+    for v in verdicts:
+        outcome = "FAIL (hang)" if v.kind == HANG else v.outcome
+        reproduce = v.replay if v.outcome == FAIL else ""
+        rows.append(Row(v.id, v.tier, outcome, v.reason, reproduce, v.missing_capabilities))
+    return rows
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -195,25 +255,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     verdicts = config._lph_verdicts
     if not verdicts:
         return
-    summary = {}
-    for outcome, _, _ in verdicts.values():
-        summary[outcome] = summary.get(outcome, 0) + 1
     target = config.getoption("--target")
+    rows = raw_rows(verdicts.values())
     terminalreporter.section(f"verdicts for target {target}")
-    for nodeid, (outcome, detail, replay) in sorted(verdicts.items()):
-        terminalreporter.write_line(f"{outcome:11} {nodeid}")
-        if detail:
-            terminalreporter.write_line(f"{'':11} counterexample: {detail}")
-        if replay:
-            terminalreporter.write_line(f"{'':11} reproduce: {replay}")
-    terminalreporter.write_line(", ".join(f"{n} {k}" for k, n in sorted(summary.items())))
+    for line in render.terminal_lines(rows):
+        terminalreporter.write_line(line)
     report_dir = config.getoption("--report-dir")
     if report_dir:
         path = Path(report_dir)
-        path.mkdir(parents=True, exist_ok=True)
         layout = "\n".join(f"- {k}: {v}" for k, v in sorted(counts.items()))
-        (path / "report.md").write_text(
-            f"# Verdicts for target `{target}`\n\n{', '.join(f'{n} {k}' for k, n in sorted(summary.items()))}\n\n"
-            f"{verdict_table(verdicts)}\n\n## Generated cases run, by layout\n\n{layout}\n"
-        )
-        terminalreporter.write_line(f"report: {path / 'report.md'}")
+        meta = {"profile": _profile(), "layouts": dict(counts)}
+        Run(target=target, verdicts=dict(verdicts), meta=meta).save(path)
+        body = render.markdown(rows, f"Verdicts for target `{target}`")
+        (path / "report.md").write_text(f"{body}\n## Generated cases run, by layout\n\n{layout}\n")
+        terminalreporter.write_line(f"report: {path / 'report.md'} (verdicts: {path / VERDICTS_FILE})")

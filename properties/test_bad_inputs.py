@@ -17,6 +17,8 @@ from harness.checks import require
 from harness.jobs import packed_inputs
 from harness.targets import load_target
 
+pytestmark = pytest.mark.tier("hardening")
+
 BASE = Case(seed=11, vocab=10, samples=((5, 3), (4, 2)), mask_mode="mixed")
 
 

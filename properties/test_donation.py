@@ -5,11 +5,14 @@ backward; another node that saved the logits and runs later); never a silent
 wrong gradient. Its memory bound is in test_memory_bounds.py.
 """
 
+import pytest
 from hypothesis import example, given
 
 from harness.cases import Case
 from harness.checks import check_donation
 from properties.strategies import TOKEN_LEVEL, cases
+
+pytestmark = pytest.mark.tier("contract")
 
 
 @given(case=cases(cp_sizes=TOKEN_LEVEL, max_samples=4, max_length=32))

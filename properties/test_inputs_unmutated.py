@@ -6,11 +6,14 @@ forward AND the backward, on every rank. The parity properties assert the same
 on their paths; this one makes it the property under test.
 """
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.checks import check_inputs_unmutated
 from properties.strategies import cases
+
+pytestmark = pytest.mark.tier("contract")
 
 
 @given(case=cases(with_entropy=st.just(True)), coef=st.sampled_from((0.01, -1.0)))

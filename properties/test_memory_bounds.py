@@ -19,6 +19,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness import figures
 from harness.checks import require
 from harness.memory import (
     HISTORIC_SCALES,
@@ -29,6 +30,14 @@ from harness.memory import (
     measure_token_memory,
 )
 from harness.targets import PackedInputs, load_target
+
+pytestmark = pytest.mark.tier("budget")
+
+
+def measured(report):
+    """Record the figure a base-vs-PR gate compares (peak / logits bytes, on this case), then hand it back."""
+    figures.record(figures.PEAK_OVER_LOGITS, report.ratio, report.case)
+    return report
 
 
 class DonatingTarget:
@@ -58,7 +67,7 @@ def memory_cases(draw):
 @given(case=memory_cases())
 def test_generated_shapes_within_bound(case, target):
     require(target, {"token", "chunking"} | ({"entropy"} if case.with_entropy else set()))
-    report = measure_token_memory(case, load_target(target), fake=False)
+    report = measured(measure_token_memory(case, load_target(target), fake=False))
     assert report.peak <= case.bound(), str(report)
 
 
@@ -66,7 +75,7 @@ def test_generated_shapes_within_bound(case, target):
 def test_donation_within_one_logits(case, target):
     require(target, {"token", "chunking", "donation"} | ({"entropy"} if case.with_entropy else set()))
     case = case.__class__(**{**case.__dict__, "backward": True})
-    report = measure_token_memory(case, DonatingTarget(load_target(target)), fake=False)
+    report = measured(measure_token_memory(case, DonatingTarget(load_target(target)), fake=False))
     bound = case.bound(donated=True)
     assert report.peak <= bound, f"{report}; donation bound {bound / case.unit:.4f} x"
 
@@ -84,7 +93,7 @@ def test_forward_backward_at_real_scale(name, target):
     """
     require(target, {"token", "entropy", "chunking"})
     case = REAL_SCALE[name]
-    report = measure_token_memory(case, load_target(target))
+    report = measured(measure_token_memory(case, load_target(target)))
     print(report)
     assert report.peak <= case.bound(), str(report)
 
@@ -93,7 +102,7 @@ def test_forward_backward_at_real_scale(name, target):
 def test_forward_only_at_real_scale(name, target):
     require(target, {"token", "entropy", "chunking"})
     case = MemoryCase(**{**REAL_SCALE[name].__dict__, "backward": False})
-    report = measure_token_memory(case, load_target(target))
+    report = measured(measure_token_memory(case, load_target(target)))
     print(report)
     assert report.peak <= case.bound(), str(report)
 
@@ -102,7 +111,7 @@ def test_forward_only_at_real_scale(name, target):
 def test_donation_at_real_scale(name, target):
     require(target, {"token", "donation", "entropy", "chunking"})
     case = REAL_SCALE[name]
-    report = measure_token_memory(case, DonatingTarget(load_target(target)))
+    report = measured(measure_token_memory(case, DonatingTarget(load_target(target))))
     print(report)
     assert report.peak <= case.bound(donated=True), f"{report}; donation bound {case.bound(True) / case.unit:.4f} x"
 
@@ -125,7 +134,7 @@ def test_response_only_buffers_scale_with_kept_rows(fraction, target):
             pad_multiple=1,
         )
 
-    report = measure_packed_memory(case, load_target(target), inputs, response_only=True)
+    report = measured(measure_packed_memory(case, load_target(target), inputs, response_only=True))
     print(report)
     kept = response * samples
     bound = 2 * case.unit + chunk_working_set(min(case.chunk_rows, kept), case.vocab_local)

@@ -12,12 +12,15 @@ returned tensor equals the gate and is identical on all ranks.
 Mutant: ``redistribute_zeros_require_grad``.
 """
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from harness.cases import Case
 from harness.checks import check_cp_requires_grad
 from properties.strategies import cases
+
+pytestmark = pytest.mark.tier("contract")
 
 CP_CASES = cases(cp_sizes=(2, 4), tp=st.sampled_from((1, 2)), with_entropy=st.just(True))
 DSA_TRIGGER = Case(seed=41, vocab=16, cp=2, cp_mode="allgather", samples=((8, 6), (4, 2)), pad_multiple=3)

@@ -17,12 +17,15 @@ Mutants: ``redistribute_zeros_require_grad`` (the #1788 mechanism) and
 values, so only the other ranks all-reduce in backward).
 """
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from harness.cases import Case
 from harness.checks import check_cp_collectives
 from properties.strategies import cases
+
+pytestmark = pytest.mark.tier("contract")
 
 CP_CASES = cases(cp_sizes=(2, 4), tp=st.sampled_from((1, 2)), cp_modes=("allgather", "allgather", "zigzag"))
 

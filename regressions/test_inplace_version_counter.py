@@ -19,12 +19,15 @@ Mutants: ``borrow_restore_saved_logits`` (the SkyRL backward) and
 ``forward_shifts_logits_in_place`` (a forward that skips its private copy).
 """
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from harness.cases import Case
 from harness.checks import check_inputs_unmutated, check_second_backward, check_shared_logits
 from properties.strategies import TOKEN_LEVEL, cases
+
+pytestmark = pytest.mark.tier("contract")
 
 # At least two rows, so that logits[1:] overlaps logits. fp32 and no special
 # values (-inf columns, ties): the mechanism does not depend on them, and an

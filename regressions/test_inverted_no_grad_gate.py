@@ -15,26 +15,23 @@ target.
 Mutant: ``inverted_no_grad_gate`` (harness/mutants/catalog.py).
 """
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from harness.cases import Case
 from harness.checks import (
     POLICY_JOB,
-    assemble_grad,
     assert_entropy_gate,
-    check_gate_invariance,
+    check_entropy_bonus_gradient,
     check_policy_loss,
-    grad_scale,
-    policy_upstream,
-    replayable,
     require,
-    required_capabilities,
 )
-from harness.reference import entropy_bonus_grad
+from harness.invariances import check_gate_invariance
 from harness.run import run_job
-from harness.tolerance import assert_close
 from properties.strategies import cases
+
+pytestmark = pytest.mark.tier("contract")
 
 COEFFICIENTS = st.sampled_from((0.0, 0.01, -0.5, 1.0))
 # No special values: -inf vocabulary columns give NaN entropy in several
@@ -50,24 +47,6 @@ def test_requires_grad_equals_gate_and_gradient_matches_oracle(case, coef, targe
     """``entropy.requires_grad == (with_entropy and coef != 0)`` on every rank; grad_fn None when off;
     d(loss)/d(logits) equals the float64 oracle's."""
     check_policy_loss(case.with_(entropy_coef=coef), target)
-
-
-@replayable
-def check_entropy_bonus_gradient(case: Case, target: str = "impl") -> None:
-    """grad(c) - grad(0) == -c * d(sum_of_sample_mean(H))/dz: the bonus really moves the gradient."""
-    require(target, required_capabilities(case, "policy_loss") | {"entropy"})
-    with_bonus = assemble_grad(case, run_job(POLICY_JOB, case, target))
-    without = assemble_grad(case, run_job(POLICY_JOB, case.with_(entropy_coef=0.0), target))
-    want = -case.entropy_coef * entropy_bonus_grad(case)
-    difference = with_bonus.double() - without.double()
-    assert_close(
-        difference,
-        want,
-        want,
-        what="grad(coef) - grad(0)",
-        scale=2 * grad_scale(case, policy_upstream(case)),
-        out_dtype=case.torch_dtype,
-    )
 
 
 @given(

@@ -27,6 +27,8 @@ from harness.checks import require
 from harness.memory import HISTORIC_SCALES, int64_with_dimension, measure_token_memory
 from harness.targets import load_target
 
+pytestmark = pytest.mark.tier("contract")
+
 
 def _describe(allocations) -> str:
     largest = max(allocations, key=lambda a: a.nbytes)

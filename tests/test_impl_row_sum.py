@@ -18,7 +18,8 @@ import torch
 
 import impl.token_level as token_level
 from harness.cases import Case
-from harness.checks import check_chunk_invariance, check_token_backward, check_token_forward
+from harness.checks import check_token_backward, check_token_forward
+from harness.invariances import check_chunk_invariance
 
 WIDTHS = (1, 2, 3, 67, 131, 4099)
 

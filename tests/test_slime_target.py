@@ -16,13 +16,13 @@ from harness.cases import Case
 from harness.checks import (
     POLICY_JOB,
     assert_entropy_gate,
-    check_gate_invariance,
     check_packed_backward,
     check_packed_forward,
     check_policy_loss,
     check_token_backward,
     check_token_forward,
 )
+from harness.invariances import check_gate_invariance
 from harness.run import run_job
 from harness.targets import PackedInputs, load_target, megatron_stand_in, slime_stand_ins
 from harness.targets.slime import PATH_VARIABLE, SlimeTarget, revision, slime_root

@@ -36,6 +36,7 @@ CAPABILITIES = frozenset(
         "cp_zigzag",  # context parallelism, zigzag (ring-attention) layout
         "cp_allgather",  # context parallelism, allgather layout (DSA models)
         "donation",  # token_log_probs(..., donate_logits=True) writes the gradient over the logits
+        "bit_exact",  # chunking, the entropy gate and response-only change no bit (else: within tolerance)
     }
 )
 

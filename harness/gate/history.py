@@ -1,0 +1,194 @@
+"""Would the gate have caught it? Base-vs-PR over an upstream repository's history.
+
+``python -m harness.gate.history slime=PATH_TO_GIT_REPO [--since 2025-12-01] [--until REV]
+[--paths a.py,b.py] [--reports reports/history] [pytest args]``
+
+For every commit (author date from ``--since``, up to ``--until``) that
+touches the files holding the code under test, the commit is the PR and its
+first parent the base. Revisions are keyed by the blob ids of those files, so
+a revision whose files under test did not change reuses the verdicts of the
+one that did: N commits cost N+1 suite runs, each cached on disk
+(``<reports>/<family>/runs/<key>/verdicts.json``); a rerun only runs what is
+missing. Trees are extracted with ``git archive`` into a temporary folder
+(never into this repository). The table (commit, date, PR title, NEW FAIL,
+FIXED) goes to ``history.md`` and ``history.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.gate import compare as comparison
+from harness.gate import specs
+from harness.gate.runner import run_suite
+from harness.gate.tiers import TIERS
+from harness.gate.verdicts import Run
+
+# Verdicts are valid for one revision of this harness: a changed suite reruns.
+HARNESS_REVISION = specs.git_revision(specs.ROOT)
+
+# The files each adapter loads (harness/targets/<family>.py docstrings).
+FILES_UNDER_TEST = {
+    "slime": (
+        "slime/utils/ppo_utils.py",
+        "slime/backends/megatron_utils/loss.py",
+        "slime/backends/megatron_utils/cp_utils.py",
+    ),
+    "nemo_rl": ("nemo_rl/distributed/model_utils.py", "nemo_rl/algorithms/loss_functions.py"),
+}
+
+
+@dataclass
+class Commit:
+    sha: str
+    date: str
+    subject: str
+    parent: str
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
+def commits(repo: Path, paths, since: str, until: str) -> list[Commit]:
+    """Commits touching ``paths`` with author date >= ``since``, oldest first."""
+    log = _git(repo, "log", "--reverse", "--format=%H%x09%ad%x09%P%x09%s", "--date=short", until, "--", *paths)
+    found = []
+    for line in log.splitlines():
+        sha, date, parents, subject = line.split("\t", 3)
+        if date >= since and parents:
+            found.append(Commit(sha, date, subject, parents.split()[0]))
+    return found
+
+
+def content_key(repo: Path, revision: str, paths) -> str:
+    """Identity of the code under test at ``revision``: the blob ids of its files."""
+    blobs = []
+    for path in paths:
+        try:
+            blobs.append(_git(repo, "rev-parse", f"{revision}:{path}").strip())
+        except subprocess.CalledProcessError:
+            blobs.append("absent")
+    return hashlib.sha1(" ".join(blobs).encode()).hexdigest()[:12]
+
+
+class Revisions:
+    """Extracted trees and cached verdicts, one per content key."""
+
+    def __init__(self, family: str, repo: Path, cache: Path, trees: Path, pytest_args: list[str]):
+        self.family, self.repo, self.cache, self.trees, self.pytest_args = family, repo, cache, trees, pytest_args
+
+    def tree(self, key: str, revision: str) -> Path:
+        path = self.trees / key
+        if not path.is_dir():
+            path.mkdir(parents=True)
+            archive = subprocess.run(
+                ["git", "-C", str(self.repo), "archive", revision], capture_output=True, check=True
+            )
+            subprocess.run(["tar", "-x", "-C", str(path)], input=archive.stdout, check=True)
+        return path
+
+    def side(self, key: str, revision: str) -> comparison.Side:
+        variable = specs.CHECKOUT_VARIABLES[self.family]
+        return comparison.Side(revision[:9], specs.ADAPTERS[self.family], {variable: str(self.tree(key, revision))})
+
+    def run(self, key: str, revision: str) -> Run:
+        out = self.cache / "runs" / HARNESS_REVISION / key
+        if (out / "verdicts.json").is_file():
+            return Run.load(out)
+        side = self.side(key, revision)
+        resolved = specs.ResolvedSpec(f"{self.family}@{revision[:9]}", side.target, key, self.family, side.env)
+        run, elapsed = run_suite(resolved, out, self.pytest_args)
+        run.meta.update({"revision": revision, "wall_s": round(elapsed, 1)})
+        run.save(out)
+        return run
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.gate.history", description=__doc__.splitlines()[0])
+    parser.add_argument("spec", help="FAMILY=PATH to a git repository (bare or not), e.g. slime=../slime")
+    parser.add_argument("--since", default="2025-12-01", help="first author date (YYYY-MM-DD)")
+    parser.add_argument("--until", default="HEAD", help="last revision")
+    parser.add_argument("--paths", help="comma-separated files under test (default: the adapter's)")
+    parser.add_argument("--reports", default="reports/history")
+    args, pytest_args = parser.parse_known_args(argv)
+    family, _, location = args.spec.partition("=")
+    if family not in specs.CHECKOUT_VARIABLES or not location:
+        print(f"history: SPEC must be FAMILY=PATH with FAMILY in {sorted(specs.CHECKOUT_VARIABLES)}", file=sys.stderr)
+        return 2
+    repo = Path(location).expanduser().resolve()
+    paths = tuple(args.paths.split(",")) if args.paths else FILES_UNDER_TEST.get(family)
+    if not paths:
+        print(f"history: give --paths for {family}", file=sys.stderr)
+        return 2
+    cache = Path(args.reports) / family
+    table = []
+    with tempfile.TemporaryDirectory(prefix="lph-history-") as trees:
+        revisions = Revisions(family, repo, cache, Path(trees), pytest_args)
+        for commit in commits(repo, paths, args.since, args.until):
+            head_key, base_key = content_key(repo, commit.sha, paths), content_key(repo, commit.parent, paths)
+            if head_key == base_key:
+                continue
+            base_run, head_run = revisions.run(base_key, commit.parent), revisions.run(head_key, commit.sha)
+            decision = comparison.compare(
+                base_run,
+                head_run,
+                revisions.side(base_key, commit.parent),
+                revisions.side(head_key, commit.sha),
+                tiers=TIERS,
+            )
+            table.append(
+                {
+                    "commit": commit.sha[:9],
+                    "date": commit.date,
+                    "title": commit.subject,
+                    "new_fail": [f"{e.id} [{e.tier}]" for e in decision.new_failures],
+                    "fixed": [f"{e.id} [{e.tier}]" for e in decision.fixed],
+                    "still_failing": len(decision.still_failing),
+                    "would_block": bool(decision.exit_code),
+                }
+            )
+            print(
+                f"history: {commit.sha[:9]} {commit.subject[:60]}: {len(decision.new_failures)} new, "
+                f"{len(decision.fixed)} fixed",
+                flush=True,
+            )
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "history.json").write_text(json.dumps(table, indent=1) + "\n")
+    (cache / "history.md").write_text(render_table(family, args.since, table))
+    print(f"history: {cache / 'history.md'}")
+    return 0
+
+
+def _short(ids: list[str]) -> str:
+    return "<br>".join(f"`{i.split('::', 1)[-1]}`" for i in ids) or "-"
+
+
+def render_table(family: str, since: str, table: list[dict]) -> str:
+    blocked = sum(1 for row in table if row["would_block"])
+    lines = [
+        f"# Gate history: {family} since {since}",
+        "",
+        f"{len(table)} commits touching the code under test; the gate would have blocked {blocked}.",
+        "",
+        "| commit | date | PR title | NEW FAIL | FIXED | still failing |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in table:
+        title = row["title"].replace("|", "\\|")
+        lines.append(
+            f"| `{row['commit']}` | {row['date']} | {title} | {_short(row['new_fail'])} | {_short(row['fixed'])} "
+            f"| {row['still_failing']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

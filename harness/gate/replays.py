@@ -1,0 +1,97 @@
+"""Replay counterexamples of one side of a comparison on the other side's target.
+
+A derandomised run stops generating at its first failure, so a base and a PR
+may draw different examples: a failure the PR's run found but the base's run
+happened not to draw is still pre-existing if the base fails the same Case.
+Each side's target may need its own environment (``LPH_SLIME_PATH`` for a
+checkout), so the replays of one side run in ONE subprocess with that
+environment (one rank pool, many Cases): ``python -m harness.gate.replays``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness.gate.verdicts import failure_kind
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Replayed:
+    check: str
+    case: str
+    outcome: str  # PASS, FAIL or UNSUPPORTED
+    reason: str = ""
+    kind: str = ""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}".replace("builtins.", "")
+    return text.splitlines()[0][:240]
+
+
+def replay_one(check: str, case_json: str, target: str) -> Replayed:
+    """Run ``check`` on the Case in this process; never raises."""
+    from harness.cases import Case
+    from harness.targets import Unsupported
+
+    module_name, _, function_name = check.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+        function(Case.from_json(case_json), target)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # the check's failure, whatever it raised (pytest's skip is a BaseException)
+        if isinstance(exc, Unsupported) or type(exc).__name__ == "Skipped":
+            return Replayed(check, case_json, "UNSUPPORTED", str(exc))
+        reason = _first_line(exc)
+        return Replayed(check, case_json, "FAIL", reason, failure_kind(reason))
+    return Replayed(check, case_json, "PASS")
+
+
+def replay_in_subprocess(items: list[tuple[str, str]], target: str, env: dict, timeout_s: float) -> list[Replayed]:
+    """Replay ``items`` ((check, case json) pairs) against ``target`` in a child with ``env`` added."""
+    if not items:
+        return []
+    with tempfile.TemporaryDirectory(prefix="lph-replay-") as tmp:
+        source, result = Path(tmp) / "in.json", Path(tmp) / "out.json"
+        source.write_text(json.dumps([{"check": c, "case": k} for c, k in items]))
+        command = [sys.executable, "-m", "harness.gate.replays", "--target", target, "--in", str(source)]
+        command += ["--out", str(result)]
+        child_env = {**os.environ, **env}
+        try:
+            subprocess.run(command, cwd=ROOT, env=child_env, timeout=timeout_s, check=True)
+        except (subprocess.TimeoutExpired, subprocess.CalledProcessError) as exc:
+            reason = f"the replay process did not finish cleanly: {exc}"
+            return [Replayed(c, k, "ERROR", reason) for c, k in items]
+        return [Replayed(**entry) for entry in json.loads(result.read_text())]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.gate.replays", description=__doc__.splitlines()[0])
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--in", dest="source", required=True, help="JSON list of {check, case}")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    from harness.pool import shutdown_all
+
+    items = json.loads(Path(args.source).read_text())
+    try:
+        results = [replay_one(item["check"], item["case"], args.target) for item in items]
+    finally:
+        shutdown_all()
+    Path(args.out).write_text(json.dumps([asdict(r) for r in results]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

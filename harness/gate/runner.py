@@ -1,0 +1,158 @@
+"""``python -m harness.gate SPEC [--baseline SPEC] [options] [pytest args]``: run the suite, decide.
+
+One target (single mode): the suite runs once, each check is classified
+against the target family's expectations, and the exit code is non-zero iff
+an UNEXPECTED failure sits in a gated tier (``contract`` by default).
+
+Base vs PR (``--baseline SPEC``): the suite runs on the base, then on the PR,
+with the same derandomised examples (the ``ci`` Hypothesis profile unless one
+is set); counterexamples are replayed across; every tier is gated by default.
+
+Reports: ``reports/<slug>/`` per side (junit.xml, verdicts.json) and the
+decision (report.md, gate.json, summary.md) in ``reports/<slug>/`` (single)
+or ``reports/<pr>-vs-<base>/``. With ``$GITHUB_STEP_SUMMARY`` set, the
+summary is appended to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness.gate import compare as comparison
+from harness.gate import expectations, single, specs
+from harness.gate.tiers import CONTRACT, TIERS, parse_tiers
+from harness.gate.verdicts import Run
+
+SUITE = ["properties", "regressions"]
+PYTEST_OK = (0, 1)  # all passed / some checks failed: both are verdicts; anything else is a broken run
+
+
+class RunError(RuntimeError):
+    """pytest itself could not run the suite (usage error, collection error, internal error)."""
+
+
+def _is_test_path(arg: str) -> bool:
+    """A positional test selection (``regressions/test_x.py``, ``path::test``) replaces the whole suite."""
+    return not arg.startswith("-") and (specs.ROOT / arg.split("::", 1)[0]).exists()
+
+
+def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -> tuple[Run, float]:
+    """The suite against one resolved SPEC, verdicts in ``out``; (run, wall seconds)."""
+    specs.install(resolved)
+    out.mkdir(parents=True, exist_ok=True)
+    stale = out / "verdicts.json"
+    stale.unlink(missing_ok=True)
+    selected = [arg for arg in pytest_args if _is_test_path(arg)]
+    others = [arg for arg in pytest_args if arg not in selected]
+    command = [sys.executable, "-m", "pytest", *(selected or SUITE), "--target", resolved.target]
+    command += [f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", "-o", "junit_family=xunit2", *others]
+    env = {**os.environ, **resolved.env}
+    if "HYPOTHESIS_PROFILE" not in env and not env.get("CI"):
+        env["HYPOTHESIS_PROFILE"] = "ci"  # the same derandomised examples on both sides of a comparison
+    print(f"gate: running the suite against {resolved.spec} ({resolved.target}) -> {out}", flush=True)
+    started = time.monotonic()
+    code = subprocess.run(command, cwd=specs.ROOT, env=env).returncode
+    elapsed = time.monotonic() - started
+    if code not in PYTEST_OK or not stale.is_file():
+        raise RunError(f"pytest exited {code} on {resolved.spec} without verdicts: see its output above")
+    return Run.load(out), elapsed
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness.gate", description=__doc__.splitlines()[0])
+    parser.add_argument("spec", help="the target (the PR): impl, skyrl==X, skyrl=PATH, slime=PATH, mod:attr, ...")
+    parser.add_argument("--baseline", help="base SPEC: classify NEW FAIL / FIXED / STILL FAILING against it")
+    parser.add_argument("--tiers", help=f"gated tiers (default: {CONTRACT} alone; with --baseline: all of {TIERS})")
+    parser.add_argument("--expectations", help="known failures file (default: expectations/<family>.toml)")
+    parser.add_argument("--strict", action="store_true", help="FIXED (an expected failure now passing) is red too")
+    parser.add_argument("--update-expectations", action="store_true", help="rewrite the expectations from this run")
+    parser.add_argument("--reports", default="reports", help="report root (default: reports/)")
+    return parser
+
+
+def _step_summary(text: str) -> None:
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+
+
+def main(argv=None) -> int:
+    args, pytest_args = _parser().parse_known_args(argv)
+    try:
+        head = specs.resolve(args.spec)
+        base = specs.resolve(args.baseline) if args.baseline else None
+        tiers = parse_tiers(args.tiers) if args.tiers else (TIERS if base else (CONTRACT,))
+    except ValueError as exc:
+        print(f"gate: {exc}", file=sys.stderr)
+        return 2
+    root = Path(args.reports)
+    try:
+        if base is None:
+            return _single(head, root, tiers, args, pytest_args)
+        return _compare(base, head, root, tiers, pytest_args)
+    except (RunError, FileNotFoundError, ValueError) as exc:
+        print(f"gate: {exc}", file=sys.stderr)
+        return 2
+
+
+def _expectations_path(head: specs.ResolvedSpec, args) -> Path | None:
+    if args.expectations:
+        return Path(args.expectations)
+    return expectations.default_path(head.family)
+
+
+def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> int:
+    out = root / head.slug
+    run, elapsed = run_suite(head, out, pytest_args)
+    path = _expectations_path(head, args)
+    expected = expectations.load(path) if path and path.is_file() else {}
+    decision = single.classify(run, expected, tiers=tiers, strict=args.strict)
+    decision.notes.append(f"expectations: {path if expected else 'none'}; suite wall time {elapsed:.0f} s")
+    if args.update_expectations:
+        target_path = path or expectations.EXPECTATIONS_DIR / f"{head.family or head.slug}.toml"
+        header = (
+            f"Known failures of {head.family or head.spec} at {head.slug}: one entry per check, each with a true\n"
+            "one-line reason saying what is wrong upstream (docs/gate.md). Written by --update-expectations;\n"
+            "entries marked TO EXPLAIN still need their reason written by a person."
+        )
+        target_path.parent.mkdir(parents=True, exist_ok=True)
+        target_path.write_text(expectations.render(run, expected, header))
+        print(f"gate: wrote {target_path}")
+    decision.write(out)
+    decision.print()
+    _step_summary(decision.summary())
+    print(f"gate: {out / 'report.md'}, {out / 'gate.json'}, {out / 'summary.md'}")
+    return decision.exit_code
+
+
+def _compare(base: specs.ResolvedSpec, head: specs.ResolvedSpec, root: Path, tiers, pytest_args) -> int:
+    base_slug = base.slug if base.slug != head.slug else f"{base.slug}-base"
+    started = time.monotonic()
+    base_run, base_s = run_suite(base, root / base_slug, pytest_args)
+    head_run, head_s = run_suite(head, root / head.slug, pytest_args)
+    replay_started = time.monotonic()
+    decision = comparison.compare(
+        base_run,
+        head_run,
+        comparison.Side(base.spec, base.target, base.env),
+        comparison.Side(head.spec, head.target, head.env),
+        tiers=tiers,
+    )
+    replay_s = time.monotonic() - replay_started
+    total = time.monotonic() - started
+    decision.notes.append(
+        f"wall time: base {base_s:.0f} s, PR {head_s:.0f} s, replays and classification {replay_s:.0f} s, "
+        f"total {total:.0f} s"
+    )
+    out = root / f"{head.slug}-vs-{base_slug}"
+    decision.write(out)
+    decision.print()
+    _step_summary(decision.summary())
+    print(f"gate: {out / 'report.md'}, {out / 'gate.json'}, {out / 'summary.md'}")
+    return decision.exit_code

@@ -1,0 +1,109 @@
+"""SPEC strings (what a maintainer types) to the target the suite runs, and its environment.
+
+* ``impl``: this project's implementation;
+* ``skyrl==X``: SkyRL X from PyPI, installed WITHOUT dependencies into its own
+  directory (``.packages/skyrl-X``) and loaded by path, so a base and a PR on
+  two versions can live side by side in one virtualenv;
+* ``skyrl=PATH``, ``slime=PATH``, ``nemo_rl=PATH``: a checkout, loaded by path;
+* ``module:attr`` or ``path/to/adapter.py:attr``: any adapter (docs/targets.md);
+* ``mutant=NAME``: impl/ carrying one re-created historic bug (the gate's own tests and demos).
+
+A SPEC's family names its shipped expectations file (``expectations/<family>.toml``).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ROOT / ".packages"
+ADAPTERS = {
+    "skyrl": "harness.targets.skyrl:SkyRLTarget",
+    "slime": "harness.targets.slime:SlimeTarget",
+    "nemo_rl": "harness.targets.nemo_rl:NemoRLTarget",
+}
+CHECKOUT_VARIABLES = {"skyrl": "LPH_SKYRL_PATH", "slime": "LPH_SLIME_PATH", "nemo_rl": "LPH_NEMO_RL_PATH"}
+PYPI = {"skyrl"}
+
+
+@dataclass
+class ResolvedSpec:
+    spec: str
+    target: str
+    slug: str
+    family: str | None = None
+    env: dict = field(default_factory=dict)
+    pip_requirement: str | None = None  # installed into ``env``'s path before the run
+
+
+def slug_of(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "target"
+
+
+def git_revision(path: Path) -> str:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "--short=9", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return path.name
+
+
+def resolve(spec: str) -> ResolvedSpec:
+    """Parse a SPEC; a malformed one is a clear error listing the accepted forms."""
+    if spec == "impl":
+        return ResolvedSpec(spec, "impl", "impl")
+    if spec.startswith("mutant="):
+        return _mutant(spec)
+    name, sep, value = spec.partition("=")
+    if name in PYPI and sep and value.startswith("="):
+        version = value[1:]
+        directory = PACKAGES / f"{name}-{version}"
+        return ResolvedSpec(
+            spec,
+            ADAPTERS[name],
+            f"{name}-{version}",
+            name,
+            {CHECKOUT_VARIABLES[name]: str(directory)},
+            pip_requirement=f"{name}=={version}",
+        )
+    if name in CHECKOUT_VARIABLES and sep:
+        path = Path(value).expanduser().resolve()
+        if not path.is_dir():
+            raise ValueError(f"{spec}: {path} is not a directory (give the root of a {name} checkout)")
+        return ResolvedSpec(
+            spec, ADAPTERS[name], f"{name}-{git_revision(path)}", name, {CHECKOUT_VARIABLES[name]: str(path)}
+        )
+    if ":" in spec and not sep:
+        return ResolvedSpec(spec, spec, slug_of(spec))
+    raise ValueError(
+        f"unknown SPEC {spec!r}: expected impl, mutant=NAME, skyrl==X, skyrl=PATH, slime=PATH, nemo_rl=PATH, "
+        "module:attr or path/to/adapter.py:attr"
+    )
+
+
+def _mutant(spec: str) -> ResolvedSpec:
+    """``mutant=NAME``: impl/ with one historic bug re-created (harness/mutants/catalog.py), for demos and tests."""
+    from harness.mutants.catalog import by_name
+
+    name = spec.partition("=")[2]
+    try:
+        by_name(name)
+    except KeyError as exc:
+        raise ValueError(str(exc.args[0])) from None
+    return ResolvedSpec(spec, "impl", f"mutant-{name}", None, {"LPH_MUTANT": name})
+
+
+def install(resolved: ResolvedSpec) -> None:
+    """Install a PyPI SPEC into its own directory (once), without dependencies."""
+    if resolved.pip_requirement is None:
+        return
+    directory = Path(next(iter(resolved.env.values())))
+    if directory.is_dir() and any(directory.iterdir()):
+        return
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(directory)]
+    subprocess.run([*command, resolved.pip_requirement], check=True)

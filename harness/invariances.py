@@ -1,0 +1,168 @@
+"""Invariances: chunking, the entropy-gradient gate and response-only evaluation change nothing.
+
+Bit for bit is impl's own promise (rows computed independently, the gate
+marking the same values non-differentiable, response-only rows read in
+place). For another target the CONTRACT is that the two configurations give
+the same values within the tolerance policy, i.e. each matches the float64
+oracle; bit-exactness is then a determinism matter (tier ``hardening``)
+unless the target declares the ``bit_exact`` capability. Each check takes
+``exact``: None follows the target's declaration, True demands bit-identity.
+
+Token-level variants exist so a token-only target (NeMo-RL, SkyRL's
+Functions, megatron-style cross-entropies) gets every check its entry points
+allow.
+"""
+
+from __future__ import annotations
+
+from harness.cases import Case
+from harness.checks import (
+    PACKED_JOB,
+    POLICY_JOB,
+    TOKEN_JOB,
+    assert_dropped_zero,
+    assert_packed_backward,
+    assert_packed_forward,
+    assert_policy_loss,
+    assert_token_backward,
+    assert_token_forward,
+    consumed_positions,
+    gather_samples,
+    replayable,
+    require,
+    required_capabilities,
+)
+from harness.run import run_job
+from harness.targets import load_target
+from harness.tolerance import assert_identical
+
+BIT_EXACT = "bit_exact"
+
+
+def _exact(target: str, exact: bool | None) -> bool:
+    return BIT_EXACT in load_target(target).capabilities if exact is None else exact
+
+
+def _assert_outputs_identical(case: Case, first: list, second: list, label: str, keys=("log_probs", "entropy")) -> None:
+    for rank, (a, b) in enumerate(zip(first, second)):
+        for key in keys:
+            x, y = a.get(key), b.get(key)
+            if x is None or y is None:
+                assert x is None and y is None, f"rank {rank} {key}: returned in one configuration only ({label})"
+                continue
+            for i, (u, v) in enumerate(zip(x, y) if isinstance(x, list) else [(x, y)]):
+                assert_identical(v, u, what=f"rank {rank} {key}[{i}], {label}")
+
+
+def _assert_grads_identical(first: list, second: list, label: str) -> None:
+    for rank, (a, b) in enumerate(zip(first, second)):
+        assert_identical(b["grad"], a["grad"], what=f"rank {rank} grad(logits), {label}")
+
+
+# ---- chunking ------------------------------------------------------------------------
+
+
+@replayable
+def check_chunk_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
+    """Packed path: chunk_size=c and one chunk give the same values and gradient (bit for bit if ``exact``)."""
+    require(target, required_capabilities(case, "packed") | {"chunking"})
+    chunked = run_job(PACKED_JOB, case, target)
+    whole = run_job(PACKED_JOB, case.with_(chunk_size=None), target)
+    label = f"chunk_size={case.chunk_size} vs one chunk"
+    if _exact(target, exact):
+        _assert_outputs_identical(case, chunked, whole, label)
+        _assert_grads_identical(chunked, whole, label)
+        return
+    for results in (chunked, whole):
+        assert_packed_forward(case, results)
+        assert_packed_backward(case, results)
+
+
+@replayable
+def check_token_chunk_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
+    """Token level: chunk_size=c and one chunk give the same values and gradient (bit for bit if ``exact``)."""
+    require(target, required_capabilities(case, "token") | {"chunking"})
+    chunked = run_job(TOKEN_JOB, case, target)
+    whole = run_job(TOKEN_JOB, case.with_(chunk_size=None), target)
+    label = f"chunk_size={case.chunk_size} vs one chunk"
+    if _exact(target, exact):
+        _assert_outputs_identical(case, chunked, whole, label)
+        _assert_grads_identical(chunked, whole, label)
+        return
+    for results in (chunked, whole):
+        assert_token_forward(case, results)
+        assert_token_backward(case, results)
+
+
+# ---- the entropy-gradient gate ----------------------------------------------------------
+
+
+def _assert_gate_flags(off: list, token_level: bool) -> None:
+    for rank, result in enumerate(off):
+        flags = result["entropy_requires_grad"]
+        flags = [flags] if token_level else flags
+        assert all(flag is False for flag in flags), (
+            f"rank {rank}: entropy_grad=False returned entropy that requires grad: {flags}"
+        )
+        if not token_level:
+            # Empty outputs hold no value to differentiate (a sample with no response rows).
+            sizes = [v.numel() for v in result["log_probs"]]
+            lost = [
+                i for i, (flag, size) in enumerate(zip(result["log_probs_requires_grad"], sizes)) if size and not flag
+            ]
+            assert not lost, f"rank {rank}: log-probs of sample(s) {lost} lost their graph with the gate off"
+
+
+@replayable
+def check_gate_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
+    """Packed path: entropy values do not depend on whether their gradient is kept; log-probs unaffected."""
+    require(target, required_capabilities(case, "packed") | {"entropy", "entropy_gate"})
+    case = case.with_(with_entropy=True)
+    on = run_job(PACKED_JOB, case, target, entropy_grad=True)
+    off = run_job(PACKED_JOB, case, target, entropy_grad=False)
+    if _exact(target, exact):
+        _assert_outputs_identical(case, on, off, "gate off vs on")
+    else:
+        assert_packed_forward(case, on)
+        assert_packed_forward(case, off)
+    _assert_gate_flags(off, token_level=False)
+
+
+@replayable
+def check_token_gate_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
+    """Token level: entropy values do not depend on whether their gradient is kept; log-probs unaffected."""
+    require(target, required_capabilities(case, "token") | {"entropy", "entropy_gate"})
+    case = case.with_(with_entropy=True)
+    on = run_job(TOKEN_JOB, case, target, entropy_grad=True)
+    off = run_job(TOKEN_JOB, case, target, entropy_grad=False)
+    if _exact(target, exact):
+        _assert_outputs_identical(case, on, off, "gate off vs on")
+    else:
+        assert_token_forward(case, on)
+        assert_token_forward(case, off)
+    _assert_gate_flags(off, token_level=True)
+
+
+# ---- response-only evaluation -------------------------------------------------------------
+
+
+@replayable
+def check_response_only(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
+    """Response-only (and loss-mask-only) equal the full path on consumed positions (slime #2076)."""
+    require(target, required_capabilities(case, "policy_loss") | {"response_only"})
+    full_case, compact_case = case.with_(response_only=False, loss_mask_only=False), case.with_(response_only=True)
+    full = run_job(POLICY_JOB, full_case, target)
+    compact = run_job(POLICY_JOB, compact_case, target)
+    consumed = consumed_positions(compact_case)
+    keys = ("log_probs", "entropy") if case.with_entropy else ("log_probs",)
+    for key in keys:
+        assert_dropped_zero(gather_samples(case, compact, key), consumed, f"{key} (response-only)")
+    if not _exact(target, exact):
+        assert_policy_loss(full_case, full, target)
+        assert_policy_loss(compact_case, compact, target)
+        return
+    for key in keys:
+        full_values, compact_values = gather_samples(case, full, key), gather_samples(case, compact, key)
+        for i, (x, y, c) in enumerate(zip(full_values, compact_values, consumed)):
+            assert_identical(y[c], x[c], what=f"{key}[sample {i}] response-only vs full, consumed positions")
+    _assert_grads_identical(full, compact, "response-only vs full")

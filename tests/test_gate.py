@@ -1,0 +1,313 @@
+"""The gate's logic on hand-made verdicts: tiers, expectations, single and base-vs-PR decisions, reports.
+
+No suite runs here (tests/test_gate_cli.py runs the real thing end to end):
+each test builds the verdicts a run would have written and checks the
+decision, the exit code and what the reports say.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness.gate import compare, expectations, single, specs
+from harness.gate.compare import Side
+from harness.gate.decision import GATE_FILE, SUMMARY_FILE
+from harness.gate.render import Row, markdown, terminal_lines
+from harness.gate.replays import Replayed
+from harness.gate.specs import ROOT
+from harness.gate.tiers import BUDGET, CONTRACT, HARDENING, TIERS, parse_tiers, tier_of_item
+from harness.gate.verdicts import FAIL, HANG, PASS, UNSUPPORTED, Run, Verdict, split_replay
+
+GATE = "regressions/test_inverted_no_grad_gate.py::test_requires_grad_equals_gate_and_gradient_matches_oracle"
+PARITY = "properties/test_backward_parity.py::test_token_backward_parity"
+SPECIAL = "properties/test_backward_parity.py::test_token_backward_parity_special_values"
+MEMORY = "properties/test_memory_bounds.py::test_forward_backward_at_real_scale[skyrl-1650]"
+PACKED = "properties/test_forward_parity.py::test_packed_forward_parity"
+CASE = '{"seed": 3, "vocab": 8}'
+REPLAY = f"python -m harness.replay harness.checks:check_token_backward --target T --case '{CASE}'"
+
+
+def verdict(id, outcome=PASS, tier=CONTRACT, **extra) -> Verdict:
+    return Verdict(id, outcome, tier, **extra)
+
+
+def run(*verdicts) -> Run:
+    return Run("t", {v.id: v for v in verdicts})
+
+
+def figure(value, case="MemoryCase(rows=35840)"):
+    return {"peak_over_logits": {"value": value, "case": case}}
+
+
+# ---- tiers ---------------------------------------------------------------------------
+
+
+class _Mark:
+    def __init__(self, *args):
+        self.args = args
+
+
+class _Item:
+    def __init__(self, nodeid, *tiers):
+        self.nodeid, self._marks = nodeid, [_Mark(t) for t in tiers]
+
+    def iter_markers(self, name):
+        return iter(self._marks)
+
+
+def test_every_check_has_exactly_one_tier():
+    assert tier_of_item(_Item(PARITY, CONTRACT)) == CONTRACT
+    with pytest.raises(ValueError, match="needs exactly one tier"):
+        tier_of_item(_Item(PARITY))
+    with pytest.raises(ValueError, match="give exactly one"):
+        tier_of_item(_Item(PARITY, CONTRACT, HARDENING))
+    with pytest.raises(ValueError, match="give exactly one"):
+        tier_of_item(_Item(PARITY, "important"))
+    assert tier_of_item(_Item("tests/test_pool.py::test_x")) == "self-test"
+
+
+def test_tiers_option_is_validated():
+    assert parse_tiers("contract, budget") == (CONTRACT, BUDGET)
+    with pytest.raises(ValueError, match="unknown tier"):
+        parse_tiers("contract,speed")
+
+
+def test_collected_suite_declares_a_tier_per_check():
+    """Collecting properties/ and regressions/ succeeds only if every check has exactly one tier."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "properties", "regressions"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.stdout.count("::") > 50
+
+
+# ---- verdicts --------------------------------------------------------------------------
+
+
+def test_replay_command_splits_into_check_and_case():
+    assert split_replay(REPLAY) == ("harness.checks:check_token_backward", CASE)
+    assert split_replay("pytest 'x::y'") == ("", "")
+
+
+def test_verdicts_round_trip(tmp_path):
+    original = run(verdict(MEMORY, FAIL, BUDGET, reason="peak", figures=figure(3.0)), verdict(GATE))
+    original.save(tmp_path)
+    loaded = Run.load(tmp_path)
+    assert loaded.verdicts == original.verdicts
+
+
+# ---- expectations -------------------------------------------------------------------------
+
+
+def test_expectations_parse_and_refuse_malformed_entries(tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text(f'[[known]]\nid = "{PARITY}"\nreason = "NaN at -inf"\nlink = "https://example.org/1"\n')
+    assert expectations.load(good)[PARITY].reason == "NaN at -inf"
+    for body, message in [
+        (f'[[known]]\nid = "{PARITY}"\n', "lacks"),
+        (f'[[known]]\nid = "{PARITY}"\nreason = "r"\nwhy = "x"\n', "unknown keys"),
+        (f'[[known]]\nid = "{PARITY}"\nreason = "r"\noutcome = "PASS"\n', "outcome"),
+        (f'[[known]]\nid = "{PARITY}"\nreason = "r"\n[[known]]\nid = "{PARITY}"\nreason = "s"\n', "twice"),
+        ("[[known]\n", "not valid TOML"),
+    ]:
+        bad = tmp_path / "bad.toml"
+        bad.write_text(body)
+        with pytest.raises(ValueError, match=message):
+            expectations.load(bad)
+
+
+def test_update_keeps_written_reasons_and_marks_new_ones(tmp_path):
+    previous = {PARITY: expectations.Expectation(PARITY, "NaN at -inf", "https://example.org/1")}
+    text = expectations.render(
+        run(verdict(PARITY, FAIL, reason="grad wrong"), verdict(GATE, FAIL, reason="E: gate"), verdict(SPECIAL)),
+        previous,
+        "header",
+    )
+    path = tmp_path / "e.toml"
+    path.write_text(text)
+    loaded = expectations.load(path)
+    assert set(loaded) == {PARITY, GATE}
+    assert loaded[PARITY].reason == "NaN at -inf" and loaded[PARITY].link == "https://example.org/1"
+    assert loaded[GATE].reason == expectations.TO_EXPLAIN + "E: gate"
+
+
+def test_shipped_expectations_have_true_reasons():
+    for family in expectations.FAMILIES:
+        path = expectations.default_path(family)
+        if path is None:
+            continue
+        for entry in expectations.load(path).values():
+            assert not entry.reason.startswith(expectations.TO_EXPLAIN), f"{path}: {entry.id} still needs its reason"
+            assert entry.id.split("/", 1)[0] in ("properties", "regressions"), entry.id
+
+
+# ---- one target against its expectations ---------------------------------------------------
+
+
+def test_single_mode_outcomes_and_exit_code():
+    result = run(
+        verdict(GATE, FAIL, reason="gate inverted"),
+        verdict(PARITY, FAIL, reason="NaN"),
+        verdict(SPECIAL, FAIL, HARDENING, reason="NaN at -inf"),
+        verdict(MEMORY, PASS, BUDGET),
+        verdict(PACKED, UNSUPPORTED, reason="target 't' does not support ['packed']"),
+    )
+    known = {
+        PARITY: expectations.Expectation(PARITY, "NaN entropy"),
+        MEMORY: expectations.Expectation(MEMORY, "4x logits"),
+        "properties/gone.py::test_x": expectations.Expectation("properties/gone.py::test_x", "old"),
+    }
+    decision = single.classify(result, known)
+    outcomes = {row.id: row.outcome for row in decision.rows}
+    assert outcomes == {GATE: FAIL, PARITY: "KNOWN", SPECIAL: FAIL, MEMORY: "FIXED", PACKED: UNSUPPORTED}
+    assert sorted(e.id for e in decision.new_failures) == sorted([GATE, SPECIAL])
+    assert decision.exit_code == 1 and [e.id for e in decision.blocking] == [GATE]
+    assert any("gone.py" in note for note in decision.notes)
+    # Only the hardening failure left: green by default (contract gated), red when hardening is gated.
+    decision = single.classify(result, {**known, GATE: expectations.Expectation(GATE, "inverted gate")})
+    assert decision.exit_code == 0
+    assert single.classify(result, known, tiers=TIERS).exit_code == 1
+    # FIXED is listed, and red only under --strict (MEMORY is budget: gate budget to see it).
+    decision = single.classify(result, {**known, GATE: known[PARITY], SPECIAL: known[PARITY]}, tiers=TIERS)
+    assert decision.exit_code == 0 and [e.id for e in decision.fixed] == [MEMORY]
+    strict = single.classify(result, {**known, GATE: known[PARITY], SPECIAL: known[PARITY]}, tiers=TIERS, strict=True)
+    assert strict.exit_code == 1
+
+
+# ---- base vs PR ---------------------------------------------------------------------------------
+
+
+BASE, HEAD = Side("base", "T"), Side("head", "T")
+
+
+def fake_replay(outcomes: dict):
+    """A replay function answering from ``outcomes[(target side env tag, case)]``; records its calls."""
+    calls = []
+
+    def replay(items, target, env, timeout_s):
+        calls.append((env.get("side"), list(items)))
+        return [Replayed(check, case, outcomes[(env.get("side"), case)], "replayed") for check, case in items]
+
+    replay.calls = calls
+    return replay
+
+
+def sides():
+    return Side("base", "T", {"side": "base"}), Side("head", "T", {"side": "head"})
+
+
+def failing(id, case, tier=CONTRACT, **extra):
+    check, _ = split_replay(REPLAY)
+    return verdict(id, FAIL, tier, reason=f"bad on {case}", check=check, case=case, replay=REPLAY, **extra)
+
+
+def test_new_fail_fixed_and_still_failing():
+    base_side, head_side = sides()
+    base = run(verdict(GATE), failing(PARITY, "c1"), failing(SPECIAL, "c2", HARDENING), verdict(PACKED, UNSUPPORTED))
+    head = run(failing(GATE, "c3"), verdict(PARITY), failing(SPECIAL, "c4", HARDENING), failing(PACKED, "c5"))
+    replay = fake_replay({("base", "c3"): PASS, ("head", "c1"): PASS})
+    decision = compare.compare(base, head, base_side, head_side, replay=replay)
+    outcomes = {row.id: row.outcome for row in decision.rows}
+    assert outcomes == {GATE: "NEW FAIL", PARITY: "FIXED", SPECIAL: "STILL FAILING", PACKED: "NEW FAIL"}
+    assert sorted(e.id for e in decision.new_failures) == sorted([GATE, PACKED])
+    assert [e.id for e in decision.fixed] == [PARITY]
+    assert decision.exit_code == 1
+    # Only the differing checks were replayed, each on the other side.
+    assert sorted(replay.calls) == [
+        ("base", [(split_replay(REPLAY)[0], "c3")]),
+        ("head", [(split_replay(REPLAY)[0], "c1")]),
+    ]
+
+
+def test_counterexamples_replayed_across_decide_pre_existing():
+    """A PR failure the base also fails on that Case is not new; a base failure the PR still fails is not fixed."""
+    base_side, head_side = sides()
+    base = run(verdict(GATE), failing(PARITY, "c1"))
+    head = run(failing(GATE, "c3"), verdict(PARITY))
+    decision = compare.compare(
+        base, head, base_side, head_side, replay=fake_replay({("base", "c3"): FAIL, ("head", "c1"): FAIL})
+    )
+    assert {row.id: row.outcome for row in decision.rows} == {GATE: "STILL FAILING", PARITY: "STILL FAILING"}
+    assert decision.exit_code == 0 and not decision.new_failures and not decision.fixed
+
+
+def test_budget_figures_decide_worse_and_improved():
+    base_side, head_side = sides()
+    replay = fake_replay({})
+    base = run(verdict(MEMORY, FAIL, BUDGET, reason="peak 3x", figures=figure(3.0)))
+    worse = run(verdict(MEMORY, FAIL, BUDGET, reason="peak 4x", figures=figure(4.0)))
+    decision = compare.compare(base, worse, base_side, head_side, replay=replay)
+    assert [e.id for e in decision.new_failures] == [MEMORY] and decision.exit_code == 1
+    assert "3 -> 4 (+33.3%)" in decision.new_failures[0].reason
+    better = run(verdict(MEMORY, FAIL, BUDGET, reason="peak 2.5x", figures=figure(2.5)))
+    decision = compare.compare(base, better, base_side, head_side, replay=replay)
+    assert decision.exit_code == 0 and [e.id for e in decision.improved] == [MEMORY]
+    within = run(verdict(MEMORY, FAIL, BUDGET, reason="peak 3.1x", figures=figure(3.1)))
+    assert compare.compare(base, within, base_side, head_side, replay=replay).exit_code == 0
+    other_case = run(verdict(MEMORY, FAIL, BUDGET, reason="peak 4x", figures=figure(4.0, case="another")))
+    assert compare.compare(base, other_case, base_side, head_side, replay=replay).exit_code == 0
+    # Gated tiers: a budget NEW FAIL does not block a contract-only gate.
+    assert compare.compare(base, worse, base_side, head_side, replay=replay, tiers=(CONTRACT,)).exit_code == 0
+
+
+def test_hang_is_named_in_the_outcome():
+    base_side, head_side = sides()
+    hung = failing(GATE, "c3", kind=HANG)
+    decision = compare.compare(
+        run(verdict(GATE)), run(hung), base_side, head_side, replay=fake_replay({("base", "c3"): PASS})
+    )
+    assert decision.rows[0].outcome == "NEW FAIL (hang)"
+
+
+def test_reports_and_summary(tmp_path):
+    base_side, head_side = sides()
+    base = run(verdict(GATE), verdict(PACKED))
+    head = run(failing(GATE, "c3"), verdict(PACKED, UNSUPPORTED, reason="does not support ['packed', 'cp_zigzag']"))
+    decision = compare.compare(base, head, base_side, head_side, replay=fake_replay({("base", "c3"): PASS}))
+    decision.write(tmp_path)
+    gate = json.loads((tmp_path / GATE_FILE).read_text())
+    assert [e["id"] for e in gate["new_failures"]] == [GATE] and gate["new_failures"][0]["tier"] == CONTRACT
+    assert gate["exit_code"] == 1 and gate["fixed"] == [] and gate["still_failing"] == []
+    summary = (tmp_path / SUMMARY_FILE).read_text()
+    assert summary.index("1 new failure") < summary.index("NEW FAIL [contract]") < summary.index(CASE)
+    assert "python -m harness.replay" in summary
+    assert any("coverage lost" in note for note in decision.notes)
+
+
+def test_tables_put_named_regressions_first_and_collapse_unsupported():
+    rows = [
+        Row(PARITY, CONTRACT, "FAIL", "grad"),
+        Row(SPECIAL, HARDENING, "KNOWN", "NaN"),
+        Row(GATE, CONTRACT, "FAIL", "gate"),
+        Row(MEMORY, BUDGET, "PASS"),
+        Row(PACKED, CONTRACT, UNSUPPORTED, missing=("packed",)),
+        Row(PACKED + "2", CONTRACT, UNSUPPORTED, missing=("packed",)),
+    ]
+    text = markdown(rows, "t")
+    order = [text.index(f"## {name}") for name in ("named regressions", "contract", "budget", "hardening")]
+    assert order == sorted(order) and text.index(GATE) < text.index(PARITY)
+    assert "- needs packed: 2 checks" in text and text.count(PACKED + "2") == 1
+    lines = terminal_lines(rows)
+    assert lines[0] == "-- named regressions --" and "UNSUPPORTED   needs packed: 2 checks" in lines
+
+
+# ---- SPECs ----------------------------------------------------------------------------------------
+
+
+def test_specs(tmp_path):
+    assert specs.resolve("impl").target == "impl"
+    pypi = specs.resolve("skyrl==0.3.0")
+    assert pypi.slug == "skyrl-0.3.0" and pypi.pip_requirement == "skyrl==0.3.0" and pypi.family == "skyrl"
+    assert pypi.env["LPH_SKYRL_PATH"].endswith("skyrl-0.3.0")
+    checkout = specs.resolve(f"slime={tmp_path}")
+    assert checkout.env == {"LPH_SLIME_PATH": str(tmp_path)} and checkout.family == "slime"
+    assert specs.resolve("mutant=one_hot_backward").env == {"LPH_MUTANT": "one_hot_backward"}
+    assert specs.resolve("my/adapter.py:Mine").target == "my/adapter.py:Mine"
+    for bad, message in [("slime=/no/such/dir", "not a directory"), ("cuda", "unknown SPEC"), ("mutant=nope", "nope")]:
+        with pytest.raises(ValueError, match=message):
+            specs.resolve(bad)
