@@ -69,8 +69,12 @@ def check(session: nox.Session) -> None:
     _run_suite(session, target, _target_slug(target), args)
 
 
-ADAPTERS = {"skyrl": "harness.targets.skyrl:SkyRLTarget", "slime": "harness.targets.slime:SlimeTarget"}
-CHECKOUT_VARIABLES = {"skyrl": "LPH_SKYRL_PATH", "slime": "LPH_SLIME_PATH"}
+ADAPTERS = {
+    "skyrl": "harness.targets.skyrl:SkyRLTarget",
+    "slime": "harness.targets.slime:SlimeTarget",
+    "nemo_rl": "harness.targets.nemo_rl:NemoRLTarget",
+}
+CHECKOUT_VARIABLES = {"skyrl": "LPH_SKYRL_PATH", "slime": "LPH_SLIME_PATH", "nemo_rl": "LPH_NEMO_RL_PATH"}
 
 
 def _git_revision(path: Path) -> str:
@@ -87,12 +91,12 @@ def upstream(session: nox.Session) -> None:
     """Check upstream code: `nox -s upstream -- SPEC [pytest args]`, exit non-zero on any FAIL.
 
     SPEC is ``skyrl==X`` (installed from PyPI without its dependencies),
-    ``skyrl=PATH`` or ``slime=PATH`` (a checkout, loaded by path), or any
+    ``skyrl=PATH``, ``slime=PATH`` or ``nemo_rl=PATH`` (a checkout, loaded by path), or any
     ``--target`` spec (``module:attr``, ``path/to/adapter.py:attr``).
     Reports go to reports/<target>/ (junit.xml, report.md).
     """
     if not session.posargs:
-        session.error("usage: nox -s upstream -- SPEC [pytest args] (SPEC: skyrl==X, skyrl=PATH, slime=PATH, mod:attr)")
+        session.error("usage: nox -s upstream -- SPEC [pytest args] (SPEC: skyrl==X, skyrl=PATH, slime=PATH, nemo_rl=PATH, mod:attr)")
     spec, args = session.posargs[0], list(session.posargs[1:])
     _install(session)
     name, sep, value = spec.partition("=")
@@ -109,7 +113,7 @@ def upstream(session: nox.Session) -> None:
     elif ":" in spec:
         target, slug = spec, _target_slug(spec)
     else:
-        session.error(f"unknown SPEC {spec!r}: expected skyrl==X, skyrl=PATH, slime=PATH or module:attr")
+        session.error(f"unknown SPEC {spec!r}: expected skyrl==X, skyrl=PATH, slime=PATH, nemo_rl=PATH or module:attr")
     _run_suite(session, target, slug, args)
 
 
