@@ -96,7 +96,10 @@ def upstream(session: nox.Session) -> None:
     Reports go to reports/<target>/ (junit.xml, report.md).
     """
     if not session.posargs:
-        session.error("usage: nox -s upstream -- SPEC [pytest args] (SPEC: skyrl==X, skyrl=PATH, slime=PATH, nemo_rl=PATH, mod:attr)")
+        session.error(
+            "usage: nox -s upstream -- SPEC [pytest args] "
+            "(SPEC: skyrl==X, skyrl=PATH, slime=PATH, nemo_rl=PATH, mod:attr)"
+        )
     spec, args = session.posargs[0], list(session.posargs[1:])
     _install(session)
     name, sep, value = spec.partition("=")

@@ -1,7 +1,7 @@
 """The SkyRL adapter's seams, on stand-in packages written here (no network, no upstream checkout).
 
 ``tests/stand_ins/skyrl_fixed`` follows the upstream signatures with correct
-arithmetic; ``skyrl_buggy`` carries BUGS.md #2 and #3. The adapter must load
+arithmetic (and a packed entry point with CP); ``skyrl_buggy`` carries BUGS.md #2 and #3. The adapter must load
 both by path, answer the Megatron lookups, map shapes and shard bounds so the
 fixed one passes the checks at one and two TP ranks, and let the regressions'
 checks fail the buggy one.
@@ -11,7 +11,13 @@ import pytest
 import torch
 
 from harness.cases import Case
-from harness.checks import check_shared_logits, check_token_backward, check_token_forward
+from harness.checks import (
+    check_packed_backward,
+    check_packed_forward,
+    check_shared_logits,
+    check_token_backward,
+    check_token_forward,
+)
 from harness.memory import MemoryCase, int64_with_dimension, measure_token_memory
 from harness.targets import load_target, megatron_stand_in
 from harness.targets.skyrl import PATH_VARIABLE, SkyRLTarget
@@ -26,7 +32,25 @@ CASES = [
 
 def test_names_the_version_it_loaded():
     assert load_target(FIXED).name == "skyrl-0.0.0+stand-in-fixed"
-    assert load_target(FIXED).capabilities == {"token", "entropy", "entropy_gate", "chunking"}
+    assert load_target(FIXED).capabilities == {"token", "entropy", "entropy_gate", "chunking", "packed", "cp_zigzag"}
+
+
+def test_packed_and_cp_are_declared_only_where_the_version_has_them():
+    # The buggy stand-in, like SkyRL before its packed entry point, has token-level Functions only.
+    assert load_target(BUGGY).capabilities == {"token", "entropy", "entropy_gate", "chunking"}
+
+
+PACKED_CASES = [
+    Case(seed=3, vocab=12, samples=((7, 4), (3, 0), (5, 4)), pad_multiple=4, with_entropy=True, chunk_size=3),
+    Case(seed=4, vocab=16, tp=2, samples=((9, 5), (4, 3)), with_entropy=True),
+    Case(seed=5, vocab=12, cp=2, cp_mode="zigzag", samples=((9, 6), (5, 3), (2, 1)), pad_multiple=3, with_entropy=True),
+]
+
+
+@pytest.mark.parametrize("case", PACKED_CASES, ids=lambda c: f"tp{c.tp}-cp{c.cp}")
+def test_fixed_stand_in_passes_packed_checks(case):
+    check_packed_forward(case, FIXED)
+    check_packed_backward(case, FIXED)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"tp{c.tp}")

@@ -32,17 +32,47 @@ Mapping SkyRL's conventions onto the harness's (docs/targets.md):
 * its entropy forward wraps a helper in ``torch.compile``; on CPU it runs
   eagerly (dynamo disabled for the call), which changes no value.
 
+Packed batches (where the installed version defines
+``from_parallel_logits_to_logprobs_packed_sequences``; 0.3.0 does):
+
+* called as SkyRL's Megatron wrapper calls it: ``logits[1, T // CP, V_local]``,
+  the full stream's UNROLLED token ids ``[1, T]`` (SkyRL rolls each sequence
+  itself), ``cu_seqlens_padded``, ``unpacked_seqlen``, the shard bounds, the TP
+  group, ``cp_group`` and ``chunk_size``. The mapping of thd and zigzag CP onto
+  ``cu_seqlens_padded`` (each sequence padded to ``2·cp·ceil(T_i / 2cp)`` under
+  CP, its load-balanced chunks ``r`` and ``2cp−1−r`` on rank ``r``: MATH.md's
+  zigzag layout) is ``harness/targets/packing.py``, shared with NeMo-RL. SkyRL
+  requires ``cu_seqlens_padded[-1]`` to cover every row it is given, so the
+  harness's end padding is left out of the logits passed (a view; those rows
+  get zero gradient). SkyRL returns each sample's full vector on every CP rank
+  (``AllGatherPackedCPTensor``); the adapter picks this rank's zigzag view, and
+  that Function's backward keeps each rank's own tokens' gradient (1×);
+* packed entropy: SkyRL's packed entropy helper returns only a masked mean over
+  the batch (what its loss consumes), so per-token entropy is SkyRL's
+  ``vocab_parallel_entropy`` over the local rows, each sample's response rows
+  picked by the adapter (a row's entropy depends on that row only); gate as at
+  token level.
+
 Not declared, hence UNSUPPORTED in the verdict table: ``temperature`` (SkyRL
-scales logits before these functions, outside the code under test),
-``packed`` / ``policy_loss`` and the CP modes (SkyRL's packed entry point
-takes ``cu_seqlens`` over a CP-sharded, rolled stream and computes no entropy;
-its policy loss lives in its trainer), and ``donation``.
+scales logits before these functions, outside the code under test);
+``policy_loss`` (SkyRL's ``ppo_policy_loss`` lives in ``ppo_utils.py``, which
+imports Ray, loguru, jaxtyping, omegaconf and the trainer config
+(``skyrl.train.config`` → ``skyrl_gym``) at the top, and its entropy term with
+its gate, ``torch.set_grad_enabled(use_entropy_loss)``, is written inline in
+the Megatron model wrapper's forward step, which needs a Megatron model: not
+mapped in this adapter yet, see the report of issue 14); ``cp_allgather``
+(SkyRL has no DSA-style allgather CP), ``bshd`` (its packed entry point is
+thd), ``response_only`` / ``loss_mask_only`` (it evaluates every row) and
+``donation``; ``cp_zigzag`` where the installed version has no packed entry
+point with ``cp_group``, or where its packed CP gather's backward calls
+``.cuda(`` and the harness runs on the CPU.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import os
 from functools import cached_property
 from pathlib import Path
@@ -50,11 +80,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness.targets import megatron_stand_in
+from harness.targets import megatron_stand_in, packing
 from harness.targets.protocol import Target
 
 MODEL_UTILS = Path("skyrl/backends/skyrl_train/distributed/megatron/model_utils.py")
 PATH_VARIABLE = "LPH_SKYRL_PATH"
+PACKED_FUNCTION = "from_parallel_logits_to_logprobs_packed_sequences"
 
 
 def skyrl_root() -> Path:
@@ -107,11 +138,23 @@ def load_model_utils(root: Path):
 class SkyRLTarget(Target):
     """SkyRL's vocab-parallel log-prob and entropy Functions (see the module docstring)."""
 
-    capabilities = frozenset({"token", "entropy", "entropy_gate", "chunking"})
-
     def __init__(self, root: Path | None = None):
         self.root = skyrl_root() if root is None else Path(root)
         self.name = f"skyrl-{_version(self.root)}"
+        self.capabilities = self._capabilities()
+
+    def _capabilities(self) -> frozenset:
+        """Token level always (``load_model_utils`` insists); packed and CP by feature detection."""
+        caps = {"token", "entropy", "entropy_gate", "chunking"}
+        packed = getattr(self._module, PACKED_FUNCTION, None)
+        if packed is not None:
+            caps.add("packed")
+            gather = getattr(self._module, "AllGatherPackedCPTensor", None)
+            cuda_only = gather is not None and ".cuda(" in inspect.getsource(gather.backward)
+            on_cuda = os.environ.get("LPH_DEVICE", "cpu").startswith("cuda")
+            if "cp_group" in inspect.signature(packed).parameters and (on_cuda or not cuda_only):
+                caps.add("cp_zigzag")
+        return frozenset(caps)
 
     @cached_property
     def _module(self):
@@ -141,3 +184,54 @@ class SkyRLTarget(Target):
             ):
                 entropy = module.vocab_parallel_entropy(batched).squeeze(0)
         return log_probs.squeeze(0), entropy
+
+    def _entropy(self, logits, entropy_grad):
+        """SkyRL's per-row entropy (already ``-sum p log p``), its gradient gated by the caller's ``no_grad``."""
+        with torch._dynamo.config.patch(disable=True), contextlib.nullcontext() if entropy_grad else torch.no_grad():
+            return self._module.vocab_parallel_entropy(logits)
+
+    def packed_log_probs(
+        self,
+        logits,
+        inputs,
+        *,
+        tp_group,
+        cp_group,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        response_only,
+        loss_mask_only,
+    ):
+        if temperature != 1.0:
+            raise ValueError(f"{self.name}: temperature={temperature} is not part of the code under test")
+        if response_only or loss_mask_only:
+            raise ValueError(f"{self.name}: SkyRL evaluates every row (no response-only / loss-mask-only path)")
+        if inputs.qkv_format != "thd":
+            raise ValueError(f"{self.name}: qkv_format={inputs.qkv_format!r}: SkyRL's packed entry point is thd only")
+        if inputs.cp_mode != "none" and f"cp_{inputs.cp_mode}" not in self.capabilities:
+            raise ValueError(f"{self.name}: cp_mode={inputs.cp_mode!r} is not a layout this target runs")
+        module = self._module
+        megatron_stand_in.set_groups(tp_group, cp_group)
+        group = megatron_stand_in.SINGLE_RANK if tp_group is None else tp_group
+        tp_rank = 0 if tp_group is None else dist.get_rank(tp_group)
+        cp, cp_rank = packing.cp_size_and_rank(cp_group)
+        vocab_local = logits.shape[-1]
+        stream = logits[: packing.local_sequence_rows(inputs, cp)]
+        out = getattr(module, PACKED_FUNCTION)(
+            stream.unsqueeze(0),
+            packing.full_stream_tokens(inputs, cp, logits.device),
+            packing.cu_seqlens_padded(inputs, cp, logits.device),
+            packing.unpacked_length(inputs, cp),
+            tp_rank * vocab_local,
+            (tp_rank + 1) * vocab_local,
+            group,
+            inference_only=False,
+            cp_group=cp_group,
+            chunk_size=chunk_size,
+        )
+        entropy = None
+        if with_entropy:
+            entropy = packing.per_sample_rows(self._entropy(stream, entropy_grad), inputs, cp, cp_rank)
+        return packing.per_sample_view(out, inputs, cp, cp_rank), entropy

@@ -7,7 +7,6 @@ upstream code is copied. Unlike the HEAD revision it builds no one_hot in the
 chunked backward, and its CP all-gather backward runs on any device.
 """
 
-
 import torch
 import torch.distributed
 
