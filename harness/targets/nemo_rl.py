@@ -208,9 +208,12 @@ class NemoRLTarget(Target):
     ):
         self._refuse(temperature)
         if response_only or loss_mask_only:
-            raise ValueError(f"{self.name}: NeMo-RL evaluates every row (no response-only / loss-mask-only path)")
+            flag = "response_only" if response_only else "loss_mask_only"
+            raise ValueError(f"{self.name}: {flag}=True: NeMo-RL evaluates every row (no response_only/loss_mask_only)")
         if inputs.qkv_format != "thd":
-            raise ValueError(f"{self.name}: qkv_format={inputs.qkv_format!r}: NeMo's packed entry point is thd only")
+            raise ValueError(
+                f"{self.name}: qkv_format={inputs.qkv_format!r}: NeMo's packed entry point takes qkv_format='thd' only"
+            )
         if inputs.cp_mode not in ("none", "zigzag") or (
             inputs.cp_mode == "zigzag" and "cp_zigzag" not in self.capabilities
         ):

@@ -53,19 +53,25 @@ Packed batches (where the installed version defines
   picked by the adapter (a row's entropy depends on that row only); gate as at
   token level.
 
+Policy loss (``policy_loss``, where the installed version has
+``utils/ppo_utils.py`` with ``PolicyLossRegistry`` and a Megatron model wrapper
+whose entropy gate can be read; 0.3.0 has both): SkyRL's ``ppo_policy_loss``
+with its ``sequence_mean`` reduction (times ``B``: exactly the harness's
+``sum_of_sample_mean``) on the log-probs of the packed path above, the entropy
+gate and term condition read from the wrapper's ``loss_func``, and the entropy
+term built by the adapter (SkyRL's own is a batch-wide token mean, not a
+per-sample mean). The whole mapping is ``harness/targets/skyrl_policy.py``;
+its import-time dependencies (Ray, loguru, jaxtyping, omegaconf, numpy, the
+trainer config) are ``harness/targets/skyrl_stand_ins.py``.
+
 Not declared, hence UNSUPPORTED in the verdict table: ``temperature`` (SkyRL
 scales logits before these functions, outside the code under test);
-``policy_loss`` (SkyRL's ``ppo_policy_loss`` lives in ``ppo_utils.py``, which
-imports Ray, loguru, jaxtyping, omegaconf and the trainer config
-(``skyrl.train.config`` → ``skyrl_gym``) at the top, and its entropy term with
-its gate, ``torch.set_grad_enabled(use_entropy_loss)``, is written inline in
-the Megatron model wrapper's forward step, which needs a Megatron model: not
-mapped in this adapter yet, see the report of issue 14); ``cp_allgather``
-(SkyRL has no DSA-style allgather CP), ``bshd`` (its packed entry point is
-thd), ``response_only`` / ``loss_mask_only`` (it evaluates every row) and
-``donation``; ``cp_zigzag`` where the installed version has no packed entry
-point with ``cp_group``, or where its packed CP gather's backward calls
-``.cuda(`` and the harness runs on the CPU.
+``cp_allgather`` (SkyRL has no DSA-style allgather CP), ``bshd`` (its packed
+entry point is thd), ``response_only`` / ``loss_mask_only`` (it evaluates every
+row) and ``donation``; ``cp_zigzag`` where the installed version has no packed
+entry point with ``cp_group``, or where its packed CP gather's backward calls
+``.cuda(`` and the harness runs on the CPU; ``policy_loss`` where
+``ppo_utils.py`` or the wrapper's gate is missing.
 """
 
 from __future__ import annotations
@@ -80,7 +86,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness.targets import megatron_stand_in, packing
+from harness.targets import megatron_stand_in, packing, skyrl_policy
 from harness.targets.protocol import Target
 
 MODEL_UTILS = Path("skyrl/backends/skyrl_train/distributed/megatron/model_utils.py")
@@ -154,6 +160,10 @@ class SkyRLTarget(Target):
             on_cuda = os.environ.get("LPH_DEVICE", "cpu").startswith("cuda")
             if "cp_group" in inspect.signature(packed).parameters and (on_cuda or not cuda_only):
                 caps.add("cp_zigzag")
+            self._ppo_utils = skyrl_policy.load_ppo_utils(self.root)
+            self._gate = skyrl_policy.read_wrapper_gate(self.root)
+            if self._ppo_utils is not None and self._gate is not None:
+                caps.add("policy_loss")
         return frozenset(caps)
 
     @cached_property
@@ -190,28 +200,21 @@ class SkyRLTarget(Target):
         with torch._dynamo.config.patch(disable=True), contextlib.nullcontext() if entropy_grad else torch.no_grad():
             return self._module.vocab_parallel_entropy(logits)
 
-    def packed_log_probs(
-        self,
-        logits,
-        inputs,
-        *,
-        tp_group,
-        cp_group,
-        chunk_size,
-        with_entropy,
-        entropy_grad,
-        temperature,
-        response_only,
-        loss_mask_only,
-    ):
+    def _check_packed(self, inputs, temperature, response_only, loss_mask_only) -> None:
         if temperature != 1.0:
             raise ValueError(f"{self.name}: temperature={temperature} is not part of the code under test")
         if response_only or loss_mask_only:
-            raise ValueError(f"{self.name}: SkyRL evaluates every row (no response-only / loss-mask-only path)")
+            flag = "response_only" if response_only else "loss_mask_only"
+            raise ValueError(f"{self.name}: {flag}=True: SkyRL evaluates every row (no response_only/loss_mask_only)")
         if inputs.qkv_format != "thd":
-            raise ValueError(f"{self.name}: qkv_format={inputs.qkv_format!r}: SkyRL's packed entry point is thd only")
+            raise ValueError(
+                f"{self.name}: qkv_format={inputs.qkv_format!r}: SkyRL's packed entry point takes qkv_format='thd' only"
+            )
         if inputs.cp_mode != "none" and f"cp_{inputs.cp_mode}" not in self.capabilities:
             raise ValueError(f"{self.name}: cp_mode={inputs.cp_mode!r} is not a layout this target runs")
+
+    def _packed_call(self, logits, inputs, tp_group, cp_group, chunk_size):
+        """SkyRL's packed entry point as its Megatron wrapper calls it: ``([B, U − 1], local stream, cp, cp_rank)``."""
         module = self._module
         megatron_stand_in.set_groups(tp_group, cp_group)
         group = megatron_stand_in.SINGLE_RANK if tp_group is None else tp_group
@@ -231,7 +234,69 @@ class SkyRLTarget(Target):
             cp_group=cp_group,
             chunk_size=chunk_size,
         )
+        return out, stream, cp, cp_rank
+
+    def packed_log_probs(
+        self,
+        logits,
+        inputs,
+        *,
+        tp_group,
+        cp_group,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        response_only,
+        loss_mask_only,
+    ):
+        self._check_packed(inputs, temperature, response_only, loss_mask_only)
+        out, stream, cp, cp_rank = self._packed_call(logits, inputs, tp_group, cp_group, chunk_size)
         entropy = None
         if with_entropy:
             entropy = packing.per_sample_rows(self._entropy(stream, entropy_grad), inputs, cp, cp_rank)
         return packing.per_sample_view(out, inputs, cp, cp_rank), entropy
+
+    def policy_loss(
+        self,
+        logits,
+        inputs,
+        *,
+        advantages,
+        old_log_probs,
+        eps_clip,
+        eps_clip_high,
+        entropy_coef,
+        with_entropy,
+        tp_group,
+        cp_group,
+        chunk_size,
+        temperature,
+        response_only,
+        loss_mask_only,
+    ):
+        """SkyRL's ``ppo_policy_loss`` on its packed log-probs, entropy gated as its wrapper does (skyrl_policy.py)."""
+        if "policy_loss" not in self.capabilities:
+            raise ValueError(f"{self.name}: no policy loss in this version (see the module docstring)")
+        self._check_packed(inputs, temperature, response_only, loss_mask_only)
+        settings = skyrl_policy.algorithm_settings(
+            eps_clip=eps_clip, eps_clip_high=eps_clip_high, entropy_coef=entropy_coef, with_entropy=with_entropy
+        )
+        out, stream, cp, cp_rank = self._packed_call(logits, inputs, tp_group, cp_group, chunk_size)
+        entropy_rows = None
+        if with_entropy:
+            with torch._dynamo.config.patch(disable=True), skyrl_policy.grad_context(self._gate, settings):
+                entropy_rows = self._module.vocab_parallel_entropy(stream)
+        loss, entropy = skyrl_policy.policy_loss(
+            self._ppo_utils,
+            self._gate,
+            out,
+            entropy_rows,
+            inputs,
+            advantages=advantages,
+            old_log_probs=old_log_probs,
+            settings=settings,
+            cp=cp,
+            cp_rank=cp_rank,
+        )
+        return loss, packing.per_sample_view(out, inputs, cp, cp_rank), entropy
