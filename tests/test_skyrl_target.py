@@ -1,7 +1,8 @@
 """The SkyRL adapter's seams, on stand-in packages written here (no network, no upstream checkout).
 
 ``tests/stand_ins/skyrl_fixed`` follows the upstream signatures with correct
-arithmetic; ``skyrl_buggy`` carries BUGS.md #2 and #3. The adapter must load
+arithmetic (a packed entry point with CP, a PPO loss and a wrapper whose entropy gate the adapter reads);
+``skyrl_buggy`` carries BUGS.md #2 and #3, ``skyrl_inverted_gate`` BUGS.md #1. The adapter must load
 both by path, answer the Megatron lookups, map shapes and shard bounds so the
 fixed one passes the checks at one and two TP ranks, and let the regressions'
 checks fail the buggy one.
@@ -11,13 +12,20 @@ import pytest
 import torch
 
 from harness.cases import Case
-from harness.checks import check_shared_logits, check_token_backward, check_token_forward
+from harness.checks import (
+    check_packed_backward,
+    check_packed_forward,
+    check_policy_loss,
+    check_shared_logits,
+    check_token_backward,
+    check_token_forward,
+)
 from harness.memory import MemoryCase, int64_with_dimension, measure_token_memory
 from harness.targets import load_target, megatron_stand_in
 from harness.targets.skyrl import PATH_VARIABLE, SkyRLTarget
 
 STAND_INS = "tests/stand_ins/skyrl_targets.py"
-FIXED, BUGGY = f"{STAND_INS}:Fixed", f"{STAND_INS}:Buggy"
+FIXED, BUGGY, INVERTED = f"{STAND_INS}:Fixed", f"{STAND_INS}:Buggy", f"{STAND_INS}:InvertedGate"
 CASES = [
     Case(seed=1, vocab=12, samples=((6, 4), (5, 2)), chunk_size=3, with_entropy=True),
     Case(seed=2, vocab=16, tp=2, samples=((7, 5),), chunk_size=2, with_entropy=True),
@@ -26,7 +34,58 @@ CASES = [
 
 def test_names_the_version_it_loaded():
     assert load_target(FIXED).name == "skyrl-0.0.0+stand-in-fixed"
-    assert load_target(FIXED).capabilities == {"token", "entropy", "entropy_gate", "chunking"}
+    assert load_target(FIXED).capabilities == {
+        "token", "entropy", "entropy_gate", "chunking", "packed", "cp_zigzag", "policy_loss",
+    }  # fmt: skip
+
+
+def test_packed_and_cp_are_declared_only_where_the_version_has_them():
+    # The buggy stand-in, like SkyRL before its packed entry point, has token-level Functions only.
+    assert load_target(BUGGY).capabilities == {"token", "entropy", "entropy_gate", "chunking"}
+
+
+PACKED_CASES = [
+    Case(seed=3, vocab=12, samples=((7, 4), (3, 0), (5, 4)), pad_multiple=4, with_entropy=True, chunk_size=3),
+    Case(seed=4, vocab=16, tp=2, samples=((9, 5), (4, 3)), with_entropy=True),
+    Case(seed=5, vocab=12, cp=2, cp_mode="zigzag", samples=((9, 6), (5, 3), (2, 1)), pad_multiple=3, with_entropy=True),
+]
+
+
+@pytest.mark.parametrize("case", PACKED_CASES, ids=lambda c: f"tp{c.tp}-cp{c.cp}")
+def test_fixed_stand_in_passes_packed_checks(case):
+    check_packed_forward(case, FIXED)
+    check_packed_backward(case, FIXED)
+
+
+POLICY_CASES = [
+    Case(seed=6, vocab=12, samples=((7, 4), (3, 0), (5, 4)), pad_multiple=4, with_entropy=True, entropy_coef=0.3,
+         chunk_size=3),
+    Case(seed=7, vocab=12, samples=((6, 5), (5, 2)), with_entropy=True, entropy_coef=0.0),
+    Case(seed=8, vocab=12, samples=((6, 5),), with_entropy=False),
+    Case(seed=9, vocab=16, tp=2, samples=((9, 5), (4, 3)), with_entropy=True, entropy_coef=0.1),
+    Case(seed=10, vocab=12, cp=2, cp_mode="zigzag", samples=((9, 6), (5, 3), (2, 1)), pad_multiple=3,
+         with_entropy=True, entropy_coef=0.2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", POLICY_CASES, ids=lambda c: f"tp{c.tp}-cp{c.cp}-coef{c.entropy_coef}")
+def test_fixed_stand_in_passes_the_policy_loss_check(case):
+    # Loss value and gradient against the oracle (sum_of_sample_mean, CP shares adding up), gate on and off.
+    check_policy_loss(case, FIXED)
+
+
+def test_policy_loss_is_declared_only_with_a_loss_module_and_a_readable_gate():
+    # The buggy stand-in has no ppo_utils and no wrapper: no policy loss, rather than a guessed one.
+    assert "policy_loss" not in load_target(BUGGY).capabilities
+    assert "policy_loss" in load_target(INVERTED).capabilities
+
+
+@pytest.mark.parametrize("coef", [0.3, 0.0], ids=["bonus", "no-bonus"])
+def test_inverted_wrapper_gate_fails_the_gate_check(coef):
+    # With a bonus the entropy comes back detached (the bonus does nothing); without one it keeps its graph.
+    case = Case(seed=11, vocab=12, samples=((7, 4), (5, 3)), with_entropy=True, entropy_coef=coef)
+    with pytest.raises(AssertionError, match=r"entropy.requires_grad=(False|True) but the gate"):
+        check_policy_loss(case, INVERTED)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"tp{c.tp}")

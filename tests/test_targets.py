@@ -9,6 +9,7 @@ import pytest
 
 from harness.cases import Case
 from harness.checks import check_packed_forward, check_token_forward
+from harness.gate.verdicts import Run
 from harness.mutants.runner import ROOT
 from harness.targets import Unsupported, load_target
 
@@ -91,10 +92,11 @@ def test_replay_command_reproduces_failure_and_pass(adapter_file):
     assert passing.returncode == 0 and "PASS" in passing.stdout, passing.stdout + passing.stderr
 
 
-def _verdicts(adapter_file, selection: str, adapter: str) -> str:
+def _verdicts(adapter_file, selection: str, adapter: str, report_dir=None) -> str:
     """Run one property in a fresh pytest (dev profile) against an adapter; its verdict table."""
+    report = [f"--report-dir={report_dir}"] if report_dir else []
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", selection, "--target", f"{adapter_file}:{adapter}"],
+        [sys.executable, "-m", "pytest", "-q", selection, "--target", f"{adapter_file}:{adapter}", *report],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -106,7 +108,7 @@ def _verdicts(adapter_file, selection: str, adapter: str) -> str:
 @pytest.mark.slow
 def test_examples_needing_a_missing_capability_are_left_out_and_counted(adapter_file):
     table = _verdicts(adapter_file, "properties/test_forward_parity.py::test_token_forward_parity", "NoTemperature")
-    assert "PASS        properties/test_forward_parity.py::test_token_forward_parity" in table, table
+    assert "PASS          [contract] properties/test_forward_parity.py::test_token_forward_parity" in table, table
     assert "left out as UNSUPPORTED:" in table and "needing temperature" in table, table
 
 
@@ -115,11 +117,14 @@ def test_left_out_examples_never_hide_a_failure(adapter_file):
     table = _verdicts(
         adapter_file, "properties/test_forward_parity.py::test_token_forward_parity", "SkewedNoTemperature"
     )
-    assert "FAIL        properties/test_forward_parity.py::test_token_forward_parity" in table, table
+    assert "FAIL          [contract] properties/test_forward_parity.py::test_token_forward_parity" in table, table
 
 
 @pytest.mark.slow
-def test_property_whose_every_example_needs_a_missing_capability_is_unsupported(adapter_file):
-    table = _verdicts(adapter_file, "properties/test_forward_parity.py::test_packed_forward_parity", "TokenOnly")
-    assert "UNSUPPORTED properties/test_forward_parity.py::test_packed_forward_parity" in table, table
-    assert "does not support ['packed'] (all " in table, table
+def test_property_whose_every_example_needs_a_missing_capability_is_unsupported(adapter_file, tmp_path):
+    table = _verdicts(
+        adapter_file, "properties/test_forward_parity.py::test_packed_forward_parity", "TokenOnly", report_dir=tmp_path
+    )
+    assert "UNSUPPORTED   needs packed: 1 checks" in table, table
+    (verdict,) = Run.load(tmp_path).verdicts.values()
+    assert verdict.outcome == "UNSUPPORTED" and "does not support ['packed'] (all " in verdict.reason, verdict

@@ -32,17 +32,53 @@ Mapping SkyRL's conventions onto the harness's (docs/targets.md):
 * its entropy forward wraps a helper in ``torch.compile``; on CPU it runs
   eagerly (dynamo disabled for the call), which changes no value.
 
+Packed batches (where the installed version defines
+``from_parallel_logits_to_logprobs_packed_sequences``; 0.3.0 does):
+
+* called as SkyRL's Megatron wrapper calls it: ``logits[1, T // CP, V_local]``,
+  the full stream's UNROLLED token ids ``[1, T]`` (SkyRL rolls each sequence
+  itself), ``cu_seqlens_padded``, ``unpacked_seqlen``, the shard bounds, the TP
+  group, ``cp_group`` and ``chunk_size``. The mapping of thd and zigzag CP onto
+  ``cu_seqlens_padded`` (each sequence padded to ``2·cp·ceil(T_i / 2cp)`` under
+  CP, its load-balanced chunks ``r`` and ``2cp−1−r`` on rank ``r``: MATH.md's
+  zigzag layout) is ``harness/targets/packing.py``, shared with NeMo-RL. SkyRL
+  requires ``cu_seqlens_padded[-1]`` to cover every row it is given, so the
+  harness's end padding is left out of the logits passed (a view; those rows
+  get zero gradient). SkyRL returns each sample's full vector on every CP rank
+  (``AllGatherPackedCPTensor``); the adapter picks this rank's zigzag view, and
+  that Function's backward keeps each rank's own tokens' gradient (1×);
+* packed entropy: SkyRL's packed entropy helper returns only a masked mean over
+  the batch (what its loss consumes), so per-token entropy is SkyRL's
+  ``vocab_parallel_entropy`` over the local rows, each sample's response rows
+  picked by the adapter (a row's entropy depends on that row only); gate as at
+  token level.
+
+Policy loss (``policy_loss``, where the installed version has
+``utils/ppo_utils.py`` with ``PolicyLossRegistry`` and a Megatron model wrapper
+whose entropy gate can be read; 0.3.0 has both): SkyRL's ``ppo_policy_loss``
+with its ``sequence_mean`` reduction (times ``B``: exactly the harness's
+``sum_of_sample_mean``) on the log-probs of the packed path above, the entropy
+gate and term condition read from the wrapper's ``loss_func``, and the entropy
+term built by the adapter (SkyRL's own is a batch-wide token mean, not a
+per-sample mean). The whole mapping is ``harness/targets/skyrl_policy.py``;
+its import-time dependencies (Ray, loguru, jaxtyping, omegaconf, numpy, the
+trainer config) are ``harness/targets/skyrl_stand_ins.py``.
+
 Not declared, hence UNSUPPORTED in the verdict table: ``temperature`` (SkyRL
-scales logits before these functions, outside the code under test),
-``packed`` / ``policy_loss`` and the CP modes (SkyRL's packed entry point
-takes ``cu_seqlens`` over a CP-sharded, rolled stream and computes no entropy;
-its policy loss lives in its trainer), and ``donation``.
+scales logits before these functions, outside the code under test);
+``cp_allgather`` (SkyRL has no DSA-style allgather CP), ``bshd`` (its packed
+entry point is thd), ``response_only`` / ``loss_mask_only`` (it evaluates every
+row) and ``donation``; ``cp_zigzag`` where the installed version has no packed
+entry point with ``cp_group``, or where its packed CP gather's backward calls
+``.cuda(`` and the harness runs on the CPU; ``policy_loss`` where
+``ppo_utils.py`` or the wrapper's gate is missing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import os
 from functools import cached_property
 from pathlib import Path
@@ -50,11 +86,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness.targets import megatron_stand_in
+from harness.targets import megatron_stand_in, packing, skyrl_policy
 from harness.targets.protocol import Target
 
 MODEL_UTILS = Path("skyrl/backends/skyrl_train/distributed/megatron/model_utils.py")
 PATH_VARIABLE = "LPH_SKYRL_PATH"
+PACKED_FUNCTION = "from_parallel_logits_to_logprobs_packed_sequences"
 
 
 def skyrl_root() -> Path:
@@ -107,11 +144,27 @@ def load_model_utils(root: Path):
 class SkyRLTarget(Target):
     """SkyRL's vocab-parallel log-prob and entropy Functions (see the module docstring)."""
 
-    capabilities = frozenset({"token", "entropy", "entropy_gate", "chunking"})
-
     def __init__(self, root: Path | None = None):
         self.root = skyrl_root() if root is None else Path(root)
         self.name = f"skyrl-{_version(self.root)}"
+        self.capabilities = self._capabilities()
+
+    def _capabilities(self) -> frozenset:
+        """Token level always (``load_model_utils`` insists); packed and CP by feature detection."""
+        caps = {"token", "entropy", "entropy_gate", "chunking"}
+        packed = getattr(self._module, PACKED_FUNCTION, None)
+        if packed is not None:
+            caps.add("packed")
+            gather = getattr(self._module, "AllGatherPackedCPTensor", None)
+            cuda_only = gather is not None and ".cuda(" in inspect.getsource(gather.backward)
+            on_cuda = os.environ.get("LPH_DEVICE", "cpu").startswith("cuda")
+            if "cp_group" in inspect.signature(packed).parameters and (on_cuda or not cuda_only):
+                caps.add("cp_zigzag")
+            self._ppo_utils = skyrl_policy.load_ppo_utils(self.root)
+            self._gate = skyrl_policy.read_wrapper_gate(self.root)
+            if self._ppo_utils is not None and self._gate is not None:
+                caps.add("policy_loss")
+        return frozenset(caps)
 
     @cached_property
     def _module(self):
@@ -141,3 +194,109 @@ class SkyRLTarget(Target):
             ):
                 entropy = module.vocab_parallel_entropy(batched).squeeze(0)
         return log_probs.squeeze(0), entropy
+
+    def _entropy(self, logits, entropy_grad):
+        """SkyRL's per-row entropy (already ``-sum p log p``), its gradient gated by the caller's ``no_grad``."""
+        with torch._dynamo.config.patch(disable=True), contextlib.nullcontext() if entropy_grad else torch.no_grad():
+            return self._module.vocab_parallel_entropy(logits)
+
+    def _check_packed(self, inputs, temperature, response_only, loss_mask_only) -> None:
+        if temperature != 1.0:
+            raise ValueError(f"{self.name}: temperature={temperature} is not part of the code under test")
+        if response_only or loss_mask_only:
+            flag = "response_only" if response_only else "loss_mask_only"
+            raise ValueError(f"{self.name}: {flag}=True: SkyRL evaluates every row (no response_only/loss_mask_only)")
+        if inputs.qkv_format != "thd":
+            raise ValueError(
+                f"{self.name}: qkv_format={inputs.qkv_format!r}: SkyRL's packed entry point takes qkv_format='thd' only"
+            )
+        if inputs.cp_mode != "none" and f"cp_{inputs.cp_mode}" not in self.capabilities:
+            raise ValueError(f"{self.name}: cp_mode={inputs.cp_mode!r} is not a layout this target runs")
+
+    def _packed_call(self, logits, inputs, tp_group, cp_group, chunk_size):
+        """SkyRL's packed entry point as its Megatron wrapper calls it: ``([B, U − 1], local stream, cp, cp_rank)``."""
+        module = self._module
+        megatron_stand_in.set_groups(tp_group, cp_group)
+        group = megatron_stand_in.SINGLE_RANK if tp_group is None else tp_group
+        tp_rank = 0 if tp_group is None else dist.get_rank(tp_group)
+        cp, cp_rank = packing.cp_size_and_rank(cp_group)
+        vocab_local = logits.shape[-1]
+        stream = logits[: packing.local_sequence_rows(inputs, cp)]
+        out = getattr(module, PACKED_FUNCTION)(
+            stream.unsqueeze(0),
+            packing.full_stream_tokens(inputs, cp, logits.device),
+            packing.cu_seqlens_padded(inputs, cp, logits.device),
+            packing.unpacked_length(inputs, cp),
+            tp_rank * vocab_local,
+            (tp_rank + 1) * vocab_local,
+            group,
+            inference_only=False,
+            cp_group=cp_group,
+            chunk_size=chunk_size,
+        )
+        return out, stream, cp, cp_rank
+
+    def packed_log_probs(
+        self,
+        logits,
+        inputs,
+        *,
+        tp_group,
+        cp_group,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        response_only,
+        loss_mask_only,
+    ):
+        self._check_packed(inputs, temperature, response_only, loss_mask_only)
+        out, stream, cp, cp_rank = self._packed_call(logits, inputs, tp_group, cp_group, chunk_size)
+        entropy = None
+        if with_entropy:
+            entropy = packing.per_sample_rows(self._entropy(stream, entropy_grad), inputs, cp, cp_rank)
+        return packing.per_sample_view(out, inputs, cp, cp_rank), entropy
+
+    def policy_loss(
+        self,
+        logits,
+        inputs,
+        *,
+        advantages,
+        old_log_probs,
+        eps_clip,
+        eps_clip_high,
+        entropy_coef,
+        with_entropy,
+        tp_group,
+        cp_group,
+        chunk_size,
+        temperature,
+        response_only,
+        loss_mask_only,
+    ):
+        """SkyRL's ``ppo_policy_loss`` on its packed log-probs, entropy gated as its wrapper does (skyrl_policy.py)."""
+        if "policy_loss" not in self.capabilities:
+            raise ValueError(f"{self.name}: no policy loss in this version (see the module docstring)")
+        self._check_packed(inputs, temperature, response_only, loss_mask_only)
+        settings = skyrl_policy.algorithm_settings(
+            eps_clip=eps_clip, eps_clip_high=eps_clip_high, entropy_coef=entropy_coef, with_entropy=with_entropy
+        )
+        out, stream, cp, cp_rank = self._packed_call(logits, inputs, tp_group, cp_group, chunk_size)
+        entropy_rows = None
+        if with_entropy:
+            with torch._dynamo.config.patch(disable=True), skyrl_policy.grad_context(self._gate, settings):
+                entropy_rows = self._module.vocab_parallel_entropy(stream)
+        loss, entropy = skyrl_policy.policy_loss(
+            self._ppo_utils,
+            self._gate,
+            out,
+            entropy_rows,
+            inputs,
+            advantages=advantages,
+            old_log_probs=old_log_probs,
+            settings=settings,
+            cp=cp,
+            cp_rank=cp_rank,
+        )
+        return loss, packing.per_sample_view(out, inputs, cp, cp_rank), entropy

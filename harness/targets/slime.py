@@ -106,28 +106,18 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
-import importlib.machinery
-import importlib.util
-import inspect
 import os
-import re
 import sys
-import types
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from harness.targets import megatron_stand_in, slime_stand_ins
+from harness.targets.checkout import revision
 from harness.targets.protocol import Target
+from harness.targets.slime_api import LOSS, SlimeAPI, _as_sys_modules, _parameters, load_modules
 
 PATH_VARIABLE = "LPH_SLIME_PATH"
-PPO_UTILS = "slime.utils.ppo_utils"
-LOSS = "slime.backends.megatron_utils.loss"
-CP_UTILS = "slime.backends.megatron_utils.cp_utils"
-_PACKAGES = ("slime", "slime.utils", "slime.backends", "slime.backends.megatron_utils")
-_GATE_PARAMETERS = ("with_entropy_grad", "need_entropy_grad")
 
 
 def slime_root(root: str | os.PathLike | None = None) -> Path:
@@ -139,191 +129,6 @@ def slime_root(root: str | os.PathLike | None = None) -> Path:
     if not (path / "slime" / "utils" / "ppo_utils.py").is_file():
         raise FileNotFoundError(f"{PATH_VARIABLE}={where}: no slime/utils/ppo_utils.py under {path}")
     return path
-
-
-# ---- the revision, read from the checkout's .git --------------------------------------------
-
-
-def _git_dir(root: Path) -> Path | None:
-    dot_git = root / ".git"
-    if dot_git.is_dir():
-        return dot_git
-    if dot_git.is_file():
-        text = dot_git.read_text().strip()
-        if text.startswith("gitdir:"):
-            return (root / text.partition(":")[2].strip()).resolve()
-    return None
-
-
-def _packed_ref(common: Path, name: str) -> str | None:
-    packed = common / "packed-refs"
-    if not packed.is_file():
-        return None
-    for line in packed.read_text().splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1] == name:
-            return parts[0]
-    return None
-
-
-def revision(root: Path) -> str | None:
-    """The checked-out commit's short hash (9 digits), from ``.git`` (directory, worktree file, packed refs)."""
-    git_dir = _git_dir(root)
-    if git_dir is None or not (git_dir / "HEAD").is_file():
-        return None
-    common = git_dir
-    if (git_dir / "commondir").is_file():
-        common = (git_dir / (git_dir / "commondir").read_text().strip()).resolve()
-    value = (git_dir / "HEAD").read_text().strip()
-    for _ in range(8):
-        if not value.startswith("ref:"):
-            break
-        name = value[4:].strip()
-        found = next((base / name for base in (git_dir, common) if (base / name).is_file()), None)
-        value = found.read_text().strip() if found else (_packed_ref(common, name) or "")
-    return value[:9] if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", value) else None
-
-
-# ---- loading ---------------------------------------------------------------------------------
-
-
-def _is_slime(name: str) -> bool:
-    return name == "slime" or name.startswith("slime.")
-
-
-@contextlib.contextmanager
-def _as_sys_modules(modules: dict):
-    """Present ``modules`` as the process's ``slime*`` modules for a while; restore what was there after.
-
-    Modules imported meanwhile (slime's lazy imports) are kept in ``modules``.
-    """
-    saved = {name: sys.modules.pop(name) for name in [n for n in sys.modules if _is_slime(n)]}
-    sys.modules.update(modules)
-    try:
-        yield
-    finally:
-        for name in [n for n in sys.modules if _is_slime(n)]:
-            modules[name] = sys.modules.pop(name)
-        sys.modules.update(saved)
-
-
-def _namespace_package(name: str, directory: Path) -> types.ModuleType:
-    """A package whose submodules load from ``directory`` and whose ``__init__`` is NOT executed."""
-    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
-    spec.submodule_search_locations = [str(directory)]
-    package = importlib.util.module_from_spec(spec)
-    package.__path__ = [str(directory)]
-    return package
-
-
-_LOADED: dict[Path, dict] = {}
-
-
-def load_modules(root: Path) -> dict:
-    """Execute slime's log-prob modules from ``root`` (cached per checkout); returns the ``slime*`` modules."""
-    if root in _LOADED:
-        return _LOADED[root]
-    slime_stand_ins.install_megatron_fusions()
-    modules = {name: _namespace_package(name, root.joinpath(*name.split("."))) for name in _PACKAGES}
-    with _as_sys_modules(modules), slime_stand_ins.absent_dependencies():
-        importlib.import_module(PPO_UTILS)
-        for name in (LOSS, CP_UTILS):
-            if root.joinpath(*name.split(".")).with_suffix(".py").is_file():
-                importlib.import_module(name)
-    _LOADED[root] = modules
-    return modules
-
-
-# ---- feature detection ------------------------------------------------------------------------
-
-
-def _parameters(fn) -> set[str]:
-    return set(inspect.signature(fn).parameters) if fn is not None else set()
-
-
-def _settings_read(*functions) -> set[str]:
-    """The ``args.<name>`` / ``getattr(args, "<name>"...)`` settings these functions' source reads."""
-    names: set[str] = set()
-    for fn in functions:
-        if fn is None:
-            continue
-        source = inspect.getsource(fn)
-        names |= set(re.findall(r"\bargs\.(\w+)", source))
-        names |= set(re.findall(r"getattr\(\s*args\s*,\s*[\"'](\w+)[\"']", source))
-    return names
-
-
-@dataclass
-class SlimeAPI:
-    """What the loaded revision provides, found by inspecting its modules."""
-
-    modules: dict
-    token_fn: object = None  # calculate_log_probs_and_entropy
-    token_parameters: set = field(default_factory=set)
-    split_fns: tuple | None = None  # (compute_log_probs, compute_entropy_from_logits)
-    packed_fn: object = None  # get_log_probs_and_entropy
-    packed_parameters: set = field(default_factory=set)
-    packed_settings: set = field(default_factory=set)
-    packed_gate_settings: set = field(default_factory=set)
-    policy_fn: object = None  # policy_loss_function
-    sum_of_sample_mean_fn: object = None  # get_sum_of_sample_mean
-    zigzag: bool = False
-
-    @classmethod
-    def detect(cls, modules: dict) -> SlimeAPI:
-        ppo, loss, cp_utils = (modules.get(name) for name in (PPO_UTILS, LOSS, CP_UTILS))
-        api = cls(modules)
-        api.token_fn = getattr(ppo, "calculate_log_probs_and_entropy", None)
-        api.token_parameters = _parameters(api.token_fn)
-        split = (getattr(ppo, "compute_log_probs", None), getattr(ppo, "compute_entropy_from_logits", None))
-        api.split_fns = split if all(split) else None
-        if loss is not None:
-            api.packed_fn = getattr(loss, "get_log_probs_and_entropy", None)
-            api.packed_parameters = _parameters(api.packed_fn)
-            api.packed_gate_settings = _settings_read(api.packed_fn)
-            api.packed_settings = api.packed_gate_settings | _settings_read(getattr(loss, "get_responses", None))
-            api.policy_fn = getattr(loss, "policy_loss_function", None)
-            api.zigzag = hasattr(loss, "get_logits_and_tokens_offset_with_cp")
-        api.sum_of_sample_mean_fn = getattr(cp_utils, "get_sum_of_sample_mean", None)
-        return api
-
-    @property
-    def token_gate_parameter(self) -> str | None:
-        return next((p for p in _GATE_PARAMETERS if p in self.token_parameters), None)
-
-    @property
-    def has_packed_gate(self) -> bool:
-        return "entropy_coef" in self.packed_gate_settings
-
-    @property
-    def has_bshd(self) -> bool:
-        return "qkv_format" in self.packed_settings and "max_seq_lens" in self.packed_parameters
-
-    def capabilities(self) -> frozenset:
-        caps = set()
-        token = self.token_fn is not None or self.split_fns is not None
-        if token:
-            caps |= {"token", "entropy"}
-        if self.packed_fn is not None:
-            caps |= {"packed", "entropy"}
-            if self.policy_fn is not None and self.sum_of_sample_mean_fn is not None:
-                caps.add("policy_loss")
-            if "rollout_temperature" in self.packed_settings:
-                caps.add("temperature")
-            if self.has_bshd:
-                caps.add("bshd")
-            if self.zigzag:
-                caps.add("cp_zigzag")
-            if "allgather_cp" in self.packed_settings:
-                caps.add("cp_allgather")
-            token_gate = self.token_gate_parameter is not None or (self.token_fn is None and self.split_fns)
-            if self.has_packed_gate and (token_gate or not token):
-                caps.add("entropy_gate")
-            if "log_probs_chunk_size" in self.packed_settings and (not token or "chunk_size" in self.token_parameters):
-                caps.add("chunking")
-        elif token and "chunk_size" in self.token_parameters:
-            caps.add("chunking")
-        return frozenset(caps)
 
 
 # ---- the adapter ----------------------------------------------------------------------------

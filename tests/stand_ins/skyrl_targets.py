@@ -15,3 +15,10 @@ class Fixed(SkyRLTarget):
 class Buggy(SkyRLTarget):
     def __init__(self):
         super().__init__(root=HERE / "skyrl_buggy")
+
+
+class InvertedGate(SkyRLTarget):
+    """The fixed stand-in's Functions and loss, with a wrapper whose entropy gate is inverted (BUGS.md #1)."""
+
+    def __init__(self):
+        super().__init__(root=HERE / "skyrl_inverted_gate")

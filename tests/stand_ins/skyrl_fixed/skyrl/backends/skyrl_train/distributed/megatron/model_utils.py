@@ -5,7 +5,7 @@ real one, so the adapter's seams (finding the file, the Megatron stand-in,
 shapes ``[B, S, V_local]``, shard bounds, chunked vs whole) are tested with no
 network and no upstream checkout. The arithmetic is plain torch autograd:
 correct by construction, so the harness must pass it. ``skyrl_buggy`` holds
-the two historic bugs.
+the two historic bugs and has no packed entry point.
 """
 
 import megatron.core.parallel_state as mpu
@@ -74,3 +74,74 @@ class ChunkedDistributedLogprob:
 def vocab_parallel_entropy(vocab_parallel_logits):
     log_p = _global_log_softmax(vocab_parallel_logits, mpu.get_tensor_model_parallel_group())
     return -_SumOfShards.apply((log_p.exp() * log_p).sum(-1), mpu.get_tensor_model_parallel_group())
+
+
+def _my_chunks(values, cp_rank, cp_size):
+    """This CP rank's two load-balanced chunks (``r`` and ``2cp-1-r``) of one padded sequence."""
+    if cp_size == 1:
+        return values
+    chunks = values.chunk(2 * cp_size)
+    return torch.cat([chunks[cp_rank], chunks[2 * cp_size - 1 - cp_rank]])
+
+
+class AllGatherPackedCPTensor(torch.autograd.Function):
+    """Per-token values of every CP rank back in packed-sequence order; backward keeps this rank's own tokens."""
+
+    @staticmethod
+    def forward(ctx, tensor, cu_seqlens_padded, cp_group):
+        cp_size, cp_rank = dist.get_world_size(cp_group), dist.get_rank(cp_group)
+        parts = [torch.empty_like(tensor) for _ in range(cp_size)]
+        dist.all_gather(parts, tensor.contiguous(), group=cp_group)
+        bounds = [int(v) for v in cu_seqlens_padded.tolist()]
+        out = []
+        for i in range(len(bounds) - 1):
+            pieces = [part[bounds[i] // cp_size : bounds[i + 1] // cp_size].chunk(2) for part in parts]
+            order = [None] * (2 * cp_size)
+            for rank, (first, second) in enumerate(pieces):
+                order[rank], order[2 * cp_size - 1 - rank] = first, second
+            out.extend(order)
+        ctx.bounds, ctx.cp_size, ctx.cp_rank = bounds, cp_size, cp_rank
+        return torch.cat(out)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        b = ctx.bounds
+        mine = [_my_chunks(grad_output[b[i] : b[i + 1]], ctx.cp_rank, ctx.cp_size) for i in range(len(b) - 1)]
+        return torch.cat(mine), None, None
+
+
+def from_parallel_logits_to_logprobs_packed_sequences(
+    vocab_parallel_logits,
+    target,
+    cu_seqlens_padded,
+    unpacked_seqlen,
+    vocab_start_index,
+    vocab_end_index,
+    group,
+    inference_only=False,
+    cp_group=None,
+    chunk_size=None,
+    attention_mask=None,
+    sub_seq_lengths=None,
+):
+    cp_size = 1 if cp_group is None else dist.get_world_size(cp_group)
+    cp_rank = 0 if cp_group is None else dist.get_rank(cp_group)
+    bounds = [int(v) for v in cu_seqlens_padded.tolist()]
+    flat = target.squeeze(0)
+    rolled = [_my_chunks(flat[bounds[i] : bounds[i + 1]].roll(-1), cp_rank, cp_size) for i in range(len(bounds) - 1)]
+    rolled = torch.cat(rolled).unsqueeze(0)
+    if chunk_size is not None and chunk_size < vocab_parallel_logits.shape[1]:
+        probs = ChunkedDistributedLogprob.apply(
+            vocab_parallel_logits, rolled, vocab_start_index, vocab_end_index, chunk_size, group
+        )
+    else:
+        probs = DistributedLogprob.apply(vocab_parallel_logits, rolled, vocab_start_index, vocab_end_index, group)
+    probs = probs.squeeze(0)
+    if cp_size > 1:
+        probs = AllGatherPackedCPTensor.apply(probs, cu_seqlens_padded, cp_group)
+    out = probs.new_zeros(len(bounds) - 1, unpacked_seqlen - 1)
+    for i in range(len(bounds) - 1):
+        keep = min(bounds[i + 1] - bounds[i] - 1, unpacked_seqlen - 1)
+        if keep > 0:
+            out[i, :keep] = probs[bounds[i] : bounds[i] + keep]
+    return out
