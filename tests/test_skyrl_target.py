@@ -57,6 +57,18 @@ def test_fixed_stand_in_passes_packed_checks(case):
     check_packed_backward(case, FIXED)
 
 
+@pytest.mark.parametrize("chunk_size", [None, 2], ids=["whole", "chunked"])
+def test_cp_padding_rows_get_no_gradient_from_the_adapter(chunk_size):
+    # The control for SkyRL 0.3.0's "CP rank 0: padding rows received a gradient" (an empty sample at
+    # CP=2 zigzag, -inf vocabulary columns): with an upstream whose entropy takes 0·log 0 as 0, the
+    # adapter's mapping (cu_seqlens_padded, this rank's chunks, harness end padding cut off) leaves
+    # every padding row at exactly 0. SkyRL's NaN there comes from its _VocabParallelEntropy.
+    case = Case(seed=12, vocab=6, cp=2, cp_mode="zigzag", samples=((1, 0), (13, 1), (6, 3)), pad_multiple=4,
+                chunk_size=chunk_size, special=("neg_inf_columns",), with_entropy=True, logit_scale=3.0)  # fmt: skip
+    check_packed_backward(case, FIXED)
+    check_packed_forward(case, FIXED)
+
+
 POLICY_CASES = [
     Case(seed=6, vocab=12, samples=((7, 4), (3, 0), (5, 4)), pad_multiple=4, with_entropy=True, entropy_coef=0.3,
          chunk_size=3),

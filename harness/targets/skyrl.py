@@ -51,7 +51,12 @@ Packed batches (where the installed version defines
   the batch (what its loss consumes), so per-token entropy is SkyRL's
   ``vocab_parallel_entropy`` over the local rows, each sample's response rows
   picked by the adapter (a row's entropy depends on that row only); gate as at
-  token level.
+  token level. Every local row, padding included, goes through it, as in
+  SkyRL's own ``vocab_parallel_entropy_packed_sequences``: with a ``-inf``
+  logit its ``0·(−inf)`` makes the row's entropy and gradient NaN even where
+  the upstream gradient is 0, which the checks report as "padding rows
+  received a gradient" (SkyRL's, not this mapping's: the stand-in seam test
+  ``test_cp_padding_rows_get_no_gradient_from_the_adapter`` is the control).
 
 Policy loss (``policy_loss``, where the installed version has
 ``utils/ppo_utils.py`` with ``PolicyLossRegistry`` and a Megatron model wrapper

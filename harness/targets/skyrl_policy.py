@@ -41,7 +41,9 @@ Mapping onto the harness's policy loss (MATH.md):
   entropy (``vocab_parallel_entropy_packed_sequences`` / ``masked_mean``),
   which is not the harness's per-sample mean and is not equal to it. The
   adapter therefore builds ``entropy_loss_coef * sum_of_sample_mean(H)`` itself
-  from SkyRL's per-token entropy (``vocab_parallel_entropy``); only the gate
+  from SkyRL's per-token entropy (``vocab_parallel_entropy``), summed in fp32
+  (the term is the adapter's arithmetic, so its rounding must not be charged
+  to SkyRL); only the gate
   and the term's condition are SkyRL's;
 * tensors are SkyRL's ``[B, R_max]`` action layout: row ``i`` holds sample
   ``i``'s response log-probs (from SkyRL's packed output, positions
@@ -219,7 +221,7 @@ def policy_loss(
         if gate.term_added(settings):
             term = sum(
                 (
-                    (h * inputs.loss_masks[i].float().to(h.device)[index]).sum()
+                    (h.float() * inputs.loss_masks[i].float().to(h.device)[index]).sum()
                     / inputs.loss_masks[i].float().sum().clamp(min=1.0).to(h.device)
                     for i, (h, index) in enumerate(zip(entropy, indices))
                 ),

@@ -72,8 +72,15 @@ class ChunkedDistributedLogprob:
 
 
 def vocab_parallel_entropy(vocab_parallel_logits):
+    """``-sum p log p`` with the term of a ``-inf`` logit (``p = 0``) taken as 0 (MATH.md), value and gradient.
+
+    ``log p`` is replaced by 0 where it is ``-inf`` BEFORE the product, so
+    neither ``0 * -inf`` in the forward nor ``0 * inf`` in the backward can
+    make a NaN (SkyRL 0.3.0's ``_VocabParallelEntropy`` does both).
+    """
     log_p = _global_log_softmax(vocab_parallel_logits, mpu.get_tensor_model_parallel_group())
-    return -_SumOfShards.apply((log_p.exp() * log_p).sum(-1), mpu.get_tensor_model_parallel_group())
+    finite_log_p = torch.where(torch.isneginf(log_p), torch.zeros_like(log_p), log_p)
+    return -_SumOfShards.apply((log_p.exp() * finite_log_p).sum(-1), mpu.get_tensor_model_parallel_group())
 
 
 def _my_chunks(values, cp_rank, cp_size):
