@@ -132,7 +132,8 @@ def main(argv=None) -> int:
     table = []
     with tempfile.TemporaryDirectory(prefix="lph-history-") as trees:
         revisions = Revisions(family, repo, cache, Path(trees), pytest_args)
-        for commit in commits(repo, paths, args.since, args.until):
+        pending = commits(repo, paths, args.since, args.until)
+        for commit in pending:
             head_key, base_key = content_key(repo, commit.sha, paths), content_key(repo, commit.parent, paths)
             if head_key == base_key:
                 continue
@@ -160,23 +161,30 @@ def main(argv=None) -> int:
                 f"{len(decision.fixed)} fixed",
                 flush=True,
             )
-    cache.mkdir(parents=True, exist_ok=True)
-    (cache / "history.json").write_text(json.dumps(table, indent=1) + "\n")
-    (cache / "history.md").write_text(render_table(family, args.since, table))
+            _write(cache, family, args.since, table, total=len(pending))
+    _write(cache, family, args.since, table, total=len(pending))
     print(f"history: {cache / 'history.md'}")
     return 0
+
+
+def _write(cache: Path, family: str, since: str, table: list[dict], total: int) -> None:
+    """The table so far (written after every commit, so a long replay can be read while it runs)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "history.json").write_text(json.dumps(table, indent=1) + "\n")
+    (cache / "history.md").write_text(render_table(family, since, table, total))
 
 
 def _short(ids: list[str]) -> str:
     return "<br>".join(f"`{i.split('::', 1)[-1]}`" for i in ids) or "-"
 
 
-def render_table(family: str, since: str, table: list[dict]) -> str:
+def render_table(family: str, since: str, table: list[dict], total: int) -> str:
     blocked = sum(1 for row in table if row["would_block"])
     lines = [
         f"# Gate history: {family} since {since}",
         "",
-        f"{len(table)} commits touching the code under test; the gate would have blocked {blocked}.",
+        f"{len(table)} of {total} commits touching the code under test replayed; the gate would have blocked "
+        f"{blocked}.",
         "",
         "| commit | date | PR title | NEW FAIL | FIXED | still failing |",
         "|---|---|---|---|---|---|",
