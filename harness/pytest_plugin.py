@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Unsatisfiable
 
-from harness import stats
+from harness import hang_memo, stats
 from harness.checks import UNSUPPORTED_EXAMPLES
 from harness.pool import shutdown_all
 
@@ -96,6 +96,7 @@ _CASE = re.compile(r"^(?:E\s+)?Case: (.*)$", re.MULTILINE)
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     UNSUPPORTED_EXAMPLES.clear()
+    hang_memo.reset()
 
 
 @pytest.hookimpl(wrapper=True)
