@@ -14,8 +14,11 @@ same job SHAPE costs on this machine, measured on its successful runs:
 * the slowest run, not the mean: a deadline must cover the worst normal run
   (first jobs after a respawn pay imports; other processes share the CPU);
 * before a shape is observed: MULTIPLIER x the slowest run of ANY shape
-  seen in this process, times UNSEEN_SHAPE_FACTOR; before anything is
-  observed, COLD_S (the very first job of a process);
+  seen in this process, times UNSEEN_SHAPE_FACTOR, but at most COLD_S;
+  before anything is observed, COLD_S (the very first job of a process);
+* only jobs on a WARM pool are recorded (harness/run.py): the first job
+  after a (re)spawn pays the ranks' imports, which would inflate the
+  estimate of every later job by the cost of one cold start;
 * the floor is deliberately generous: 2 cores running several 4-rank pools
   (three test sessions at once) can stretch a 30 ms job to seconds, and a
   false hang is worse than a slow report. The ceiling is the old fixed 60 s.
@@ -63,7 +66,7 @@ class DeadlinePolicy:
         if shape in self.slowest:
             estimate = MULTIPLIER * self.slowest[shape]
         elif self.slowest:
-            estimate = MULTIPLIER * UNSEEN_SHAPE_FACTOR * max(self.slowest.values())
+            estimate = min(COLD_S, MULTIPLIER * UNSEEN_SHAPE_FACTOR * max(self.slowest.values()))
         else:
             estimate = COLD_S
         return min(max(estimate, floor), max(CEILING_S, floor))

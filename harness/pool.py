@@ -268,6 +268,7 @@ class RankPool:
         self._conns: list = []
         self._last: list = []
         self._tmpdir: str | None = None
+        self.jobs_run = 0  # jobs posted since the last (re)spawn: the first one pays the ranks' imports
         _ALL_POOLS.add(self)
 
     @property
@@ -311,6 +312,7 @@ class RankPool:
         for last in self._last:
             last.value = b""
         self._post(blob)
+        self.jobs_run += 1
         results, errors, stuck = self._collect(timeout_s + GRACE_S)
         stuck_at = {rank: self._last_collective(rank) for rank in sorted(stuck)}
         timed_out = {rank: text for rank, text in errors.items() if is_collective_timeout(text)}
@@ -334,6 +336,7 @@ class RankPool:
 
     def _spawn(self) -> None:
         ctx = mp.get_context("spawn")
+        self.jobs_run = 0
         self._tmpdir = tempfile.mkdtemp(prefix="lph-pool-")
         rendezvous = os.path.join(self._tmpdir, "rendezvous")
         previous = os.environ.get("OMP_NUM_THREADS")
