@@ -1,6 +1,6 @@
 """A hang is a verdict, not something to shrink for minutes (issue 13).
 
-Once an example of a test hangs (``RankHang`` or its ``CollectiveTimeout``),
+Once an example of a test hangs (``RankHang`` or its ``CollectiveHang``),
 each further hung example costs a deadline plus a pool respawn, and
 Hypothesis' shrinker would replay dozens. Two bounds, reset per test by the
 pytest plugin (``pytest_runtest_setup``):
@@ -14,6 +14,10 @@ pytest plugin (``pytest_runtest_setup``):
   NEW examples are rejected (Hypothesis ``reject()``) without running, so
   generation and shrinking stop and Hypothesis reports the best hung example
   found so far, with its Case and replay command (``harness.checks``).
+  Jobs that already ran in this test are never rejected: Hypothesis replays
+  its failing examples at the end (a check may run several jobs, and the
+  failure may be another check's assertion), and rejecting a replay that
+  once passed its assumptions is reported as Flaky.
 
 Outside a Hypothesis test (a plain pytest test, ``harness.replay``) nothing
 is rejected: only memo hits short-cut.
@@ -46,6 +50,7 @@ class HangMemo:
 
     def reset(self) -> None:
         self.hung: dict[str, tuple[type, str]] = {}
+        self.ran: set[str] = set()
         self.first_hang_at: float | None = None
         self.skipped_runs = 0
         self.rejected = 0
@@ -60,9 +65,12 @@ class HangMemo:
             self.skipped_runs += 1
             kind, message = self.hung[key]
             raise_hang(kind, message, known=True)
+        if key in self.ran:
+            return  # ran before in this test and did not hang: Hypothesis' replays must see it run again
         if self.budget_spent and currently_in_test_context():
             self.rejected += 1
             reject()
+        self.ran.add(key)
 
     def record(self, key: str, hang: RankHang) -> None:
         """Remember ``hang`` for ``key``; the first hang of the test starts the shrink budget."""

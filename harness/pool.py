@@ -20,7 +20,7 @@ of a world size are started once and then run a job in milliseconds:
 * every job has a deadline (``harness.deadline`` sizes it from the measured
   cost of the same job shape), enforced twice: each rank sets it as the
   timeout of all its process groups, so a rank blocked in a collective its
-  peers never join raises the backend's timeout (``CollectiveTimeout``, a
+  peers never join raises the backend's timeout (``CollectiveHang``, a
   ``RankHang``, with its traceback); and the PARENT stops waiting a grace
   later (``RankHang``), so a hang becomes a failure naming the rank, never a
   stuck CI job. Both name each stuck rank and the last collective it issued
@@ -55,12 +55,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from harness import rank_errors
-from harness.rank_errors import GRACE_S, CollectiveTimeout, RankError, RankHang, is_collective_timeout
+from harness.rank_errors import GRACE_S, CollectiveHang, RankError, RankHang, is_collective_timeout
 
 if TYPE_CHECKING:
     from harness.trace import CollectiveTracer
 
-__all__ = ["CollectiveTimeout", "RankContext", "RankError", "RankHang", "RankPool", "get_pool", "shutdown_all"]
+__all__ = ["CollectiveHang", "RankContext", "RankError", "RankHang", "RankPool", "get_pool", "shutdown_all"]
 
 START_TIMEOUT_S = 120.0
 STOP_JOIN_S = 3.0
@@ -300,7 +300,7 @@ class RankPool:
 
         ``timeout_s`` is the job's deadline: every rank's process groups time
         out after it, and the parent stops waiting a grace later. Raises
-        ``RankError`` (a rank raised or died), ``CollectiveTimeout`` (ranks
+        ``RankError`` (a rank raised or died), ``CollectiveHang`` (ranks
         gave up waiting in a collective) or ``RankHang`` (a rank still busy
         at the parent's deadline); the pool is respawned by the next call
         whenever a failure left it inconsistent.
@@ -324,7 +324,7 @@ class RankPool:
             raise RankError(rank_errors.error_message(where, errors, stuck_at))
         if timed_out:
             message = rank_errors.timeout_message(where, list(results), timeout_s, timed_out, last)
-            raise CollectiveTimeout("\n".join([message, rank_errors.stuck_lines(stuck_at)]).rstrip())
+            raise CollectiveHang("\n".join([message, rank_errors.stuck_lines(stuck_at)]).rstrip())
         if stuck_at:
             raise RankHang(rank_errors.hang_message(where, self.world_size, timeout_s, stuck_at))
         return [results[rank] for rank in range(self.world_size)]

@@ -10,7 +10,7 @@ A rank blocked in a collective whose peer never joins raises the backend's
 own timeout once the job's collective timeout passes (gloo: "Timed out
 waiting ... for recv operation"; NCCL: the watchdog's "collective operation
 timeout"). That rank did not fail by itself, it waited for a peer that took
-another path: issue 13's hang-class bugs. ``CollectiveTimeout`` is therefore
+another path: issue 13's hang-class bugs. ``CollectiveHang`` is therefore
 a ``RankHang`` naming the waiting rank(s) and their last collective, not a
 ``RankError``. A rank that raised a real exception while a peer waited stays
 a ``RankError``: the exception is the cause, the wait only its consequence.
@@ -37,8 +37,13 @@ class RankHang(RuntimeError):
     """One or more ranks did not finish a job (or start) before the deadline."""
 
 
-class CollectiveTimeout(RankHang):
-    """Ranks gave up waiting in a collective their peers never joined (the process group's timeout)."""
+class CollectiveHang(RankHang):
+    """Ranks gave up waiting in a collective their peers never joined (the process group's timeout).
+
+    Named ``...Hang`` so that reports that pick the first ``...Error`` /
+    ``...Hang`` line of a failure show this line, not the backend's
+    ``RuntimeError: Timed out waiting`` quoted further down.
+    """
 
 
 def is_collective_timeout(traceback_text: str) -> bool:
@@ -89,7 +94,7 @@ def hang_message(where: str, world_size: int, timeout_s: float, stuck_at: dict) 
 
 
 def timeout_message(where: str, finished: list, timeout_s: float, timed_out: dict, last: dict) -> str:
-    """CollectiveTimeout's text: the ranks that gave up waiting, their last collective, the backend's words."""
+    """CollectiveHang's text: the ranks that gave up waiting, their last collective, the backend's words."""
     waits = "\n".join(f"rank {rank} stuck; last collective: {last[rank]}" for rank in sorted(timed_out))
     return "\n".join(
         [

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from harness import deadline, hang_memo
 from harness.cases import Case
 from harness.checks import check_policy_loss
-from harness.pool import CollectiveTimeout, RankError, RankHang, get_pool
+from harness.pool import CollectiveHang, RankError, RankHang, get_pool
 from harness.rank_errors import is_collective_timeout
 
 STAND_INS = "tests/stand_ins/failure_targets.py"
@@ -48,7 +48,7 @@ def test_collective_timeout_is_recognised():
     gloo = "RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation"
     assert is_collective_timeout("Traceback ...\n" + gloo)
     assert not is_collective_timeout("Traceback ...\nValueError: planted failure on rank 1")
-    assert issubclass(CollectiveTimeout, RankHang)
+    assert issubclass(CollectiveHang, RankHang)
 
 
 @pytest.mark.slow
