@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 FLOOR_S = 8.0
 CEILING_S = 60.0
-COLD_S = 20.0
+COLD_S = 15.0
 MULTIPLIER = 10.0
 UNSEEN_SHAPE_FACTOR = 4.0
 

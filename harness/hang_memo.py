@@ -33,7 +33,7 @@ from hypothesis.control import currently_in_test_context
 
 from harness.rank_errors import RankHang
 
-SHRINK_BUDGET_S = 20.0
+SHRINK_BUDGET_S = 10.0
 
 
 def memo_key(job: str, payload: dict) -> str:

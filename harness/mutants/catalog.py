@@ -113,7 +113,7 @@ MUTANTS = (
         module="impl.token_level",
         original="        stats = _sum_in_rank_order(stats, tp_group)\n",
         replacement=(
-            "        if bool(in_shard.any()):  # this shard holds no target: 'nothing to add'\n"
+            "        if tp_world(tp_group)[0] == 1 or bool(in_shard.any()):  # no target here: 'nothing to add'\n"
             "            stats = _sum_in_rank_order(stats, tp_group)\n"
         ),
         killed_by=("regressions/test_dsa_hang.py",),
