@@ -451,8 +451,6 @@ def check_second_backward(case: Case, target: str = "impl") -> None:
 
 # ---- context parallelism: the gate across ranks, the hang class ---------------------
 
-HANG_TIMEOUT_S = 10.0
-
 
 @replayable
 def check_cp_requires_grad(case: Case, target: str = "impl") -> None:
@@ -463,7 +461,7 @@ def check_cp_requires_grad(case: Case, target: str = "impl") -> None:
     """
     require(target, required_capabilities(case, "policy_loss"))
     # Forward only: the flags are the bug; the backward hang they cause is test_dsa_hang's.
-    results = run_job(POLICY_JOB, case, target, timeout_s=HANG_TIMEOUT_S, compare_traces=False, backward=False)
+    results = run_job(POLICY_JOB, case, target, compare_traces=False, backward=False)
     flags = {rank: (r["log_probs_requires_grad"], r["entropy_requires_grad"]) for rank, r in enumerate(results)}
     assert len({repr(f) for f in flags.values()}) == 1, f"requires_grad differs across ranks: {flags}"
     assert_entropy_gate(case, results, target)
@@ -474,12 +472,13 @@ def check_cp_requires_grad(case: Case, target: str = "impl") -> None:
 def check_cp_collectives(case: Case, target: str = "impl") -> None:
     """Bug 5: forward AND backward issue the same collectives on every rank of each group.
 
-    ``run_job`` compares the traces; the short deadline turns a real hang into
-    a failure naming the stuck rank and its last collective within seconds.
+    ``run_job`` compares the traces; the deadline policy (harness/deadline.py,
+    the same for every check) turns a real hang into a failure naming the
+    stuck rank and its last collective within seconds.
     """
     require(target, required_capabilities(case, "policy_loss"))
-    run_job(POLICY_JOB, case, target, timeout_s=HANG_TIMEOUT_S)
-    run_job(PACKED_JOB, case, target, timeout_s=HANG_TIMEOUT_S, entropy_grad=entropy_gate(case))
+    run_job(POLICY_JOB, case, target)
+    run_job(PACKED_JOB, case, target, entropy_grad=entropy_gate(case))
 
 
 # ---- donation ------------------------------------------------------------------------

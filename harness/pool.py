@@ -17,12 +17,19 @@ of a world size are started once and then run a job in milliseconds:
 * a job is an importable ``'module:function'`` called on every rank as
   ``fn(payload, ctx)``; payload and results cross as plain pickled bytes, so
   tensors travel by value, never as shared-memory file descriptors;
-* the PARENT enforces a deadline, so a hang becomes a failure naming the rank,
-  never a stuck CI job: ``RankHang`` names each stuck rank and the last
-  collective it issued (the tracer mirrors it into shared memory before each
-  call); a raising or dying rank becomes ``RankError`` with its traceback or
-  exit code. A pool left inconsistent is killed and transparently respawned
-  by the next job, so one bad example never poisons the next;
+* every job has a deadline (``harness.deadline`` sizes it from the measured
+  cost of the same job shape), enforced twice: each rank sets it as the
+  timeout of all its process groups, so a rank blocked in a collective its
+  peers never join raises the backend's timeout (``CollectiveHang``, a
+  ``RankHang``, with its traceback); and the PARENT stops waiting a grace
+  later (``RankHang``), so a hang becomes a failure naming the rank, never a
+  stuck CI job. Both name each stuck rank and the last collective it issued
+  (the tracer mirrors it into shared memory before each call); a raising or
+  dying rank becomes ``RankError`` with its traceback or exit code
+  (``harness.rank_errors``). A pool left inconsistent (a rank stuck, dead, or
+  past a collective timeout, after which gloo's pairs are closed) is killed
+  and transparently respawned by the next job, so one bad example never
+  poisons the next;
 * ranks exit when the parent dies (a watchdog thread, and daemon processes),
   and ``shutdown_all`` (registered with atexit) leaves no process behind.
 """
@@ -47,24 +54,20 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from harness import rank_errors
+from harness.rank_errors import GRACE_S, CollectiveHang, RankError, RankHang, is_collective_timeout
+
 if TYPE_CHECKING:
     from harness.trace import CollectiveTracer
 
-GRACE_S = 2.0
+__all__ = ["CollectiveHang", "RankContext", "RankError", "RankHang", "RankPool", "get_pool", "shutdown_all"]
+
 START_TIMEOUT_S = 120.0
 STOP_JOIN_S = 3.0
 KILL_JOIN_S = 2.0
 LAST_COLLECTIVE_BYTES = 512
 ORPHAN_POLL_S = 0.5
 PICKLE_PROTOCOL = 5
-
-
-class RankError(RuntimeError):
-    """One or more ranks raised or died while running a job (or starting)."""
-
-
-class RankHang(RuntimeError):
-    """One or more ranks did not finish a job (or start) before the deadline."""
 
 
 @dataclass
@@ -105,8 +108,13 @@ def _exit_when_orphaned(parent_pid: int) -> None:
         time.sleep(ORPHAN_POLL_S)
 
 
-def _make_groups(world_size: int) -> dict:
-    """All TP and CP groups of every factorisation, size 1 included, created in the same order on every rank."""
+def _make_groups(world_size: int, pg_timeout_s: float) -> dict:
+    """All TP and CP groups of every factorisation, size 1 included, created in the same order on every rank.
+
+    Each gets the pool's timeout explicitly: ``new_group`` without one takes
+    the backend default (30 min for gloo), not the world group's, and a rank
+    blocked in a subgroup collective then outlives every deadline.
+    """
     import torch.distributed as dist
 
     groups = {}
@@ -114,8 +122,20 @@ def _make_groups(world_size: int) -> dict:
         tp_groups, cp_groups = layout_groups(world_size, tp, cp)
         for ranks in tp_groups + cp_groups:
             if ranks not in groups:
-                groups[ranks] = dist.new_group(list(ranks))
+                groups[ranks] = dist.new_group(list(ranks), timeout=timedelta(seconds=pg_timeout_s))
     return groups
+
+
+def _set_collective_timeout(groups: dict, timeout_s: float) -> None:
+    """Make every group of this rank (the world included) give up waiting after ``timeout_s``."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _set_pg_timeout
+
+    timeout, rank = timedelta(seconds=timeout_s), dist.get_rank()
+    _set_pg_timeout(timeout, dist.group.WORLD)
+    for ranks, group in groups.items():
+        if rank in ranks:  # a rank holds only a placeholder for the groups it is not in
+            _set_pg_timeout(timeout, group)
 
 
 def _start_rank(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float, last_collective):
@@ -140,7 +160,7 @@ def _start_rank(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float
         last_collective.value = describe(record).encode()[: LAST_COLLECTIVE_BYTES - 1]
 
     tracer = CollectiveTracer(on_record=mirror).install()
-    return tracer, _make_groups(world_size)
+    return tracer, _make_groups(world_size, pg_timeout_s)
 
 
 def _load(cache: dict, path: str):
@@ -171,6 +191,7 @@ def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collecti
     from harness.device import to_host
 
     functions: dict = {}
+    collective_timeout_s = None
     while True:
         try:
             blob = conn.recv_bytes()
@@ -182,7 +203,10 @@ def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collecti
             message = pickle.loads(blob)
             if message[0] == "stop":
                 return
-            _, fn_path, payload, tp, cp = message
+            _, fn_path, payload, tp, cp, timeout_s = message
+            if timeout_s != collective_timeout_s:
+                _set_collective_timeout(groups, timeout_s)
+                collective_timeout_s = timeout_s
             result = _load(functions, fn_path)(payload, _context(rank, world_size, tp, cp, groups, tracer))
             # Whatever device the job used, the parent receives CPU tensors (a no-op on the CPU).
             reply = pickle.dumps(("ok", to_host(result)), protocol=PICKLE_PROTOCOL)
@@ -244,6 +268,7 @@ class RankPool:
         self._conns: list = []
         self._last: list = []
         self._tmpdir: str | None = None
+        self.jobs_run = 0  # jobs posted since the last (re)spawn: the first one pays the ranks' imports
         _ALL_POOLS.add(self)
 
     @property
@@ -267,31 +292,41 @@ class RankPool:
         self._reap(0.0)
         header = f"the rank pool of world size {self.world_size} failed to start"
         if errors:
-            raise RankError(header + "\n" + self._error_lines(errors))
+            raise RankError(header + "\n" + rank_errors.error_lines(errors))
         raise RankHang(f"{header}: rank(s) {sorted(stuck)} not ready within {START_TIMEOUT_S:.0f} s")
 
     def run(self, fn: str, payload, *, tp: int, cp: int, timeout_s: float = 60.0) -> list:
         """Run ``fn(payload, ctx)`` on every rank; one result per global rank, in rank order.
 
-        Raises ``RankError`` (a rank raised or died) or ``RankHang`` (the
-        deadline passed with a rank still busy); the pool is respawned by the
-        next call whenever a failure left it inconsistent.
+        ``timeout_s`` is the job's deadline: every rank's process groups time
+        out after it, and the parent stops waiting a grace later. Raises
+        ``RankError`` (a rank raised or died), ``CollectiveHang`` (ranks
+        gave up waiting in a collective) or ``RankHang`` (a rank still busy
+        at the parent's deadline); the pool is respawned by the next call
+        whenever a failure left it inconsistent.
         """
         if tp * cp != self.world_size:
             raise ValueError(f"tp={tp} x cp={cp} = {tp * cp} must equal the pool's world_size={self.world_size}")
         self.start()
-        blob = pickle.dumps(("job", fn, payload, tp, cp), protocol=PICKLE_PROTOCOL)
+        blob = pickle.dumps(("job", fn, payload, tp, cp, float(timeout_s)), protocol=PICKLE_PROTOCOL)
         for last in self._last:
             last.value = b""
         self._post(blob)
-        results, errors, stuck = self._collect(timeout_s)
+        self.jobs_run += 1
+        results, errors, stuck = self._collect(timeout_s + GRACE_S)
         stuck_at = {rank: self._last_collective(rank) for rank in sorted(stuck)}
-        if stuck or not self.alive:
+        timed_out = {rank: text for rank, text in errors.items() if is_collective_timeout(text)}
+        last = {rank: self._last_collective(rank) for rank in timed_out}
+        if stuck or timed_out or not self.alive:
             self._reap(0.0)
-        if errors:
-            raise RankError(self._error_message(fn, tp, cp, errors, stuck_at))
+        where = rank_errors.layout(self.world_size, fn, tp, cp)
+        if len(timed_out) < len(errors):
+            raise RankError(rank_errors.error_message(where, errors, stuck_at))
+        if timed_out:
+            message = rank_errors.timeout_message(where, list(results), timeout_s, timed_out, last)
+            raise CollectiveHang("\n".join([message, rank_errors.stuck_lines(stuck_at)]).rstrip())
         if stuck_at:
-            raise RankHang(self._hang_message(fn, tp, cp, timeout_s, stuck_at))
+            raise RankHang(rank_errors.hang_message(where, self.world_size, timeout_s, stuck_at))
         return [results[rank] for rank in range(self.world_size)]
 
     def shutdown(self) -> None:
@@ -301,6 +336,7 @@ class RankPool:
 
     def _spawn(self) -> None:
         ctx = mp.get_context("spawn")
+        self.jobs_run = 0
         self._tmpdir = tempfile.mkdtemp(prefix="lph-pool-")
         rendezvous = os.path.join(self._tmpdir, "rendezvous")
         previous = os.environ.get("OMP_NUM_THREADS")
@@ -381,42 +417,6 @@ class RankPool:
     def _last_collective(self, rank: int) -> str:
         text = self._last[rank].value.decode(errors="replace")
         return text or "(no collective issued in this job)"
-
-    def _layout(self, fn: str, tp: int, cp: int) -> str:
-        return f"job {fn} on a world of {self.world_size} (tp={tp}, cp={cp})"
-
-    @staticmethod
-    def _error_lines(errors: dict) -> str:
-        return "\n".join(f"--- rank {rank} ---\n{text.rstrip()}" for rank, text in sorted(errors.items()))
-
-    @staticmethod
-    def _stuck_lines(stuck_at: dict) -> str:
-        return "\n".join(f"rank {rank} stuck; last collective: {last}" for rank, last in stuck_at.items())
-
-    def _error_message(self, fn: str, tp: int, cp: int, errors: dict, stuck_at: dict) -> str:
-        # The first line carries the first failing rank's exception: verdict tables show only that line.
-        first_rank = min(errors)
-        lines = errors[first_rank].rstrip().splitlines()
-        cause = f": rank {first_rank}: {lines[-1].strip()}" if lines else ""
-        parts = [f"{self._layout(fn, tp, cp)} failed on rank(s) {sorted(errors)}{cause}", self._error_lines(errors)]
-        if stuck_at:
-            parts += [
-                f"the other rank(s) {sorted(stuck_at)} were still busy after a {GRACE_S:.0f} s grace:",
-                self._stuck_lines(stuck_at),
-                "the pool was killed and will respawn on the next job",
-            ]
-        return "\n".join(parts)
-
-    def _hang_message(self, fn: str, tp: int, cp: int, timeout_s: float, stuck_at: dict) -> str:
-        finished = sorted(set(range(self.world_size)) - set(stuck_at))
-        return "\n".join(
-            [
-                f"{self._layout(fn, tp, cp)} did not finish within {timeout_s:.1f} s",
-                self._stuck_lines(stuck_at),
-                f"finished: rank(s) {finished}",
-                "the pool was killed and will respawn on the next job",
-            ]
-        )
 
     def _request_stop(self) -> None:
         stop = pickle.dumps(("stop",))

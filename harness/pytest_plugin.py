@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Unsatisfiable
 
-from harness import figures, stats
+from harness import figures, hang_memo, stats
 from harness.checks import UNSUPPORTED_EXAMPLES
 from harness.gate import render
 from harness.gate.render import Row
@@ -136,6 +136,7 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_runtest_setup(item):
     UNSUPPORTED_EXAMPLES.clear()
     figures.reset()
+    hang_memo.reset()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -8,16 +8,21 @@ World size 1 runs in this process (no process group: nothing can hang and
 nothing needs isolating), larger worlds go through the persistent rank pool
 of their size. Either way the caller gets one result per global rank, in rank
 order, and a hung or failing rank surfaces as an exception naming it.
+
+A pool job's deadline comes from ``harness.deadline`` (a multiple of the
+measured cost of the same job shape, floored and capped) unless the caller
+passes one; a hang is memoised per test and bounds shrinking
+(``harness.hang_memo``), so one hang-class bug costs seconds, not minutes.
 """
 
 from __future__ import annotations
 
-from harness import stats
-from harness.cases import Case
-from harness.pool import RankContext, get_pool, layout_groups
-from harness.trace import compare_traces
+import time
 
-DEFAULT_TIMEOUT_S = 60.0
+from harness import deadline, hang_memo, stats
+from harness.cases import Case
+from harness.pool import RankContext, RankHang, get_pool, layout_groups
+from harness.trace import compare_traces
 
 
 def _local_context() -> RankContext:
@@ -31,14 +36,15 @@ def run_job(
     case: Case,
     target: str = "impl",
     *,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float | None = None,
     compare_traces: bool = True,
     **options,
 ) -> list:
     """Run ``job`` ('module:function') for ``case`` against ``target``; one result per rank.
 
     ``compare_traces=False`` leaves the trace comparison to the caller (a check
-    that wants to report a more specific symptom first).
+    that wants to report a more specific symptom first). ``timeout_s`` fixes
+    the deadline (self-tests); by default the deadline policy sizes it.
     """
     stats.record(case)
     payload = {"case": case.to_json(), "target": target, **options}
@@ -46,9 +52,33 @@ def run_job(
         module_name, _, function_name = job.partition(":")
         module = __import__(module_name, fromlist=[function_name])
         return [getattr(module, function_name)(payload, _local_context())]
-    results = get_pool(case.world_size).run(job, payload, tp=case.tp, cp=case.cp, timeout_s=timeout_s)
+    results = run_pool_job(job, payload, case, timeout_s)
     if compare_traces:
         assert_collectives_consistent(case, results)
+    return results
+
+
+def run_pool_job(job: str, payload: dict, case: Case, timeout_s: float | None = None) -> list:
+    """One job through the pool under the deadline policy and the per-test hang memo."""
+    key = hang_memo.memo_key(job, payload)
+    hang_memo.MEMO.before_run(key)
+    pool = get_pool(case.world_size)
+    pool.start()  # a (re)spawn is not part of the job's cost
+    shape = deadline.shape_of(job, case.tp, case.cp, case.rows, case.vocab)
+    limit = deadline.POLICY.deadline(shape) if timeout_s is None else timeout_s
+    warm, started = pool.jobs_run > 0, time.monotonic()
+    hung = None
+    try:
+        results = pool.run(job, payload, tp=case.tp, cp=case.cp, timeout_s=limit)
+    except RankHang as hang:
+        hung = hang
+    if hung is not None:
+        # Raised outside the except block: a memo hit has no exception context either, and Hypothesis
+        # compares the whole chain (a different chain on the final replay would read as Flaky).
+        hang_memo.MEMO.record(key, hung)
+        hang_memo.raise_hang(type(hung), str(hung))
+    if warm:  # a cold pool's first job pays the ranks' imports: not the shape's cost
+        deadline.POLICY.observe(shape, time.monotonic() - started)
     return results
 
 

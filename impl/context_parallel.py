@@ -28,7 +28,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
 
-from impl.packed import PackedBatch, PackedOutput
+from impl.agreement import agree
+from impl.batch import PackedBatch, PackedOutput
 from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy
 from impl.token_level import tp_world
 
@@ -84,6 +85,68 @@ def allgather_piece(batch: PackedBatch, rows_local: int, cp_rank: int) -> tuple[
 
 def _cp_world(group) -> tuple[int, int]:
     return tp_world(group)
+
+
+CP_CALL_FIXES = {
+    "cp_mode": "every rank of cp_group must use the same context-parallel layout",
+    "logits rows (this rank's share of the packed stream)": "every CP rank holds the same number of rows: for "
+    "allgather pad the packed stream to a multiple of cp * pad_multiple; for zigzag each rank holds "
+    "2*ceil(T_i/(2*cp)) rows per sample",
+    "total_lengths": "pass every CP rank the WHOLE packed batch's lengths (the same list on every rank)",
+    "response_lengths": "pass every CP rank the WHOLE packed batch's lengths (the same list on every rank)",
+    "qkv_format": "every CP rank must use the same packing",
+}
+
+
+def cp_call_fields(logits, batch: PackedBatch, cp_mode: str, options: dict) -> dict:
+    """What every CP rank of one packed call must agree on (computed defensively: the inputs may be invalid)."""
+    shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else ()
+    temperature, chunk_size = options["temperature"], options["chunk_size"]
+    return {
+        "cp_mode": cp_mode,
+        "qkv_format": batch.qkv_format,
+        "total_lengths": list(batch.total_lengths),
+        "response_lengths": list(batch.response_lengths),
+        "logits rows (this rank's share of the packed stream)": shape[0] if shape else -1,
+        "V_local (the vocabulary shard width)": shape[-1] if shape else -1,
+        "chunk_size": chunk_size if chunk_size is None or isinstance(chunk_size, int) else repr(chunk_size),
+        "with_entropy": bool(options["with_entropy"]),
+        "entropy_grad": bool(options["entropy_grad"]),
+        "temperature": float(temperature) if isinstance(temperature, (int, float)) else repr(temperature),
+    }
+
+
+def agree_on_cp_call(logits, batch: PackedBatch, *, cp_mode, cp_group, loss_mask_only, options, caller_error=None):
+    """Before any other collective, the ranks of ``cp_group`` agree on the call or all raise the same error.
+
+    ``caller_error`` is an error the caller found in its own arguments on
+    this rank (e.g. the policy loss's advantages): raised after the
+    agreement, so that this rank's peers raise too instead of waiting for it.
+    Also: a CP group of size > 1 needs a CP mode, a CP mode needs one.
+    """
+    cp = _cp_world(cp_group)[0]
+    if cp == 1:
+        if caller_error is not None:
+            raise caller_error
+        if cp_mode != "none":
+            _validate(logits, batch, cp_mode, loss_mask_only)
+            given = "None" if cp_group is None else "a group of size 1"
+            raise ValueError(
+                f"cp_mode={cp_mode!r} needs a context-parallel cp_group of size > 1 (got {given}): pass the CP "
+                "group, or cp_mode='none' without context parallelism"
+            )
+        return
+    local_error = caller_error
+    if local_error is None and cp_mode != "none":
+        try:
+            _validate(logits, batch, cp_mode, loss_mask_only)
+        except (ValueError, TypeError) as exc:
+            local_error = exc
+    device = logits.device if isinstance(logits, torch.Tensor) else "cpu"
+    fields = cp_call_fields(logits, batch, cp_mode, options)
+    agree(cp_group, "cp_group", fields, local_error=local_error, device=device, fix=CP_CALL_FIXES)
+    if cp_mode == "none":
+        raise ValueError("a CP group of size > 1 was given with cp_mode='none'; pass cp_mode='zigzag' or 'allgather'")
 
 
 def _validate(logits, batch: PackedBatch, cp_mode: str, loss_mask_only: bool) -> None:
@@ -161,20 +224,8 @@ def _redistribute(values, held_flat: torch.Tensor, batch: PackedBatch, cp: int, 
 
 
 def allgather_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, options: dict) -> PackedOutput:
+    # Equal slices on every CP rank were agreed on before (``agree_on_cp_call``, "logits rows").
     cp, cp_rank = _cp_world(cp_group)
-    if cp > 1:
-        lengths = [0] * cp
-        if dist.is_initialized():
-            # On the logits' device: a trainer's CP group may be NCCL-only.
-            size = torch.tensor([logits.shape[0]], dtype=torch.long, device=logits.device)
-            gathered = [torch.zeros(1, dtype=torch.long, device=logits.device) for _ in range(cp)]
-            dist.all_gather(gathered, size, group=cp_group)
-            lengths = [int(g) for g in gathered]
-        if len(set(lengths)) != 1:
-            raise ValueError(
-                f"allgather CP needs equal slices on every CP rank; got rows per rank {lengths}: "
-                "pad the packed stream to a multiple of cp * pad_multiple"
-            )
     if logits.shape[0] * cp < sum(batch.total_lengths):
         raise ValueError(
             f"allgather CP: {cp} slices of {logits.shape[0]} rows cannot hold "
@@ -209,4 +260,4 @@ def cp_log_probs_and_entropy(
     return allgather_log_probs_and_entropy(logits, batch, cp_group=cp_group, options=options)
 
 
-__all__ = ["CP_MODES", "cp_log_probs_and_entropy", "zigzag_positions"]
+__all__ = ["CP_MODES", "agree_on_cp_call", "cp_log_probs_and_entropy", "zigzag_positions"]

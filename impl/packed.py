@@ -19,77 +19,13 @@ path, bit for bit, because every row is computed independently.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import accumulate
 
 import torch
 
+from impl.batch import PackedBatch, PackedOutput
+from impl.context_parallel import CP_MODES, agree_on_cp_call, cp_log_probs_and_entropy
 from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy
-from impl.token_level import tp_world
-
-QKV_FORMATS = ("thd", "bshd")
-
-
-@dataclass(frozen=True)
-class PackedBatch:
-    """What a trainer knows about a packed batch besides the logits.
-
-    Attributes:
-        tokens: per sample, its full token ids ``y_i`` (length ``T_i``), int64.
-        total_lengths: ``T_i = P_i + R_i`` per sample.
-        response_lengths: ``R_i`` per sample (``0 <= R_i <= T_i - 1``).
-        qkv_format: ``"thd"`` (samples concatenated, end padding) or
-            ``"bshd"`` (``[B, S]``, every sample padded to ``S``).
-        loss_masks: per sample, ``R_i`` zeros/ones (None means all ones).
-    """
-
-    tokens: list
-    total_lengths: list
-    response_lengths: list
-    qkv_format: str = "thd"
-    loss_masks: list | None = None
-
-    def __post_init__(self):
-        validate_batch(self)
-
-
-@dataclass
-class PackedOutput:
-    """Per-sample outputs; ``entropy`` is None unless requested."""
-
-    log_probs: list
-    entropy: list | None
-
-
-def validate_batch(batch: PackedBatch) -> None:
-    """Reject inconsistent metadata with an error naming the field and the fix."""
-    n = len(batch.total_lengths)
-    if len(batch.response_lengths) != n or len(batch.tokens) != n:
-        raise ValueError(
-            f"tokens ({len(batch.tokens)}), total_lengths ({n}) and response_lengths "
-            f"({len(batch.response_lengths)}) must have one entry per sample"
-        )
-    if batch.qkv_format not in QKV_FORMATS:
-        raise ValueError(f"qkv_format must be one of {QKV_FORMATS}, got {batch.qkv_format!r}")
-    for i, (tokens, total, response) in enumerate(zip(batch.tokens, batch.total_lengths, batch.response_lengths)):
-        if not isinstance(total, int) or not isinstance(response, int):
-            raise TypeError(f"total_lengths[{i}] and response_lengths[{i}] must be Python ints")
-        if not 0 <= response <= total - 1:
-            raise ValueError(
-                f"response_lengths[{i}]={response} must be in [0, total_lengths[{i}] - 1 = {total - 1}]: "
-                "every sample needs a prompt of at least one token"
-            )
-        if tokens.dim() != 1 or tokens.shape[0] != total:
-            raise ValueError(
-                f"tokens[{i}] has shape {tuple(tokens.shape)} but total_lengths[{i}]={total}; "
-                "pass each sample's full token ids"
-            )
-    if batch.loss_masks is not None:
-        if len(batch.loss_masks) != n:
-            raise ValueError(f"loss_masks has {len(batch.loss_masks)} entries for {n} samples")
-        for i, (mask, response) in enumerate(zip(batch.loss_masks, batch.response_lengths)):
-            if mask.dim() != 1 or mask.shape[0] != response:
-                raise ValueError(f"loss_masks[{i}] has shape {tuple(mask.shape)} but response_lengths[{i}]={response}")
 
 
 def sample_offsets(batch: PackedBatch, rows: int) -> list[int]:
@@ -170,6 +106,7 @@ def log_probs_and_entropy(
     loss_mask_only: bool = False,
     cp_group=None,
     cp_mode: str = "none",
+    caller_error: Exception | None = None,
 ) -> PackedOutput:
     """Per-sample response log-probs (and entropy) of a packed batch.
 
@@ -183,7 +120,12 @@ def log_probs_and_entropy(
         cp_group, cp_mode: context parallelism (``"zigzag"`` or
             ``"allgather"``, see ``impl.context_parallel``); outputs are then
             this CP rank's zigzag view of each sample, and only the response
-            rows are ever evaluated (``response_only`` is implied).
+            rows are ever evaluated (``response_only`` is implied). Under a
+            CP group of size > 1 the CP ranks first agree on the call's
+            metadata (``impl.agreement``): disagreeing ranks all raise the
+            same clear error instead of hanging.
+        caller_error: an error the caller found on this rank (raised after
+            the CP agreement, so the other CP ranks raise too).
         Other arguments as in ``impl.token_level.log_probs_and_entropy``.
     """
     options = dict(
@@ -193,15 +135,21 @@ def log_probs_and_entropy(
         entropy_grad=entropy_grad,
         temperature=temperature,
     )
+    if cp_mode not in ("none", *CP_MODES):
+        raise ValueError(f"cp_mode must be 'none' or one of {CP_MODES}, got {cp_mode!r}")
+    agree_on_cp_call(
+        logits,
+        batch,
+        cp_mode=cp_mode,
+        cp_group=cp_group,
+        loss_mask_only=loss_mask_only,
+        options=options,
+        caller_error=caller_error,
+    )
     if cp_mode != "none":
-        # Imported here: context_parallel builds on this module's PackedBatch.
-        from impl.context_parallel import cp_log_probs_and_entropy
-
         return cp_log_probs_and_entropy(
             logits, batch, cp_mode=cp_mode, cp_group=cp_group, loss_mask_only=loss_mask_only, options=options
         )
-    if cp_group is not None and tp_world(cp_group)[0] > 1:
-        raise ValueError("a CP group of size > 1 was given with cp_mode='none'; pass cp_mode='zigzag' or 'allgather'")
     if loss_mask_only and not response_only:
         raise ValueError("loss_mask_only=True requires response_only=True (it drops rows before the softmax)")
     if logits.dim() == 3:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from impl.batch import PackedBatch
 from impl.context_parallel import zigzag_positions
-from impl.packed import PackedBatch
 from impl.packed import log_probs_and_entropy as packed_log_probs_and_entropy
 from impl.token_level import tp_world
 
@@ -101,11 +101,12 @@ def policy_loss(
     views = sample_views(batch, cp_mode, cp_group)
     masks = full_masks if views is None else [mask[view] for mask, view in zip(full_masks, views)]
     expected = [int(mask.shape[0]) for mask in masks]
+    caller_error = None  # raised after the CP ranks agree (impl.agreement), so no peer is left waiting
     for name, values in (("advantages", advantages), ("old_log_probs", old_log_probs)):
         lengths = [int(v.shape[0]) for v in values]
-        if lengths != expected:
+        if lengths != expected and caller_error is None:
             where = "response_lengths" if views is None else "this CP rank's zigzag view of each sample"
-            raise ValueError(f"{name} lengths {lengths} must equal {where}: {expected}")
+            caller_error = ValueError(f"{name} lengths {lengths} must equal {where}: {expected}")
     entropy_grad = need_entropy_grad(with_entropy, entropy_coef)
     out = packed_log_probs_and_entropy(
         logits,
@@ -119,6 +120,7 @@ def policy_loss(
         loss_mask_only=loss_mask_only,
         cp_group=cp_group,
         cp_mode=cp_mode,
+        caller_error=caller_error,
     )
     counts = [mask.sum() for mask in full_masks]
     pg_losses = []

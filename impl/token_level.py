@@ -25,6 +25,11 @@ vocabulary"). Design decisions, each tied to a historic bug (BUGS.md):
 * ``0 * log 0 = 0``: vocabulary entries at ``-inf`` contribute nothing to the
   entropy or its gradient, never NaN (SkyRL #2259).
 * A target outside ``[0, V)`` is an error, not a silent log-prob of 0.
+* Before its two collectives, a call at tp > 1 all-gathers a small
+  fingerprint of its metadata over the TP group (``impl.agreement``): TP
+  ranks holding shards of different widths, different row counts or
+  options, or one rank with bad input, raise the same clear error on every
+  rank instead of hanging in a mismatched all-gather.
 * Chunking changes no bit (chunk invariance): on the CPU ``torch.sum`` of a
   row does not depend on how many rows share the call, but on CUDA it does
   (the reduction kernel's launch shape follows the number of rows; seen on an
@@ -38,6 +43,8 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+
+from impl.agreement import TOKEN_CALL_FIXES, agree, token_call_fields
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -402,7 +409,19 @@ def log_probs_and_entropy(
         ``(log_probs, entropy)`` as float32 tensors with one entry per
         evaluated row (entropy may be None).
     """
-    validate_token_inputs(logits, targets, tp_group, chunk_size, temperature, rows)
+    local_error = None
+    try:
+        validate_token_inputs(logits, targets, tp_group, chunk_size, temperature, rows)
+    except (ValueError, TypeError) as exc:
+        local_error = exc
+    agree(
+        tp_group,
+        "tp_group",
+        token_call_fields(logits, rows, chunk_size, with_entropy, entropy_grad, temperature),
+        local_error=local_error,
+        device=logits.device if isinstance(logits, torch.Tensor) else "cpu",
+        fix=TOKEN_CALL_FIXES,
+    )
     return FusedLogProbEntropy.apply(
         logits,
         targets,

@@ -12,9 +12,11 @@ Checked for every generated CP case: the collectives of forward AND backward
 and a real hang becomes a failure within seconds that names the stuck rank
 and its last collective (harness/pool.py), never a stuck CI job.
 
-Mutants: ``redistribute_zeros_require_grad`` (the #1788 mechanism) and
+Mutants: ``redistribute_zeros_require_grad`` (the #1788 mechanism),
 ``empty_cp_rank_skips_graph`` (a rank holding no rows returns graph-free
-values, so only the other ranks all-reduce in backward).
+values, so only the other ranks all-reduce in backward) and
+``tp_rank_without_targets_skips_stats_gather`` (a TP rank whose shard holds
+no target skips the forward all-gather: the same class in forward, on TP).
 """
 
 import pytest

@@ -12,7 +12,16 @@ import time
 
 import pytest
 
-from harness.pool import RankError, RankHang, RankPool, factorisations, get_pool, layout_groups, shutdown_all
+from harness.pool import (
+    CollectiveHang,
+    RankError,
+    RankHang,
+    RankPool,
+    factorisations,
+    get_pool,
+    layout_groups,
+    shutdown_all,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -98,6 +107,7 @@ def test_skipped_collective_fails_fast_naming_stuck_rank(pool2):
     message = str(info.value)
     assert "rank 0 stuck; last collective: all_reduce[SUM] group=(0, 1) shape=(3,) float32 forward" in message
     assert "finished: rank(s) [1]" in message
+    assert isinstance(info.value, CollectiveHang), "the waiting rank must raise by itself (its group's timeout)"
     assert elapsed < 10, f"a 3 s deadline took {elapsed:.1f} s to report"
     assert not pool2.alive
     assert _ranks(pool2) == [0, 1]

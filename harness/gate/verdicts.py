@@ -17,7 +17,7 @@ PASS, FAIL, UNSUPPORTED, SKIPPED = "PASS", "FAIL", "UNSUPPORTED", "SKIPPED"
 HANG = "hang"
 VERDICTS_FILE = "verdicts.json"
 
-_HANG = re.compile(r"^(?:\w+\.)*RankHang\b")
+_HANG = re.compile(r"^(?:\w+\.)*(?:RankHang|CollectiveHang)\b")
 _REPLAY = re.compile(r"python -m harness\.replay (\S+) --target (\S+) --case '(.*)'$")
 _MISSING = re.compile(r"does not support \[([^\]]*)\]")
 

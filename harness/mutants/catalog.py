@@ -106,6 +106,66 @@ MUTANTS = (
         ),
         killed_by=("regressions/test_dsa_hang.py",),
     ),
+    Mutant(
+        name="tp_rank_without_targets_skips_stats_gather",
+        bug="BUGS.md #5, hang class, another mechanism: a TP rank whose vocabulary shard holds none of the "
+        "targets skips the statistics all-gather in FORWARD ('nothing to add'), so its peers wait in it",
+        module="impl.token_level",
+        original="        stats = _sum_in_rank_order(stats, tp_group)\n",
+        replacement=(
+            "        if tp_world(tp_group)[0] == 1 or bool(in_shard.any()):  # no target here: 'nothing to add'\n"
+            "            stats = _sum_in_rank_order(stats, tp_group)\n"
+        ),
+        killed_by=("regressions/test_dsa_hang.py",),
+    ),
+    Mutant(
+        name="no_cp_agreement",
+        bug="issue 13: CP ranks never compare their call's metadata, so ranks given different slices, "
+        "lengths or options compute silently wrong values or hang",
+        module="impl.context_parallel",
+        original='    agree(cp_group, "cp_group", fields, local_error=local_error, device=device, fix=CP_CALL_FIXES)\n',
+        replacement="    if local_error is not None:\n        raise local_error\n",
+        killed_by=("properties/test_bad_inputs_distributed.py",),
+    ),
+    Mutant(
+        name="no_tp_agreement",
+        bug="issue 13: TP ranks never compare their call's metadata, so shards of different widths or "
+        "different entropy flags meet in a mismatched all-gather",
+        module="impl.token_level",
+        original=(
+            "    agree(\n"
+            "        tp_group,\n"
+            '        "tp_group",\n'
+            "        token_call_fields(logits, rows, chunk_size, with_entropy, entropy_grad, temperature),\n"
+            "        local_error=local_error,\n"
+            '        device=logits.device if isinstance(logits, torch.Tensor) else "cpu",\n'
+            "        fix=TOKEN_CALL_FIXES,\n"
+            "    )\n"
+        ),
+        replacement="    if local_error is not None:\n        raise local_error\n",
+        killed_by=("properties/test_bad_inputs_distributed.py",),
+    ),
+    Mutant(
+        name="cp_group_without_mode_accepted",
+        bug="issue 13: a CP group of size > 1 with cp_mode='none' is accepted: every CP rank treats its "
+        "share as the whole batch",
+        module="impl.context_parallel",
+        original=(
+            '    if cp_mode == "none":\n'
+            "        raise ValueError(\"a CP group of size > 1 was given with cp_mode='none'; "
+            "pass cp_mode='zigzag' or 'allgather'\")\n"
+        ),
+        replacement="",
+        killed_by=("properties/test_bad_inputs_distributed.py",),
+    ),
+    Mutant(
+        name="cp_mode_without_group_accepted",
+        bug="issue 13: a CP mode without a CP group (None) is accepted: each rank runs the layout as cp=1",
+        module="impl.context_parallel",
+        original='        if cp_mode != "none":\n            _validate(logits, batch, cp_mode, loss_mask_only)\n',
+        replacement='        if cp_mode == "no such mode":\n',
+        killed_by=("properties/test_bad_inputs_distributed.py",),
+    ),
 )
 
 

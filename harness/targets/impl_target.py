@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.targets.protocol import CAPABILITIES, PackedInputs, Target
-from impl.packed import PackedBatch
+from impl.batch import PackedBatch
 from impl.packed import log_probs_and_entropy as packed_log_probs_and_entropy
 from impl.policy_loss import policy_loss
 from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy

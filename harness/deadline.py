@@ -1,0 +1,75 @@
+"""Job deadlines that follow the job's measured cost (issue 13).
+
+A small generated Case's job runs in milliseconds, yet a fixed 60 s deadline
+made every example that reproduces a hang-class bug (BUGS.md #5) wait 60 s,
+and Hypothesis' shrinker replays many: one such bug pushed the ``ci`` suite
+from 114 s to 34 min. So the deadline of a job is a multiple of what the
+same job SHAPE costs on this machine, measured on its successful runs:
+
+    deadline = clamp(MULTIPLIER x slowest observed, FLOOR_S, CEILING_S)
+
+* shape = (job function, tp, cp, size bucket); the bucket is the order of
+  magnitude (powers of 8) of ``rows x vocab``, so a bigger Case does not
+  inherit a small one's deadline;
+* the slowest run, not the mean: a deadline must cover the worst normal run
+  (first jobs after a respawn pay imports; other processes share the CPU);
+* before a shape is observed: MULTIPLIER x the slowest run of ANY shape
+  seen in this process, times UNSEEN_SHAPE_FACTOR, but at most COLD_S;
+  before anything is observed, COLD_S (the very first job of a process);
+* only jobs on a WARM pool are recorded (harness/run.py): the first job
+  after a (re)spawn pays the ranks' imports, which would inflate the
+  estimate of every later job by the cost of one cold start;
+* the floor is deliberately generous: 2 cores running several 4-rank pools
+  (three test sessions at once) can stretch a 30 ms job to seconds, and a
+  false hang is worse than a slow report. The ceiling is the old fixed 60 s.
+
+The pool hands the deadline to every rank as its process groups' timeout,
+so a rank blocked in a collective raises by itself (harness/pool.py).
+``LPH_DEADLINE_FLOOR_S`` raises the floor for slow machines (e.g. many
+xdist workers sharing a GPU box); it never lowers the ceiling.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+FLOOR_S = 8.0
+CEILING_S = 60.0
+COLD_S = 15.0
+MULTIPLIER = 10.0
+UNSEEN_SHAPE_FACTOR = 4.0
+
+
+def shape_of(job: str, tp: int, cp: int, rows: int, vocab: int) -> tuple:
+    """The key durations are recorded under: job, layout, and the order of magnitude of the work."""
+    work = max(1, rows * vocab)
+    return (job, tp, cp, (work.bit_length() - 1) // 3)
+
+
+def floor_s() -> float:
+    return max(FLOOR_S, float(os.environ.get("LPH_DEADLINE_FLOOR_S", FLOOR_S)))
+
+
+@dataclass
+class DeadlinePolicy:
+    """Slowest successful duration per shape, and the deadline it implies."""
+
+    slowest: dict = field(default_factory=dict)
+
+    def observe(self, shape: tuple, seconds: float) -> None:
+        """Record a SUCCESSFUL job's wall time (failed jobs say nothing about the normal cost)."""
+        self.slowest[shape] = max(seconds, self.slowest.get(shape, 0.0))
+
+    def deadline(self, shape: tuple) -> float:
+        floor = floor_s()
+        if shape in self.slowest:
+            estimate = MULTIPLIER * self.slowest[shape]
+        elif self.slowest:
+            estimate = min(COLD_S, MULTIPLIER * UNSEEN_SHAPE_FACTOR * max(self.slowest.values()))
+        else:
+            estimate = COLD_S
+        return min(max(estimate, floor), max(CEILING_S, floor))
+
+
+POLICY = DeadlinePolicy()

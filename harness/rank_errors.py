@@ -1,0 +1,108 @@
+"""What a failed distributed job becomes: RankError, RankHang, and the messages that name the ranks.
+
+Split from ``harness.pool`` (which re-exports the exception classes) so that
+the pool keeps to processes and pipes, and so that one place decides which
+failures are of the hang class. The verdict table renders any ``RankHang``
+(subclasses included) as "hang": a stuck job must read as a verdict on the
+target, never as "the harness is broken".
+
+A rank blocked in a collective whose peer never joins raises the backend's
+own timeout once the job's collective timeout passes (gloo: "Timed out
+waiting ... for recv operation"; NCCL: the watchdog's "collective operation
+timeout"). That rank did not fail by itself, it waited for a peer that took
+another path: issue 13's hang-class bugs. ``CollectiveHang`` is therefore
+a ``RankHang`` naming the waiting rank(s) and their last collective, not a
+``RankError``. A rank that raised a real exception while a peer waited stays
+a ``RankError``: the exception is the cause, the wait only its consequence.
+"""
+
+from __future__ import annotations
+
+import re
+
+GRACE_S = 2.0
+
+# The backends' own words for "this collective waited past the group's timeout".
+_COLLECTIVE_TIMEOUT = re.compile(
+    r"Timed out waiting \d+ms for \w+ operation|Application timeout caused pair closure"
+    r"|Watchdog caught collective operation timeout|collective operation timeout|DistBackendError.*[Tt]imeout"
+)
+
+
+class RankError(RuntimeError):
+    """One or more ranks raised or died while running a job (or starting)."""
+
+
+class RankHang(RuntimeError):
+    """One or more ranks did not finish a job (or start) before the deadline."""
+
+
+class CollectiveHang(RankHang):
+    """Ranks gave up waiting in a collective their peers never joined (the process group's timeout).
+
+    Named ``...Hang`` so that reports that pick the first ``...Error`` /
+    ``...Hang`` line of a failure show this line, not the backend's
+    ``RuntimeError: Timed out waiting`` quoted further down.
+    """
+
+
+def is_collective_timeout(traceback_text: str) -> bool:
+    """True when a rank's traceback ends in the backend's collective-timeout error."""
+    lines = traceback_text.rstrip().splitlines()
+    return bool(lines) and bool(_COLLECTIVE_TIMEOUT.search(lines[-1]))
+
+
+def layout(world_size: int, fn: str, tp: int, cp: int) -> str:
+    return f"job {fn} on a world of {world_size} (tp={tp}, cp={cp})"
+
+
+def error_lines(errors: dict) -> str:
+    return "\n".join(f"--- rank {rank} ---\n{text.rstrip()}" for rank, text in sorted(errors.items()))
+
+
+def stuck_lines(stuck_at: dict) -> str:
+    return "\n".join(f"rank {rank} stuck; last collective: {last}" for rank, last in stuck_at.items())
+
+
+def error_message(where: str, errors: dict, stuck_at: dict) -> str:
+    """RankError's text; the first line carries the first failing rank's exception (verdict tables show only it)."""
+    real = [rank for rank, text in errors.items() if not is_collective_timeout(text)]
+    first_rank = min(real or errors)
+    lines = errors[first_rank].rstrip().splitlines()
+    cause = f": rank {first_rank}: {lines[-1].strip()}" if lines else ""
+    parts = [f"{where} failed on rank(s) {sorted(errors)}{cause}", error_lines(errors)]
+    if stuck_at:
+        parts += [
+            f"the other rank(s) {sorted(stuck_at)} were still busy after a {GRACE_S:.0f} s grace:",
+            stuck_lines(stuck_at),
+            "the pool was killed and will respawn on the next job",
+        ]
+    return "\n".join(parts)
+
+
+def hang_message(where: str, world_size: int, timeout_s: float, stuck_at: dict) -> str:
+    """RankHang's text: which ranks are stuck, in which collective, which finished."""
+    finished = sorted(set(range(world_size)) - set(stuck_at))
+    return "\n".join(
+        [
+            f"{where} did not finish within {timeout_s:.1f} s",
+            stuck_lines(stuck_at),
+            f"finished: rank(s) {finished}",
+            "the pool was killed and will respawn on the next job",
+        ]
+    )
+
+
+def timeout_message(where: str, finished: list, timeout_s: float, timed_out: dict, last: dict) -> str:
+    """CollectiveHang's text: the ranks that gave up waiting, their last collective, the backend's words."""
+    waits = "\n".join(f"rank {rank} stuck; last collective: {last[rank]}" for rank in sorted(timed_out))
+    return "\n".join(
+        [
+            f"{where}: rank(s) {sorted(timed_out)} waited {timeout_s:.1f} s in a collective their peers never "
+            "joined (the process group's timeout)",
+            waits,
+            f"finished: rank(s) {sorted(finished)}",
+            error_lines(timed_out),
+            "the pool was killed and will respawn on the next job",
+        ]
+    )

@@ -1,0 +1,69 @@
+"""Bad input across ranks: a clear error on EVERY rank within seconds, never a hang or a wrong value on some.
+
+The world-1 table (test_bad_inputs.py) cannot express the inputs that hurt
+most in a trainer: CP ranks that disagree (slice lengths, batch metadata,
+options such as the chunk size or the entropy flag), a CP group passed with
+no CP mode (or a CP mode with no group), a TP group whose ranks hold
+vocabulary shards of different widths, and a bad argument on ONE rank while
+its peers are fine (issue 13). Each row runs through the rank pool
+(harness/bad_input_jobs.py perturbs some ranks' inputs) and requires that
+every rank raised an error of the named type whose text names the argument;
+a hang ends as RankHang under the job deadline, a rank that returned values
+is a silent wrong answer. Each row is shown to fail on impl/ with its check
+removed (mutants ``no_cp_agreement``, ``no_tp_agreement``,
+``cp_group_without_mode_accepted``, ``cp_mode_without_group_accepted``).
+"""
+
+from dataclasses import dataclass
+
+import pytest
+
+from harness.cases import Case
+from harness.checks import require
+from harness.run import run_job
+
+BAD_INPUT_JOB = "harness.bad_input_jobs:bad_input_job"
+
+# Two samples, the first spanning both CP ranks' slices (8 + 4 tokens, 6 rows per rank).
+CP_CASE = Case(seed=61, vocab=16, cp=2, cp_mode="allgather", samples=((8, 6), (4, 2)), pad_multiple=3)
+TP_CASE = Case(seed=62, vocab=16, tp=2, samples=((5, 3), (4, 2)))
+
+
+@dataclass(frozen=True)
+class DistributedBadInput:
+    row: str
+    case: Case
+    needs: frozenset
+    mentions: str
+    error: str = "ValueError"
+
+
+ROWS = [
+    DistributedBadInput("cp_slice_lengths", CP_CASE, frozenset({"packed", "cp_allgather"}), "logits rows"),
+    DistributedBadInput("cp_total_lengths", CP_CASE, frozenset({"packed", "cp_allgather"}), "total_lengths"),
+    DistributedBadInput("cp_response_lengths", CP_CASE, frozenset({"packed", "cp_allgather"}), "response_lengths"),
+    DistributedBadInput("cp_chunk_size", CP_CASE, frozenset({"packed", "cp_allgather", "chunking"}), "chunk_size"),
+    DistributedBadInput("cp_entropy_flag", CP_CASE, frozenset({"packed", "cp_allgather", "entropy"}), "with_entropy"),
+    DistributedBadInput("cp_mode_differs", CP_CASE, frozenset({"packed", "cp_allgather", "cp_zigzag"}), "cp_mode"),
+    DistributedBadInput("cp_group_without_cp_mode", CP_CASE, frozenset({"packed", "cp_allgather"}), "cp_mode"),
+    DistributedBadInput("cp_mode_without_cp_group", CP_CASE, frozenset({"packed", "cp_allgather"}), "cp_group"),
+    DistributedBadInput(
+        "cp_advantages_on_one_rank", CP_CASE, frozenset({"policy_loss", "cp_allgather", "entropy"}), "advantages"
+    ),
+    DistributedBadInput("tp_vocab_shard_widths", TP_CASE, frozenset({"token"}), "V_local"),
+    DistributedBadInput("tp_entropy_flag", TP_CASE, frozenset({"token", "entropy"}), "with_entropy"),
+]
+
+
+@pytest.mark.tier("hardening")
+@pytest.mark.parametrize("bad", ROWS, ids=lambda bad: bad.row)
+def test_every_rank_raises_a_clear_error(bad, target):
+    require(target, bad.needs)
+    results = run_job(BAD_INPUT_JOB, bad.case, target, compare_traces=False, row=bad.row)
+    silent = [rank for rank, result in enumerate(results) if result["error"] is None]
+    assert not silent, f"{bad.row}: rank(s) {silent} returned values instead of raising (a silent wrong answer)"
+    for rank, result in enumerate(results):
+        assert result["error_type"] == bad.error, f"{bad.row}, rank {rank}: {result['error_type']}: {result['error']}"
+        assert bad.mentions in result["error"], (
+            f"{bad.row}, rank {rank}: the error must name {bad.mentions!r}; got: {result['error']}"
+        )

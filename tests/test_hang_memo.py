@@ -1,0 +1,102 @@
+"""Issue 13: a hang-class bug costs seconds. Deadlines from measured cost, verdict kinds, the hang memo and budget.
+
+These tests assert behaviour (which exception, how many examples waited out
+a deadline), never wall times: speed is measured by bench/failure_timing.py.
+The injected failures are the adapters of tests/stand_ins/failure_targets.py.
+"""
+
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from harness import deadline, hang_memo
+from harness.cases import Case
+from harness.checks import check_policy_loss
+from harness.pool import CollectiveHang, RankError, RankHang, get_pool
+from harness.rank_errors import is_collective_timeout
+
+STAND_INS = "tests/stand_ins/failure_targets.py"
+CASE = Case(seed=3, vocab=8, tp=2, samples=((5, 3),), entropy_coef=0.01)
+
+
+@pytest.fixture
+def short_deadline(monkeypatch):
+    """Every pool job gets 3 s: these tests are about verdicts and counts, not about sizing deadlines."""
+    monkeypatch.setattr(deadline.POLICY, "deadline", lambda shape: 3.0)
+    hang_memo.reset()
+    yield
+    hang_memo.reset()
+
+
+def test_deadline_follows_measured_cost_within_floor_and_ceiling():
+    policy = deadline.DeadlinePolicy()
+    small = deadline.shape_of("m:job", 2, 1, rows=10, vocab=16)
+    other = deadline.shape_of("m:job", 1, 2, rows=10, vocab=16)
+    assert policy.deadline(small) == deadline.COLD_S, "nothing observed yet: the cold default"
+    policy.observe(small, 0.01)
+    assert policy.deadline(small) == deadline.FLOOR_S, "a millisecond job gets the floor, not the ceiling"
+    assert deadline.FLOOR_S <= policy.deadline(other) <= deadline.COLD_S
+    policy.observe(small, 2.0)
+    assert policy.deadline(small) == pytest.approx(deadline.MULTIPLIER * 2.0)
+    policy.observe(small, 100.0)
+    assert policy.deadline(small) == deadline.CEILING_S
+    bigger = deadline.shape_of("m:job", 2, 1, rows=1000, vocab=16)
+    assert bigger != small, "a case 100x larger is another shape"
+
+
+def test_collective_timeout_is_recognised():
+    gloo = "RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation"
+    assert is_collective_timeout("Traceback ...\n" + gloo)
+    assert not is_collective_timeout("Traceback ...\nValueError: planted failure on rank 1")
+    assert issubclass(CollectiveHang, RankHang)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "adapter, verdict",
+    [
+        ("WrongValue", AssertionError),
+        ("RaiseOnRank1", RankError),
+        ("KillRank1", RankError),
+        ("HangForward", RankHang),
+        ("HangBackward", RankHang),
+    ],
+)
+def test_each_failure_class_gets_its_verdict(adapter, verdict, short_deadline):
+    with pytest.raises(verdict) as info:
+        check_policy_loss(CASE, f"{STAND_INS}:{adapter}")
+    if verdict is RankHang:
+        assert "rank 0 stuck; last collective: all_reduce" in str(info.value), str(info.value)
+        assert any(note.startswith("Replay: ") for note in info.value.__notes__)
+    if verdict is RankError:
+        assert not isinstance(info.value, RankHang)
+
+
+@pytest.mark.slow
+def test_known_hang_is_replayed_from_the_memo_without_running(short_deadline):
+    target = f"{STAND_INS}:HangForward"
+    with pytest.raises(RankHang) as first:
+        check_policy_loss(CASE, target)
+    pool = get_pool(CASE.world_size)
+    assert not pool.alive, "a hang kills the pool"
+    with pytest.raises(RankHang) as again:
+        check_policy_loss(CASE, target)
+    assert type(again.value) is type(first.value) and str(again.value) == str(first.value)
+    assert hang_memo.MEMO.skipped_runs == 1
+    assert not pool.alive, "the memo hit ran nothing: the pool was not even respawned"
+
+
+@pytest.mark.slow
+def test_shrinking_a_hang_waits_out_one_deadline_once_the_budget_is_spent(short_deadline, monkeypatch):
+    monkeypatch.setattr(hang_memo.MEMO, "budget_s", 0.0)
+    target = f"{STAND_INS}:HangForward"
+
+    @settings(max_examples=20, derandomize=True, database=None, phases=[Phase.generate, Phase.shrink])
+    @given(seed=st.integers(0, 1000))
+    def every_example_hangs(seed):
+        check_policy_loss(CASE.with_(seed=seed), target)
+
+    with pytest.raises(RankHang):
+        every_example_hangs()
+    assert len(hang_memo.MEMO.hung) == 1, f"deadline waits: {len(hang_memo.MEMO.hung)}; the budget must stop them"
+    assert hang_memo.MEMO.skipped_runs >= 1, "Hypothesis' final replay must hit the memo"
