@@ -115,7 +115,7 @@ def validate_hidden_inputs(hidden, weight, targets, tp_group, chunk_size, temper
             raise TypeError(f"{name} must be float32, bfloat16 or float16, got {tensor.dtype}")
     if hidden.dtype != weight.dtype:
         raise TypeError(
-            f"hidden is {hidden.dtype} but weight is {weight.dtype}: cast them to one dtype (the LM head's matmul dtype)"
+            f"hidden is {hidden.dtype} but weight is {weight.dtype}: cast both to the LM head's matmul dtype"
         )
     if hidden.shape[1] != weight.shape[1]:
         raise ValueError(
@@ -125,7 +125,9 @@ def validate_hidden_inputs(hidden, weight, targets, tp_group, chunk_size, temper
     if hidden.shape[1] == 0:
         raise ValueError("hidden and weight have H == 0 (an empty hidden size): every logit would be 0")
     if weight.shape[0] == 0:
-        raise ValueError("weight has an empty vocabulary shard (V_local == 0); every TP rank needs >= 1 row of the head")
+        raise ValueError(
+            "weight has an empty vocabulary shard (V_local == 0); every TP rank needs >= 1 row of the head"
+        )
     if hidden.device != weight.device:
         raise ValueError(f"hidden is on {hidden.device} but weight is on {weight.device}; move them to one device")
     if not isinstance(targets, torch.Tensor) or targets.dim() != 1 or targets.shape[0] != hidden.shape[0]:

@@ -36,6 +36,7 @@ CAPABILITIES = frozenset(
         "cp_zigzag",  # context parallelism, zigzag (ring-attention) layout
         "cp_allgather",  # context parallelism, allgather layout (DSA models)
         "donation",  # token_log_probs(..., donate_logits=True) writes the gradient over the logits
+        "hidden",  # hidden_log_probs: hidden states [rows, H] and this rank's LM-head shard [V_local, H]
     }
 )
 
@@ -78,6 +79,17 @@ class Target:
 
     def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
         """Return ``(log_probs [rows], entropy [rows] or None)``."""
+        raise NotImplementedError
+
+    def hidden_log_probs(
+        self, hidden, weight, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature
+    ):
+        """Return ``(log_probs [rows], entropy [rows] or None)`` of ``z = hidden @ weight.T / temperature``.
+
+        ``hidden [rows, H]`` is the same on every TP rank, ``weight [V_local, H]``
+        is this rank's LM-head shard (vocabulary ids ``[r*V_local, (r+1)*V_local)``);
+        gradients must reach both (``hidden``'s summed over the TP group).
+        """
         raise NotImplementedError
 
     def packed_log_probs(
