@@ -29,7 +29,7 @@ def hidden_capabilities(case: Case) -> set[str]:
     if case.cp != 1:
         raise ValueError(f"hidden-state checks take cp=1 cases, got cp={case.cp}")
     hidden_size(case)
-    needed = {"hidden"}
+    needed = {"hidden"} | ({"hidden_tp"} if case.tp > 1 else set())
     if case.with_entropy:
         needed.add("entropy")
     if case.chunk_size is not None:

@@ -37,6 +37,7 @@ CAPABILITIES = frozenset(
         "cp_allgather",  # context parallelism, allgather layout (DSA models)
         "donation",  # token_log_probs(..., donate_logits=True) writes the gradient over the logits
         "hidden",  # hidden_log_probs: hidden states [rows, H] and this rank's LM-head shard [V_local, H]
+        "hidden_tp",  # hidden_log_probs over a TP group (tp > 1): the head sharded by vocabulary rows
     }
 )
 
