@@ -34,7 +34,7 @@ from impl.token_level import log_probs_and_entropy
 OUT = Path("reports/bench")
 CHUNK = 1024
 ROUNDS = 3
-SHAPES = {"4096x256x32000": (4096, 256, 32_000), "2048x512x18992": (2048, 512, 18_992)}
+SHAPES = {"2048x256x16384": (2048, 256, 16_384), "1024x512x32000": (1024, 512, 32_000)}
 
 
 def impl(hidden, weight, targets):

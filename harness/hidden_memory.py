@@ -147,4 +147,8 @@ def target_runner(target, case: HiddenMemoryCase):
 REAL_SCALES = {
     "qwen-tp8-fp32": HiddenMemoryCase(rows=205_280, hidden_size=4096, vocab_local=151_936 // 8),
     "qwen-tp8-bf16": HiddenMemoryCase(rows=205_280, hidden_size=4096, vocab_local=151_936 // 8, dtype="bfloat16"),
+    # Log-probs only: the same contract for targets without entropy (torch's linear_cross_entropy).
+    "qwen-tp8-fp32-log-probs": HiddenMemoryCase(
+        rows=205_280, hidden_size=4096, vocab_local=151_936 // 8, with_entropy=False
+    ),
 }
