@@ -3,15 +3,17 @@
 ``z = hidden @ weight.T / temperature`` (MATH.md, "Hidden states and a sharded
 LM head"): ``hidden [rows, H]`` is replicated over the TP group, ``weight
 [V_local, H]`` is this rank's head shard (vocabulary ids ``[r*V_local,
-(r+1)*V_local)``). The fused path computes the logits one chunk of rows at a
-time and never holds more than two fp32 ``[chunk, V_local]`` buffers, so a
-trainer no longer pays for the full logits. Decisions, and the bugs behind them:
+(r+1)*V_local)``). The fused path computes the logits one block of
+``MATMUL_BLOCK_ROWS`` rows at a time and never holds more than two fp32
+``[block, V_local]`` buffers (plus, in backward, an fp32 ``[chunk, H]`` partial
+of ``grad_hidden``), so a trainer no longer pays for the full logits; the
+chunk is the unit of the backward's TP sum. Decisions, and the bugs behind them:
 
-* **The token-level statistics, computed per chunk.** Each chunk's logits
+* **The token-level statistics, computed per block.** Each block's logits
   go through the same per-row statistics as ``impl.token_level``
   (``sum exp``, ``sum exp * shift``, the target's shifted logit, ``0 log 0
   = 0`` by the same clamp). Only the shift differs: the forward sees each
-  chunk's logits once, so it shifts by the rank-local row max and rescales
+  block's logits once, so it shifts by the rank-local row max and rescales
   the statistics to the global max after the MAX all-reduce (one ``exp`` per
   row). Two forward collectives per call, as on the logits path: the MAX
   all-reduce and the rank-order all-gather of the stacked statistics; their
@@ -25,7 +27,7 @@ trainer no longer pays for the full logits. Decisions, and the bugs behind them:
   chunk size. That makes log-probs, entropy, ``grad_hidden`` AND
   ``grad_weight`` (accumulated block by block, always in the same order)
   bit-identical for every chunk size.
-* **Backward recomputes, never stores, the logits.** Per chunk it recomputes
+* **Backward recomputes, never stores, the logits.** Per block it recomputes
   ``z``, turns it into ``dL/dz`` in place exactly as the token-level
   backward does (``-p * (g_lp + g_H (log p + H))`` plus ``g_lp`` at the target
   column with ``scatter_add_``: no one_hot, no ``[rows, V]`` integer tensor,
@@ -86,23 +88,20 @@ def _blocks(start: int, end: int):
         yield block, min(block + MATMUL_BLOCK_ROWS, end)
 
 
-def _chunk_logits(hidden, weight, start: int, end: int, temperature: float, out: torch.Tensor) -> torch.Tensor:
-    """``out`` (fp32 ``[end-start, V_local]``) := ``hidden[start:end] @ weight.T / temperature``, block by block."""
-    for block_start, block_end in _blocks(start, end):
-        rows = out[block_start - start : block_end - start]
-        if hidden.dtype == torch.float32:
-            torch.mm(hidden[block_start:block_end], weight.t(), out=rows)
-        else:
-            rows.copy_(torch.mm(hidden[block_start:block_end], weight.t()))
+def _block_logits(hidden, weight, start: int, end: int, temperature: float, out: torch.Tensor) -> torch.Tensor:
+    """``out`` (fp32 ``[end-start, V_local]``) := ``hidden[start:end] @ weight.T / temperature``: ONE block."""
+    if hidden.dtype == torch.float32:
+        torch.mm(hidden[start:end], weight.t(), out=out)
+    else:
+        out.copy_(torch.mm(hidden[start:end], weight.t()))
     if temperature != 1.0:
         out.div_(temperature)
     return out
 
 
-def _workspace(rows: int, bounds, vocab_local: int, device) -> torch.Tensor:
-    """Two private fp32 ``[chunk, V_local]`` buffers every chunk reuses."""
-    chunk_rows = max((end - start for start, end in bounds), default=0)
-    return torch.empty(2, max(chunk_rows, 1), vocab_local, dtype=torch.float32, device=device)
+def _workspace(rows: int, vocab_local: int, device) -> torch.Tensor:
+    """Two private fp32 ``[block, V_local]`` buffers every block reuses (no allocator churn)."""
+    return torch.empty(2, max(min(rows, MATMUL_BLOCK_ROWS), 1), vocab_local, dtype=torch.float32, device=device)
 
 
 def validate_hidden_inputs(hidden, weight, targets, tp_group, chunk_size, temperature) -> None:
@@ -175,7 +174,6 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
         v_local = weight.shape[0]
         rows = hidden.shape[0]
         _, tp_rank = tp_world(tp_group)
-        bounds = hidden_chunk_bounds(rows, chunk_size)
 
         local_targets = targets - tp_rank * v_local
         in_shard = (local_targets >= 0) & (local_targets < v_local)
@@ -183,9 +181,9 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
 
         stats = torch.zeros(rows, 3 if with_entropy else 2, dtype=torch.float32, device=hidden.device)
         local_max = torch.empty(rows, dtype=torch.float32, device=hidden.device)
-        workspace = _workspace(rows, bounds, v_local, hidden.device)
-        for start, end in bounds:
-            logits = _chunk_logits(hidden, weight, start, end, temperature, workspace[0, : end - start])
+        workspace = _workspace(rows, v_local, hidden.device)
+        for start, end in _blocks(0, rows):
+            logits = _block_logits(hidden, weight, start, end, temperature, workspace[0, : end - start])
             torch.amax(logits, dim=1, out=local_max[start:end])
             shifted = logits.sub_(local_max[start:end].unsqueeze(1))
             stats[start:end, 1] = shifted.gather(1, gather_index[start:end]).squeeze(1)
@@ -233,30 +231,30 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
         want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
         weight_acc = torch.zeros(v_local, hidden.shape[1], dtype=torch.float32, device=hidden.device)
-        bounds = hidden_chunk_bounds(rows, ctx.chunk_size)
-        workspace = _workspace(rows, bounds, v_local, hidden.device)
-        for start, end in bounds:
-            log_p = _chunk_logits(hidden, weight, start, end, temperature, workspace[0, : end - start])
-            log_p.sub_(shift[start:end].unsqueeze(1))
-            probs = torch.exp(log_p, out=workspace[1, : end - start])
-            # dL/dz = p * (-g_H * log p - (g_lp + g_H * H)) + g_lp * 1[v=t], as in impl.token_level.
-            if entropy is None:
-                neg_coef = grad_log_probs[start:end].neg().unsqueeze(1)
-            else:
-                offset = (grad_log_probs[start:end] + grad_entropy[start:end] * entropy[start:end]).unsqueeze(1)
-                neg_coef = log_p.clamp_(min=_LOG_ZERO_FLOOR).mul_(grad_entropy[start:end].neg().unsqueeze(1))
-                neg_coef = neg_coef.sub_(offset)
-            grad_z = probs.mul_(neg_coef)
-            del log_p, neg_coef
-            grad_z.scatter_add_(1, scatter_index[start:end], target_grad[start:end])
-            if temperature != 1.0:
-                grad_z.div_(temperature)
+        workspace = _workspace(rows, v_local, hidden.device)
+        for start, end in hidden_chunk_bounds(rows, ctx.chunk_size):
+            partial = torch.empty(end - start, hidden.shape[1] if want_hidden else 0, device=hidden.device)
+            for block_start, block_end in _blocks(start, end):
+                grad_z = _block_logits_grad(
+                    hidden,
+                    weight,
+                    block_start,
+                    block_end,
+                    temperature,
+                    workspace,
+                    shift,
+                    scatter_index,
+                    target_grad,
+                    grad_log_probs,
+                    grad_entropy,
+                    entropy,
+                )
+                if want_hidden:
+                    _mm_into(grad_z, weight, partial[block_start - start : block_end - start])
+                if want_weight:
+                    weight_acc.addmm_(grad_z.t(), hidden[block_start:block_end].float())
             if want_hidden:
-                _hidden_grad_chunk(grad_z, weight, start, end, tp_size, tp_group, grad_hidden)
-            if want_weight:
-                for block_start, block_end in _blocks(start, end):
-                    rows_grad = grad_z[block_start - start : block_end - start]
-                    weight_acc.addmm_(rows_grad.t(), hidden[block_start:block_end].float())
+                grad_hidden[start:end].copy_(_sum_partials_in_rank_order(partial, tp_size, tp_group))
         del workspace
         grad_weight = None
         if want_weight:
@@ -264,23 +262,47 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
         return grad_hidden, grad_weight, None, None, None, None, None, None
 
 
-def _hidden_grad_chunk(grad_z, weight, start: int, end: int, tp_size: int, tp_group, grad_hidden) -> None:
-    """``grad_hidden[start:end] = sum over TP ranks of grad_z @ W_rank``, the ranks' parts added in rank order."""
-    partial = torch.empty(end - start, weight.shape[1], dtype=torch.float32, device=weight.device)
-    for block_start, block_end in _blocks(start, end):
-        rows = grad_z[block_start - start : block_end - start]
-        if weight.dtype == torch.float32:
-            torch.mm(rows, weight, out=partial[block_start - start : block_end - start])
-        else:
-            partial[block_start - start : block_end - start] = torch.mm(rows.to(weight.dtype), weight)
-    if tp_size > 1:
-        parts = [torch.empty_like(partial) for _ in range(tp_size)]
-        dist.all_gather(parts, partial, group=tp_group)
-        partial = parts[0]
-        for part in parts[1:]:
-            partial.add_(part)
-        del parts
-    grad_hidden[start:end].copy_(partial)
+def _block_logits_grad(
+    hidden, weight, start, end, temperature, workspace, shift, scatter_index, target_grad, g_lp, g_h, entropy
+) -> torch.Tensor:
+    """``dL/dz`` of the block ``[start, end)`` (``/ temperature`` included), recomputed in the private workspace.
+
+    ``dL/dz = p * (-g_H * log p - (g_lp + g_H * H)) + g_lp * 1[v=t]``, as in
+    ``impl.token_level``: no one_hot, the target's term added with ``scatter_add_``.
+    """
+    log_p = _block_logits(hidden, weight, start, end, temperature, workspace[0, : end - start])
+    log_p.sub_(shift[start:end].unsqueeze(1))
+    probs = torch.exp(log_p, out=workspace[1, : end - start])
+    if entropy is None:
+        neg_coef = g_lp[start:end].neg().unsqueeze(1)
+    else:
+        offset = (g_lp[start:end] + g_h[start:end] * entropy[start:end]).unsqueeze(1)
+        neg_coef = log_p.clamp_(min=_LOG_ZERO_FLOOR).mul_(g_h[start:end].neg().unsqueeze(1)).sub_(offset)
+    grad_z = probs.mul_(neg_coef)
+    grad_z.scatter_add_(1, scatter_index[start:end], target_grad[start:end])
+    if temperature != 1.0:
+        grad_z.div_(temperature)
+    return grad_z
+
+
+def _mm_into(grad_z: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
+    """``out`` (fp32) := ``grad_z @ weight``, the matmul in the weight's dtype."""
+    if weight.dtype == torch.float32:
+        torch.mm(grad_z, weight, out=out)
+    else:
+        out.copy_(torch.mm(grad_z.to(weight.dtype), weight))
+
+
+def _sum_partials_in_rank_order(partial: torch.Tensor, tp_size: int, tp_group) -> torch.Tensor:
+    """``sum_r partial_r`` over the TP group, added in rank order (the same bits on every rank, any chunking)."""
+    if tp_size == 1:
+        return partial
+    parts = [torch.empty_like(partial) for _ in range(tp_size)]
+    dist.all_gather(parts, partial, group=tp_group)
+    total = parts[0]
+    for part in parts[1:]:
+        total.add_(part)
+    return total
 
 
 def hidden_log_probs_and_entropy(
