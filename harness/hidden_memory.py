@@ -7,7 +7,9 @@ proportional to ``rows x V_local``. Measured by the same live-storage tracker
 as the logits path (``harness.memory``), so the real scales (T=205,280,
 H=4096, V=151,936 at tp 8) run on a CPU without allocating.
 
-One documented extra: a head that is not fp32 has its gradient accumulated
+Two documented extras: a chunk's hidden-sized working set (``[chunk, H]``
+fp32, the chunk's grad_hidden before its TP sum) beside each chunk of
+logits, and a head that is not fp32 has its gradient accumulated
 in an fp32 ``[V_local, H]`` buffer (bf16 accumulation over thousands of
 chunks would lose it), counted explicitly in the bound as ``accumulator``.
 """
@@ -68,12 +70,22 @@ class HiddenMemoryCase:
         """The fp32 grad_weight accumulator a non-fp32 head needs (an fp32 head's gradient IS the accumulator)."""
         return 0 if self.dtype == "float32" else self.vocab_local * self.hidden_size * 4
 
+    @property
+    def chunk_hidden_bytes(self) -> int:
+        """One chunk of fp32 hidden-sized rows ``[chunk, H]`` (a chunk's grad_hidden before its TP sum)."""
+        return self.chunk_rows * self.hidden_size * 4
+
     def bound(self, chunks: int = CHUNKS_ALLOWED) -> int:
+        """inputs + gradients (+ fp32 accumulator) + ``chunks`` x (a chunk of fp32 logits and of fp32 hidden rows).
+
+        The hidden-sized term matters only where ``H`` rivals ``V_local`` (tiny
+        generated vocabularies); at the real scale it is 0.22 of the logits chunk.
+        """
         return (
             self.inputs_bytes
             + self.gradients_bytes
             + self.accumulator_bytes
-            + chunks * self.chunk_logits_bytes
+            + chunks * (self.chunk_logits_bytes + self.chunk_hidden_bytes)
             + self.rows * ROW_ALLOWANCE_BYTES
         )
 
