@@ -7,7 +7,7 @@ hidden states ``[S_local, B, H]`` (all-gathered over TP inside), targets
 ``[B, S]``, this rank's head shard ``[V_local, H]`` with its vocabulary range,
 an integer chunk size and the TP group; it returns log-probs ``[B, S]`` (no
 entropy, no temperature). The adapter passes ``hidden.unsqueeze(1)`` (B = 1),
-``targets[None]``, ``[0, V_local)``, ``chunk_size or rows`` (one chunk for
+``targets[None]``, ``[0, V_local)``, ``chunk_size`` (``rows``, one chunk, for
 ``None``), and the single-rank group of ``megatron_stand_in`` (the harness runs
 world 1 in-process with no process group).
 
@@ -78,7 +78,7 @@ class NemoRLHiddenTarget(Target):
             weight,
             0,
             weight.shape[0],
-            chunk_size or max(rows, 1),
+            max(rows, 1) if chunk_size is None else chunk_size,
             megatron_stand_in.SINGLE_RANK,
             False,
         )
