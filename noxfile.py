@@ -93,7 +93,8 @@ PEERS = ["skyrl==0.3.0"]
 def bench(session: nox.Session) -> None:
     """CPU speed (pytest-benchmark) and peak memory of impl/, donation, naive torch and installed peers.
 
-    Writes reports/bench/speed.json, memory.json and memory.png. Peers are
+    Writes reports/bench/speed.json, memory.json, memory.png and hidden.json (the hidden-state path
+    beside torch's own linear_cross_entropy, time and peak on the same shapes). Peers are
     installed without their dependencies and loaded from the package at run
     time; one that cannot be installed is left out with a warning.
     """
@@ -109,6 +110,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "bench", f"--benchmark-json={raw}", *session.posargs)
     session.run("python", "-m", "bench.report", raw)
     session.run("python", "-m", "bench.memory_table")
+    # The hidden-state path vs unfused and torch's linear_cross_entropy: reports/bench/hidden.json
+    session.run("python", "-m", "bench.hidden_table")
 
 
 @nox.session(python=PYTHON)

@@ -108,3 +108,47 @@ def assert_identical(actual: torch.Tensor, expected: torch.Tensor, *, what: str)
             f"{what}: not bit-identical at flat index {index}: {actual.flatten()[index].item()!r} "
             f"vs {expected.flatten()[index].item()!r} ({int((~same).sum())} of {same.numel()} differ)"
         )
+
+
+# ---- the hidden-state path: the matmul's own error ----------------------------------
+
+
+def matmul_magnitude(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``max_ij (|a| @ |b|)_ij``: the scale of a matmul's rounding error.
+
+    A dot product of length K rounds to within ``gamma_K (|a| @ |b|)``
+    (Higham, Accuracy and Stability, 3.5), which can be far above
+    ``|a @ b|`` when terms cancel. The hidden-state path puts a matmul in
+    front of every value and another behind every gradient; the policy is
+    unchanged (``k x naive + floor``, the naive path doing the SAME matmuls in
+    the input dtype), only the floor's fp32 magnitude is this one instead of
+    the logits' ``max|z|``.
+    """
+    if not a.numel() or not b.numel():
+        return 0.0
+    return float((a.double().abs() @ b.double().abs()).max())
+
+
+def hidden_value_scale(hidden: torch.Tensor, weight: torch.Tensor, temperature: float) -> float:
+    """``value_scale`` with ``max|z|`` replaced by the matmul magnitude ``max (|h| @ |W|.T)``."""
+    return matmul_magnitude(hidden, weight.T) / temperature + math.log(max(weight.shape[0], 1)) + 1.0
+
+
+def hidden_gradient_scales(
+    hidden: torch.Tensor, weight: torch.Tensor, grad_logits: torch.Tensor, temperature: float, upstream: float
+) -> tuple[float, float]:
+    """Floor magnitudes of ``grad_hidden = g @ W`` and ``grad_weight = g.T @ h``; ``g`` is the float64 logits gradient.
+
+    Two sources, added: the matmul's own rounding (``|g| @ |W|``,
+    ``|g|.T @ |h|``), and the fp32 rounding of ``g`` itself carried through
+    it. ``g_v``'s rounding is at most a few ulps of ``p_v`` times the logits
+    gradient's arithmetic scale (``gradient_scale`` with the matmul magnitude
+    for ``max|z|``); as ``sum_v p_v = 1`` it reaches ``grad_hidden`` times at
+    most ``max|W|``, and ``grad_weight[v, k]`` times at most ``sum_rows |h[:, k]|``.
+    """
+    inner = hidden_value_scale(hidden, weight, temperature) * upstream / temperature
+    g = grad_logits.double().abs()
+    h, w = hidden.double().abs(), weight.double().abs()
+    grad_hidden = matmul_magnitude(g, w) + inner * (float(w.max()) if w.numel() else 0.0)
+    grad_weight = matmul_magnitude(g.T, h) + inner * (float(h.sum(0).max()) if h.numel() else 0.0)
+    return grad_hidden, grad_weight

@@ -24,6 +24,8 @@ import dataclasses
 import pytest
 
 from harness.checks import require
+from harness.hidden_memory import REAL_SCALES as HIDDEN_REAL_SCALES
+from harness.hidden_memory import measure_hidden_memory, target_runner
 from harness.memory import HISTORIC_SCALES, int64_with_dimension, measure_token_memory
 from harness.targets import load_target
 
@@ -46,3 +48,14 @@ def test_no_vocab_sized_int64_in_log_prob_backward(name, target):
     print(report)
     one_hots = int64_with_dimension(report.allocations, case.vocab_local)
     assert not one_hots, f"{name}: a one_hot over the vocabulary: {_describe(one_hots)}; {report}"
+
+
+def test_no_vocab_sized_int64_in_hidden_state_backward(target):
+    """The same mechanism on the hidden-state path (issue 15): NeMo-RL's ChunkedDistributedHiddenStatesToLogprobs
+    still builds one_hot in its backward. T=205,280, H=4096, V=151,936 at tp 8, chunk 1024, log-probs only."""
+    require(target, {"hidden", "chunking"})
+    case = dataclasses.replace(HIDDEN_REAL_SCALES["qwen-tp8-fp32"], with_entropy=False)
+    report = measure_hidden_memory(case, target_runner(load_target(target), case))
+    print(report)
+    one_hots = int64_with_dimension(report.allocations, case.vocab_local)
+    assert not one_hots, f"a one_hot over the vocabulary on the hidden-state path: {_describe(one_hots)}; {report}"

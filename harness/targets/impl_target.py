@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harness.targets.protocol import CAPABILITIES, PackedInputs, Target
 from impl.batch import PackedBatch
+from impl.hidden_states import hidden_log_probs_and_entropy
 from impl.packed import log_probs_and_entropy as packed_log_probs_and_entropy
 from impl.policy_loss import policy_loss
 from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy
@@ -37,6 +38,20 @@ class ImplTarget(Target):
             entropy_grad=entropy_grad,
             temperature=temperature,
             donate_logits=donate_logits,
+        )
+
+    def hidden_log_probs(
+        self, hidden, weight, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature
+    ):
+        return hidden_log_probs_and_entropy(
+            hidden,
+            weight,
+            targets,
+            tp_group=tp_group,
+            chunk_size=chunk_size,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+            temperature=temperature,
         )
 
     def packed_log_probs(

@@ -37,6 +37,8 @@ CAPABILITIES = frozenset(
         "cp_allgather",  # context parallelism, allgather layout (DSA models)
         "donation",  # token_log_probs(..., donate_logits=True) writes the gradient over the logits
         "bit_exact",  # chunking, the entropy gate and response-only change no bit (else: within tolerance)
+        "hidden",  # hidden_log_probs: hidden states [rows, H] and this rank's LM-head shard [V_local, H]
+        "hidden_tp",  # hidden_log_probs over a TP group (tp > 1): the head sharded by vocabulary rows
     }
 )
 
@@ -79,6 +81,17 @@ class Target:
 
     def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
         """Return ``(log_probs [rows], entropy [rows] or None)``."""
+        raise NotImplementedError
+
+    def hidden_log_probs(
+        self, hidden, weight, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature
+    ):
+        """Return ``(log_probs [rows], entropy [rows] or None)`` of ``z = hidden @ weight.T / temperature``.
+
+        ``hidden [rows, H]`` is the same on every TP rank, ``weight [V_local, H]``
+        is this rank's LM-head shard (vocabulary ids ``[r*V_local, (r+1)*V_local)``);
+        gradients must reach both (``hidden``'s summed over the TP group).
+        """
         raise NotImplementedError
 
     def packed_log_probs(

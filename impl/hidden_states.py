@@ -1,0 +1,342 @@
+"""Log-probs and entropy from hidden states and a vocab-sharded LM head, without ``[rows, V_local]`` logits.
+
+``z = hidden @ weight.T / temperature`` (MATH.md, "Hidden states and a sharded
+LM head"): ``hidden [rows, H]`` is replicated over the TP group, ``weight
+[V_local, H]`` is this rank's head shard (vocabulary ids ``[r*V_local,
+(r+1)*V_local)``). The fused path computes the logits one block of
+``MATMUL_BLOCK_ROWS`` rows at a time and never holds more than two fp32
+``[block, V_local]`` buffers (plus, in backward, an fp32 ``[chunk, H]`` partial
+of ``grad_hidden``), so a trainer no longer pays for the full logits; the
+chunk is the unit of the backward's TP sum. Decisions, and the bugs behind them:
+
+* **The token-level statistics, computed per block.** Each block's logits
+  go through the same per-row statistics as ``impl.token_level``
+  (``sum exp``, ``sum exp * shift``, the target's shifted logit, ``0 log 0
+  = 0`` by the same clamp). Only the shift differs: the forward sees each
+  block's logits once, so it shifts by the rank-local row max and rescales
+  the statistics to the global max after the MAX all-reduce (one ``exp`` per
+  row). Two forward collectives per call, as on the logits path: the MAX
+  all-reduce and the rank-order all-gather of the stacked statistics; their
+  number and shapes never depend on the data (the hang class of BUGS.md #5).
+* **Matmuls in fixed row blocks.** A BLAS matmul does not give a row the
+  same bits when the number of rows in the call changes (measured on this
+  CPU for every dtype: ``h[i:i+1] @ W.T`` differs from row ``i`` of ``h @ W.T``).
+  So every matmul runs on blocks of ``MATMUL_BLOCK_ROWS`` rows aligned to
+  absolute row indices, and chunk boundaries are rounded up to a multiple of
+  the block: a row is always computed with the same neighbours, whatever the
+  chunk size. That makes log-probs, entropy, ``grad_hidden`` AND
+  ``grad_weight`` (accumulated block by block, always in the same order)
+  bit-identical for every chunk size.
+* **Backward recomputes, never stores, the logits.** Per block it recomputes
+  ``z``, turns it into ``dL/dz`` in place exactly as the token-level
+  backward does (``-p * (g_lp + g_H (log p + H))`` plus ``g_lp`` at the target
+  column with ``scatter_add_``: no one_hot, no ``[rows, V]`` integer tensor,
+  BUGS.md #3), then ``grad_hidden[chunk] = g @ W`` and ``grad_weight += g.T @ h``.
+* **grad_hidden is summed over TP in rank order.** Each rank holds one
+  column block of the sum ``sum_r g_r W_r``; per chunk the ranks all-gather
+  their fp32 partials and add them in rank order, so every rank returns the
+  same bits and the sum never depends on the chunking (a ring all-reduce's
+  rounding depends on an element's position in the buffer). One collective
+  per chunk, a count fixed by ``rows`` and ``chunk_size``, identical on all ranks.
+* **Precision.** The matmuls run in the inputs' dtype (as the trainer's LM
+  head does; BLAS accumulates bf16/fp16 in fp32), the softmax statistics in
+  fp32, and ``grad_weight`` accumulates in an fp32 ``[V_local, H]`` buffer
+  (bf16 accumulation over thousands of chunks would lose the gradient); it is
+  returned in the weight's dtype. Outputs are fp32.
+* **Inputs are never written** (BUGS.md #2): only private buffers are
+  modified in place; the entropy gate only marks the entropy output
+  non-differentiable, so its values are bit-identical either way (BUGS.md #1).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from impl.token_level import (
+    _LOG_ZERO_FLOOR,
+    SUPPORTED_DTYPES,
+    _all_reduce_max,
+    _check_chunk_size,
+    _is_fake,
+    _row_sum,
+    _sum_in_rank_order,
+    tp_world,
+)
+
+# Rows per matmul call (see the module docstring: the unit a row's bits depend on). Large enough for an
+# efficient GEMM on a CPU (the weight is re-read once per block), small enough that chunk sizes stay fine-grained.
+MATMUL_BLOCK_ROWS = 256
+
+
+def hidden_chunk_bounds(rows: int, chunk_size: int | None) -> list[tuple[int, int]]:
+    """Row ranges of the chunk loop: ``chunk_size`` rounded UP to a multiple of ``MATMUL_BLOCK_ROWS``.
+
+    ``None`` or a chunk covering every row is one chunk (SkyRL #1650's fix).
+    Rounding keeps every block whole, which is what makes results
+    independent of the chunk size bit for bit.
+    """
+    if chunk_size is None or chunk_size >= rows:
+        return [(0, rows)]
+    step = -(-chunk_size // MATMUL_BLOCK_ROWS) * MATMUL_BLOCK_ROWS
+    return [(start, min(start + step, rows)) for start in range(0, rows, step)]
+
+
+def _blocks(start: int, end: int):
+    """The matmul blocks of the chunk ``[start, end)`` (chunk starts are multiples of the block)."""
+    for block in range(start, end, MATMUL_BLOCK_ROWS):
+        yield block, min(block + MATMUL_BLOCK_ROWS, end)
+
+
+def _block_logits(hidden, weight, start: int, end: int, temperature: float, out: torch.Tensor) -> torch.Tensor:
+    """``out`` (fp32 ``[end-start, V_local]``) := ``hidden[start:end] @ weight.T / temperature``: ONE block."""
+    if hidden.dtype == torch.float32:
+        torch.mm(hidden[start:end], weight.t(), out=out)
+    else:
+        out.copy_(torch.mm(hidden[start:end], weight.t()))
+    if temperature != 1.0:
+        out.div_(temperature)
+    return out
+
+
+def _workspace(rows: int, vocab_local: int, device) -> torch.Tensor:
+    """Two private fp32 ``[block, V_local]`` buffers every block reuses (no allocator churn)."""
+    return torch.empty(2, max(min(rows, MATMUL_BLOCK_ROWS), 1), vocab_local, dtype=torch.float32, device=device)
+
+
+def validate_hidden_inputs(hidden, weight, targets, tp_group, chunk_size, temperature) -> None:
+    """Reject bad input with an error naming the argument and the fix."""
+    for name, tensor, shape in (("hidden", hidden, "[rows, H]"), ("weight", weight, "[V_local, H]")):
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 2:
+            got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ValueError(f"{name} must be a 2-D tensor {shape}; got {got}: flatten batch dims first")
+        if tensor.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} must be float32, bfloat16 or float16, got {tensor.dtype}")
+    if hidden.dtype != weight.dtype:
+        raise TypeError(
+            f"hidden is {hidden.dtype} but weight is {weight.dtype}: cast both to the LM head's matmul dtype"
+        )
+    if hidden.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"hidden has H={hidden.shape[1]} but weight has H={weight.shape[1]}: weight must be this rank's "
+            "LM-head shard [V_local, H] (not transposed)"
+        )
+    if hidden.shape[1] == 0:
+        raise ValueError("hidden and weight have H == 0 (an empty hidden size): every logit would be 0")
+    if weight.shape[0] == 0:
+        raise ValueError(
+            "weight has an empty vocabulary shard (V_local == 0); every TP rank needs >= 1 row of the head"
+        )
+    if hidden.device != weight.device:
+        raise ValueError(f"hidden is on {hidden.device} but weight is on {weight.device}; move them to one device")
+    if not isinstance(targets, torch.Tensor) or targets.dim() != 1 or targets.shape[0] != hidden.shape[0]:
+        got = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
+        raise ValueError(f"targets must be a 1-D tensor with one id per hidden row ({hidden.shape[0]}), got {got}")
+    if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
+        raise TypeError(f"targets must hold integer token ids, got {targets.dtype}")
+    if targets.device != hidden.device:
+        raise ValueError(f"targets is on {targets.device} but hidden is on {hidden.device}; move them to one device")
+    _check_chunk_size(chunk_size)
+    if not isinstance(temperature, (int, float)) or not temperature > 0 or temperature == float("inf"):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    tp, _ = tp_world(tp_group)
+    vocab = weight.shape[0] * tp
+    if targets.numel() and not _is_fake(targets):
+        low, high = int(targets.min()), int(targets.max())
+        if low < 0 or high >= vocab:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"targets holds token id {bad}, outside the vocabulary [0, {vocab}) "
+                f"(V_local={weight.shape[0]} x tp={tp}); targets must be GLOBAL ids of the padded vocabulary"
+            )
+
+
+def _rescale_to_global_max(stats, local_max, global_max, in_shard) -> None:
+    """Statistics shifted by the rank-local row max -> shifted by the global row max, in place.
+
+    With ``d = m_local - m_global <= 0``: ``sum exp(z - m_g) = e^d S0``,
+    ``sum exp(z - m_g)(z - m_g) = e^d (S2 + d S0)`` and the target's
+    ``z_t - m_g = (z_t - m_l) + d`` on the rank that owns it (0 elsewhere).
+    """
+    delta = local_max - global_max
+    factor = delta.exp()
+    if stats.shape[1] == 3:
+        stats[:, 2] = factor * (stats[:, 2] + delta * stats[:, 0])
+    stats[:, 0] = stats[:, 0] * factor
+    stats[:, 1] = torch.where(in_shard, stats[:, 1] + delta, 0.0)
+
+
+class FusedHiddenLogProbEntropy(torch.autograd.Function):
+    """``(log_probs, entropy)`` from hidden states and a vocab-sharded head; see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
+        v_local = weight.shape[0]
+        rows = hidden.shape[0]
+        _, tp_rank = tp_world(tp_group)
+
+        local_targets = targets - tp_rank * v_local
+        in_shard = (local_targets >= 0) & (local_targets < v_local)
+        gather_index = local_targets.clamp(0, v_local - 1).unsqueeze(1)
+
+        stats = torch.zeros(rows, 3 if with_entropy else 2, dtype=torch.float32, device=hidden.device)
+        local_max = torch.empty(rows, dtype=torch.float32, device=hidden.device)
+        workspace = _workspace(rows, v_local, hidden.device)
+        for start, end in _blocks(0, rows):
+            logits = _block_logits(hidden, weight, start, end, temperature, workspace[0, : end - start])
+            torch.amax(logits, dim=1, out=local_max[start:end])
+            shifted = logits.sub_(local_max[start:end].unsqueeze(1))
+            stats[start:end, 1] = shifted.gather(1, gather_index[start:end]).squeeze(1)
+            probs = torch.exp(shifted, out=workspace[1, : end - start])
+            if with_entropy:
+                stats[start:end, 2] = _row_sum(shifted.clamp_(min=_LOG_ZERO_FLOOR).mul_(probs))
+            stats[start:end, 0] = _row_sum(probs)
+        del workspace
+        global_max = local_max.clone()
+        _all_reduce_max(global_max, tp_group)
+        _rescale_to_global_max(stats, local_max, global_max, in_shard)
+        stats = _sum_in_rank_order(stats, tp_group)
+
+        log_sum_exp = stats[:, 0].log()
+        log_probs = stats[:, 1] - log_sum_exp
+        entropy = log_sum_exp - stats[:, 2] / stats[:, 0] if with_entropy else None
+
+        ctx.save_for_backward(hidden, weight, targets, global_max, stats)
+        ctx.chunk_size, ctx.temperature, ctx.tp_group, ctx.tp_rank = chunk_size, temperature, tp_group, tp_rank
+        if with_entropy and not entropy_grad:
+            ctx.mark_non_differentiable(entropy)
+        return log_probs, entropy
+
+    @staticmethod
+    def backward(ctx, grad_log_probs, grad_entropy):
+        hidden, weight, targets, global_max, stats = ctx.saved_tensors
+        v_local, rows = weight.shape[0], hidden.shape[0]
+        temperature, tp_group = ctx.temperature, ctx.tp_group
+        tp_size, _ = tp_world(tp_group)
+        log_sum_exp = stats[:, 0].log()
+        shift = global_max + log_sum_exp
+        if grad_log_probs is None:
+            grad_log_probs = torch.zeros(rows, dtype=torch.float32, device=hidden.device)
+        grad_log_probs = grad_log_probs.float()
+        entropy = None
+        if grad_entropy is not None and stats.shape[1] == 3:
+            entropy = log_sum_exp - stats[:, 2] / stats[:, 0]
+            grad_entropy = grad_entropy.float()
+
+        local_targets = targets - ctx.tp_rank * v_local
+        in_shard = (local_targets >= 0) & (local_targets < v_local)
+        scatter_index = local_targets.clamp(0, v_local - 1).unsqueeze(1)
+        target_grad = torch.where(in_shard, grad_log_probs, 0.0).unsqueeze(1)
+
+        want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_hidden = torch.empty_like(hidden) if want_hidden else None
+        weight_acc = torch.zeros(v_local, hidden.shape[1], dtype=torch.float32, device=hidden.device)
+        workspace = _workspace(rows, v_local, hidden.device)
+        for start, end in hidden_chunk_bounds(rows, ctx.chunk_size):
+            partial = torch.empty(end - start, hidden.shape[1] if want_hidden else 0, device=hidden.device)
+            for block_start, block_end in _blocks(start, end):
+                grad_z = _block_logits_grad(
+                    hidden,
+                    weight,
+                    block_start,
+                    block_end,
+                    temperature,
+                    workspace,
+                    shift,
+                    scatter_index,
+                    target_grad,
+                    grad_log_probs,
+                    grad_entropy,
+                    entropy,
+                )
+                if want_hidden:
+                    _mm_into(grad_z, weight, partial[block_start - start : block_end - start])
+                if want_weight:
+                    weight_acc.addmm_(grad_z.t(), hidden[block_start:block_end].float())
+            if want_hidden:
+                grad_hidden[start:end].copy_(_sum_partials_in_rank_order(partial, tp_size, tp_group))
+        del workspace
+        grad_weight = None
+        if want_weight:
+            grad_weight = weight_acc if weight.dtype == torch.float32 else weight_acc.to(weight.dtype)
+        return grad_hidden, grad_weight, None, None, None, None, None, None
+
+
+def _block_logits_grad(
+    hidden, weight, start, end, temperature, workspace, shift, scatter_index, target_grad, g_lp, g_h, entropy
+) -> torch.Tensor:
+    """``dL/dz`` of the block ``[start, end)`` (``/ temperature`` included), recomputed in the private workspace.
+
+    ``dL/dz = p * (-g_H * log p - (g_lp + g_H * H)) + g_lp * 1[v=t]``, as in
+    ``impl.token_level``: no one_hot, the target's term added with ``scatter_add_``.
+    """
+    log_p = _block_logits(hidden, weight, start, end, temperature, workspace[0, : end - start])
+    log_p.sub_(shift[start:end].unsqueeze(1))
+    probs = torch.exp(log_p, out=workspace[1, : end - start])
+    if entropy is None:
+        neg_coef = g_lp[start:end].neg().unsqueeze(1)
+    else:
+        offset = (g_lp[start:end] + g_h[start:end] * entropy[start:end]).unsqueeze(1)
+        neg_coef = log_p.clamp_(min=_LOG_ZERO_FLOOR).mul_(g_h[start:end].neg().unsqueeze(1)).sub_(offset)
+    grad_z = probs.mul_(neg_coef)
+    grad_z.scatter_add_(1, scatter_index[start:end], target_grad[start:end])
+    if temperature != 1.0:
+        grad_z.div_(temperature)
+    return grad_z
+
+
+def _mm_into(grad_z: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
+    """``out`` (fp32) := ``grad_z @ weight``, the matmul in the weight's dtype."""
+    if weight.dtype == torch.float32:
+        torch.mm(grad_z, weight, out=out)
+    else:
+        out.copy_(torch.mm(grad_z.to(weight.dtype), weight))
+
+
+def _sum_partials_in_rank_order(partial: torch.Tensor, tp_size: int, tp_group) -> torch.Tensor:
+    """``sum_r partial_r`` over the TP group, added in rank order (the same bits on every rank, any chunking)."""
+    if tp_size == 1:
+        return partial
+    parts = [torch.empty_like(partial) for _ in range(tp_size)]
+    dist.all_gather(parts, partial, group=tp_group)
+    total = parts[0]
+    for part in parts[1:]:
+        total.add_(part)
+    return total
+
+
+def hidden_log_probs_and_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    tp_group=None,
+    chunk_size: int | None = None,
+    with_entropy: bool = True,
+    entropy_grad: bool = True,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-row log-prob of ``targets`` and entropy of ``softmax(hidden @ W_full.T / temperature)``.
+
+    Args:
+        hidden: ``[rows, H]`` float32/bfloat16/float16, the same on every TP rank.
+        weight: ``[V_local, H]`` (same dtype), this rank's LM-head shard: the
+            head's rows for vocabulary ids ``[rank*V_local, (rank+1)*V_local)``.
+        targets: ``[rows]`` integer GLOBAL token ids in ``[0, V_local*tp)``.
+        tp_group: the tensor-parallel process group; ``None`` means one rank.
+        chunk_size: rows per chunk of logits (rounded up to a multiple of
+            ``MATMUL_BLOCK_ROWS``); ``None`` is one chunk.
+        with_entropy: compute the entropy (else ``None`` is returned for it).
+        entropy_grad: when False the entropy is returned without a graph
+            (bit-identical values).
+        temperature: logits are divided by it before the softmax.
+
+    Returns:
+        ``(log_probs, entropy)`` float32 ``[rows]`` (entropy may be None);
+        gradients reach ``hidden`` (summed over TP, identical on every rank)
+        and ``weight`` (this rank's shard).
+    """
+    validate_hidden_inputs(hidden, weight, targets, tp_group, chunk_size, temperature)
+    return FusedHiddenLogProbEntropy.apply(
+        hidden, weight, targets, tp_group, chunk_size, bool(with_entropy), bool(entropy_grad), float(temperature)
+    )

@@ -1,0 +1,69 @@
+"""The hidden-state entry point (MATH.md, "Hidden states and a sharded LM head") against the float64 oracle.
+
+``hidden [rows, H]`` and this rank's LM-head shard ``[V_local, H]`` in, log-probs
+and entropy out, gradients into both. Through the rank pool, tp 1/2/4:
+
+* forward parity (log-probs, entropy) and backward parity (grad(hidden)
+  summed over TP, each rank's grad(weight) shard), under the tolerance
+  policy extended by the matmul's own error;
+* chunk invariance and entropy-gate invariance, bit for bit;
+* hidden and weight never written (values and version counters);
+* TP ranks return identical replicated outputs and issue the same collectives.
+"""
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from harness.cases import Case
+from harness.hidden_cases import with_hidden_size
+from harness.hidden_checks import (
+    check_hidden_backward,
+    check_hidden_chunk_invariance,
+    check_hidden_forward,
+    check_hidden_gate_invariance,
+    check_hidden_inputs_unmutated,
+    check_hidden_tp_consistency,
+)
+from properties.hidden_strategies import hidden_cases
+
+QWEN_V = 151936
+
+
+@pytest.mark.tier("contract")
+@given(case=hidden_cases())
+@example(case=with_hidden_size(Case(seed=2, vocab=QWEN_V, tp=4, samples=((3, 1),), dtype="bfloat16"), 16))
+def test_hidden_forward_parity(case, target):
+    check_hidden_forward(case, target)
+
+
+@pytest.mark.tier("contract")
+@given(case=hidden_cases())
+@example(case=with_hidden_size(Case(seed=5, vocab=12, tp=2, samples=((300, 5), (9, 2)), chunk_size=7), 8))
+def test_hidden_backward_parity(case, target):
+    check_hidden_backward(case, target)
+
+
+@pytest.mark.tier("contract")
+@given(case=hidden_cases(), chunk_size=st.sampled_from((1, 9, 256, 300, 513)))
+@example(case=with_hidden_size(Case(seed=6, vocab=8, tp=2, samples=((520, 3),)), 5), chunk_size=1)
+def test_hidden_chunk_invariance(case, chunk_size, target):
+    check_hidden_chunk_invariance(case.with_(chunk_size=chunk_size), target)
+
+
+@pytest.mark.tier("contract")
+@given(case=hidden_cases(with_entropy=st.just(True)))
+def test_hidden_gate_invariance(case, target):
+    check_hidden_gate_invariance(case, target)
+
+
+@pytest.mark.tier("contract")
+@given(case=hidden_cases())
+def test_hidden_inputs_unmutated(case, target):
+    check_hidden_inputs_unmutated(case, target)
+
+
+@pytest.mark.tier("contract")
+@given(case=hidden_cases(tp=st.sampled_from((2, 4))))
+def test_hidden_tp_ranks_agree(case, target):
+    check_hidden_tp_consistency(case, target)
