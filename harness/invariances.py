@@ -59,42 +59,28 @@ def _assert_grads_identical(first: list, second: list, label: str) -> None:
         assert_identical(b["grad"], a["grad"], what=f"rank {rank} grad(logits), {label}")
 
 
-# ---- chunking ------------------------------------------------------------------------
+# ---- chunking and the entropy-gradient gate, at either level -------------------------------
+
+# level -> (job, forward check against the oracle, backward check against the oracle)
+_LEVELS = {
+    "packed": (PACKED_JOB, assert_packed_forward, assert_packed_backward),
+    "token": (TOKEN_JOB, assert_token_forward, assert_token_backward),
+}
 
 
-@replayable
-def check_chunk_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
-    """Packed path: chunk_size=c and one chunk give the same values and gradient (bit for bit if ``exact``)."""
-    require(target, required_capabilities(case, "packed") | {"chunking"})
-    chunked = run_job(PACKED_JOB, case, target)
-    whole = run_job(PACKED_JOB, case.with_(chunk_size=None), target)
+def _chunk_invariance(case: Case, target: str, exact: bool | None, level: str) -> None:
+    job, forward, backward = _LEVELS[level]
+    require(target, required_capabilities(case, level) | {"chunking"})
+    chunked = run_job(job, case, target)
+    whole = run_job(job, case.with_(chunk_size=None), target)
     label = f"chunk_size={case.chunk_size} vs one chunk"
     if _exact(target, exact):
         _assert_outputs_identical(case, chunked, whole, label)
         _assert_grads_identical(chunked, whole, label)
         return
     for results in (chunked, whole):
-        assert_packed_forward(case, results)
-        assert_packed_backward(case, results)
-
-
-@replayable
-def check_token_chunk_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
-    """Token level: chunk_size=c and one chunk give the same values and gradient (bit for bit if ``exact``)."""
-    require(target, required_capabilities(case, "token") | {"chunking"})
-    chunked = run_job(TOKEN_JOB, case, target)
-    whole = run_job(TOKEN_JOB, case.with_(chunk_size=None), target)
-    label = f"chunk_size={case.chunk_size} vs one chunk"
-    if _exact(target, exact):
-        _assert_outputs_identical(case, chunked, whole, label)
-        _assert_grads_identical(chunked, whole, label)
-        return
-    for results in (chunked, whole):
-        assert_token_forward(case, results)
-        assert_token_backward(case, results)
-
-
-# ---- the entropy-gradient gate ----------------------------------------------------------
+        forward(case, results)
+        backward(case, results)
 
 
 def _assert_gate_flags(off: list, token_level: bool) -> None:
@@ -106,41 +92,47 @@ def _assert_gate_flags(off: list, token_level: bool) -> None:
         )
         if not token_level:
             # Empty outputs hold no value to differentiate (a sample with no response rows).
-            sizes = [v.numel() for v in result["log_probs"]]
-            lost = [
-                i for i, (flag, size) in enumerate(zip(result["log_probs_requires_grad"], sizes)) if size and not flag
-            ]
+            flags_and_sizes = zip(result["log_probs_requires_grad"], (v.numel() for v in result["log_probs"]))
+            lost = [i for i, (flag, size) in enumerate(flags_and_sizes) if size and not flag]
             assert not lost, f"rank {rank}: log-probs of sample(s) {lost} lost their graph with the gate off"
+
+
+def _gate_invariance(case: Case, target: str, exact: bool | None, level: str) -> None:
+    job, forward, _ = _LEVELS[level]
+    require(target, required_capabilities(case, level) | {"entropy", "entropy_gate"})
+    case = case.with_(with_entropy=True)
+    on = run_job(job, case, target, entropy_grad=True)
+    off = run_job(job, case, target, entropy_grad=False)
+    if _exact(target, exact):
+        _assert_outputs_identical(case, on, off, "gate off vs on")
+    else:
+        forward(case, on)
+        forward(case, off)
+    _assert_gate_flags(off, token_level=level == "token")
+
+
+@replayable
+def check_chunk_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
+    """Packed path: chunk_size=c and one chunk give the same values and gradient (bit for bit if ``exact``)."""
+    _chunk_invariance(case, target, exact, "packed")
+
+
+@replayable
+def check_token_chunk_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
+    """Token level: chunk_size=c and one chunk give the same values and gradient (bit for bit if ``exact``)."""
+    _chunk_invariance(case, target, exact, "token")
 
 
 @replayable
 def check_gate_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
     """Packed path: entropy values do not depend on whether their gradient is kept; log-probs unaffected."""
-    require(target, required_capabilities(case, "packed") | {"entropy", "entropy_gate"})
-    case = case.with_(with_entropy=True)
-    on = run_job(PACKED_JOB, case, target, entropy_grad=True)
-    off = run_job(PACKED_JOB, case, target, entropy_grad=False)
-    if _exact(target, exact):
-        _assert_outputs_identical(case, on, off, "gate off vs on")
-    else:
-        assert_packed_forward(case, on)
-        assert_packed_forward(case, off)
-    _assert_gate_flags(off, token_level=False)
+    _gate_invariance(case, target, exact, "packed")
 
 
 @replayable
 def check_token_gate_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
     """Token level: entropy values do not depend on whether their gradient is kept; log-probs unaffected."""
-    require(target, required_capabilities(case, "token") | {"entropy", "entropy_gate"})
-    case = case.with_(with_entropy=True)
-    on = run_job(TOKEN_JOB, case, target, entropy_grad=True)
-    off = run_job(TOKEN_JOB, case, target, entropy_grad=False)
-    if _exact(target, exact):
-        _assert_outputs_identical(case, on, off, "gate off vs on")
-    else:
-        assert_token_forward(case, on)
-        assert_token_forward(case, off)
-    _assert_gate_flags(off, token_level=True)
+    _gate_invariance(case, target, exact, "token")
 
 
 # ---- response-only evaluation -------------------------------------------------------------
