@@ -84,17 +84,23 @@ def _chunk_invariance(case: Case, target: str, exact: bool | None, level: str) -
 
 
 def _assert_gate_flags(off: list, token_level: bool) -> None:
+    """With the gate off no non-empty entropy carries a graph and every non-empty log-prob still does.
+
+    Empty outputs (a CP rank holding none of a sample's response) hold no value
+    to differentiate: whether THEIR flags agree across ranks is bug 4's check
+    (``check_cp_requires_grad``), so a FAIL here names the gate.
+    """
     for rank, result in enumerate(off):
-        flags = result["entropy_requires_grad"]
-        flags = [flags] if token_level else flags
-        assert all(flag is False for flag in flags), (
-            f"rank {rank}: entropy_grad=False returned entropy that requires grad: {flags}"
-        )
-        if not token_level:
-            # Empty outputs hold no value to differentiate (a sample with no response rows).
-            flags_and_sizes = zip(result["log_probs_requires_grad"], (v.numel() for v in result["log_probs"]))
-            lost = [i for i, (flag, size) in enumerate(flags_and_sizes) if size and not flag]
-            assert not lost, f"rank {rank}: log-probs of sample(s) {lost} lost their graph with the gate off"
+        if token_level:
+            flag = result["entropy_requires_grad"]
+            assert flag is False, f"rank {rank}: entropy_grad=False returned entropy that requires grad: {flag}"
+            continue
+        entropy = zip(result["entropy_requires_grad"], (v.numel() for v in result["entropy"]))
+        kept = [i for i, (flag, size) in enumerate(entropy) if size and flag]
+        assert not kept, f"rank {rank}: entropy_grad=False returned entropy that requires grad (sample(s) {kept})"
+        log_probs = zip(result["log_probs_requires_grad"], (v.numel() for v in result["log_probs"]))
+        lost = [i for i, (flag, size) in enumerate(log_probs) if size and not flag]
+        assert not lost, f"rank {rank}: log-probs of sample(s) {lost} lost their graph with the gate off"
 
 
 def _gate_invariance(case: Case, target: str, exact: bool | None, level: str) -> None:
