@@ -21,7 +21,10 @@ same job SHAPE costs on this machine, measured on its successful runs:
   estimate of every later job by the cost of one cold start;
 * the floor is deliberately generous: 2 cores running several 4-rank pools
   (three test sessions at once) can stretch a 30 ms job to seconds, and a
-  false hang is worse than a slow report. The ceiling is the old fixed 60 s.
+  false hang is worse than a slow report; it is scaled by the machine's
+  current load per core (``contention``), so a crowded machine waits longer
+  instead of reporting healthy jobs as hangs. The ceiling is the old fixed
+  60 s, unless the scaled floor is above it.
 
 The pool hands the deadline to every rank as its process groups' timeout,
 so a rank blocked in a collective raises by itself (harness/pool.py).
@@ -47,8 +50,23 @@ def shape_of(job: str, tp: int, cp: int, rows: int, vocab: int) -> tuple:
     return (job, tp, cp, (work.bit_length() - 1) // 3)
 
 
+def contention() -> float:
+    """How oversubscribed the CPUs are right now (1-minute load per core, at least 1).
+
+    A job's cost on a shared machine follows the load: the same 30 ms job took
+    seconds while other suites ran beside it, and an 8 s floor then turned a
+    healthy job into a false hang (seen replaying slime's history beside two
+    other suites). The floor scales with this factor; on a quiet machine it is 1.
+    """
+    try:
+        return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    except OSError:
+        return 1.0
+
+
 def floor_s() -> float:
-    return max(FLOOR_S, float(os.environ.get("LPH_DEADLINE_FLOOR_S", FLOOR_S)))
+    base = max(FLOOR_S, float(os.environ.get("LPH_DEADLINE_FLOOR_S", FLOOR_S)))
+    return base * contention()
 
 
 @dataclass

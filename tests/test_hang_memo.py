@@ -28,7 +28,8 @@ def short_deadline(monkeypatch):
     hang_memo.reset()
 
 
-def test_deadline_follows_measured_cost_within_floor_and_ceiling():
+def test_deadline_follows_measured_cost_within_floor_and_ceiling(monkeypatch):
+    monkeypatch.setattr(deadline, "contention", lambda: 1.0)  # a quiet machine
     policy = deadline.DeadlinePolicy()
     small = deadline.shape_of("m:job", 2, 1, rows=10, vocab=16)
     other = deadline.shape_of("m:job", 1, 2, rows=10, vocab=16)
@@ -42,6 +43,19 @@ def test_deadline_follows_measured_cost_within_floor_and_ceiling():
     assert policy.deadline(small) == deadline.CEILING_S
     bigger = deadline.shape_of("m:job", 2, 1, rows=1000, vocab=16)
     assert bigger != small, "a case 100x larger is another shape"
+
+
+def test_floor_scales_with_the_machine_load(monkeypatch):
+    """A crowded machine (load 6 per core) waits 6x longer before calling a millisecond job hung."""
+    policy = deadline.DeadlinePolicy()
+    small = deadline.shape_of("m:job", 2, 1, rows=10, vocab=16)
+    policy.observe(small, 0.01)
+    monkeypatch.setattr(deadline.os, "getloadavg", lambda: (12.0, 0.0, 0.0))
+    monkeypatch.setattr(deadline.os, "cpu_count", lambda: 2)
+    assert deadline.contention() == 6.0
+    assert policy.deadline(small) == 6 * deadline.FLOOR_S
+    monkeypatch.setattr(deadline.os, "getloadavg", lambda: (0.5, 0.0, 0.0))
+    assert policy.deadline(small) == deadline.FLOOR_S, "an idle machine never shortens the floor"
 
 
 def test_collective_timeout_is_recognised():
