@@ -160,8 +160,15 @@ class SkyRLTarget(Target):
         packed = getattr(self._module, PACKED_FUNCTION, None)
         if packed is not None:
             caps.add("packed")
-            gather = getattr(self._module, "AllGatherPackedCPTensor", None)
-            cuda_only = gather is not None and ".cuda(" in inspect.getsource(gather.backward)
+            # The gather the packed path uses (0.3.0: AllGatherPackedCPTensor, 0.2.0: AllGatherCPTensor) may move its
+            # index to CUDA in backward, which a CPU run cannot do (an adapter limitation, not SkyRL's defect).
+            used = inspect.getsource(packed)
+            helper = getattr(self._module, "allgather_cp_sharded_tensor", None)
+            if helper is not None and helper.__name__ in used:
+                used += inspect.getsource(helper)
+            names = [n for n in ("AllGatherPackedCPTensor", "AllGatherCPTensor") if n in used]
+            gathers = [getattr(self._module, n) for n in names if hasattr(self._module, n)]
+            cuda_only = any(".cuda(" in inspect.getsource(g.backward) for g in gathers)
             on_cuda = os.environ.get("LPH_DEVICE", "cpu").startswith("cuda")
             if "cp_group" in inspect.signature(packed).parameters and (on_cuda or not cuda_only):
                 caps.add("cp_zigzag")
