@@ -124,6 +124,11 @@ def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> i
         target_path.parent.mkdir(parents=True, exist_ok=True)
         target_path.write_text(expectations.render(run, expected, header))
         print(f"gate: wrote {target_path}")
+    return _finish(decision, out)
+
+
+def _finish(decision, out: Path) -> int:
+    """Both modes end alike: the reports written, the table printed, the step summary appended, the exit code."""
     decision.write(out)
     decision.print()
     _step_summary(decision.summary())
@@ -150,9 +155,4 @@ def _compare(base: specs.ResolvedSpec, head: specs.ResolvedSpec, root: Path, tie
         f"wall time: base {base_s:.0f} s, PR {head_s:.0f} s, replays and classification {replay_s:.0f} s, "
         f"total {total:.0f} s"
     )
-    out = root / f"{head.slug}-vs-{base_slug}"
-    decision.write(out)
-    decision.print()
-    _step_summary(decision.summary())
-    print(f"gate: {out / 'report.md'}, {out / 'gate.json'}, {out / 'summary.md'}")
-    return decision.exit_code
+    return _finish(decision, root / f"{head.slug}-vs-{base_slug}")
