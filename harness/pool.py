@@ -55,7 +55,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from harness import rank_errors
-from harness.rank_errors import GRACE_S, CollectiveHang, RankError, RankHang, is_collective_timeout
+from harness.rank_errors import GRACE_S, CollectiveHang, PoolStartError, RankError, RankHang, is_collective_timeout
 
 if TYPE_CHECKING:
     from harness.trace import CollectiveTracer
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = ["CollectiveHang", "RankContext", "RankError", "RankHang", "RankPool", "get_pool", "shutdown_all"]
 
 START_TIMEOUT_S = 120.0
+START_ATTEMPTS = 2  # a failed start is retried once before it is reported (PoolStartError)
 STOP_JOIN_S = 3.0
 KILL_JOIN_S = 2.0
 LAST_COLLECTIVE_BYTES = 512
@@ -281,19 +282,28 @@ class RankPool:
         return [p.pid for p in self._procs]
 
     def start(self) -> None:
-        """Spawn the ranks and wait until each has joined the process group and made its groups (no-op if alive)."""
+        """Spawn the ranks and wait until each has joined the process group and made its groups (no-op if alive).
+
+        A start that fails is retried once from scratch (a loaded machine can
+        miss the start deadline, or a rendezvous can fail); a second failure
+        raises ``PoolStartError``, which the gate reads as ERROR, not FAIL.
+        """
         if self.alive:
             return
-        self._reap(0.0)
-        self._spawn()
-        _, errors, stuck = self._collect(START_TIMEOUT_S)
-        if not errors and not stuck:
-            return
-        self._reap(0.0)
-        header = f"the rank pool of world size {self.world_size} failed to start"
-        if errors:
-            raise RankError(header + "\n" + rank_errors.error_lines(errors))
-        raise RankHang(f"{header}: rank(s) {sorted(stuck)} not ready within {START_TIMEOUT_S:.0f} s")
+        failures = []
+        for _ in range(START_ATTEMPTS):
+            self._reap(0.0)
+            self._spawn()
+            _, errors, stuck = self._collect(START_TIMEOUT_S)
+            if not errors and not stuck:
+                return
+            self._reap(0.0)
+            if errors:
+                failures.append(rank_errors.error_lines(errors))
+            else:
+                failures.append(f"rank(s) {sorted(stuck)} not ready within {START_TIMEOUT_S:.0f} s")
+        header = f"the rank pool of world size {self.world_size} failed to start ({START_ATTEMPTS} attempts)"
+        raise PoolStartError("\n".join([header, *failures]))
 
     def run(self, fn: str, payload, *, tp: int, cp: int, timeout_s: float = 60.0) -> list:
         """Run ``fn(payload, ctx)`` on every rank; one result per global rank, in rank order.

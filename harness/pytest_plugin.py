@@ -29,6 +29,7 @@ from harness.gate import render
 from harness.gate.render import Row
 from harness.gate.tiers import MARKER, SELF_TEST, TIERS, tier_of_item
 from harness.gate.verdicts import (
+    ERROR,
     FAIL,
     HANG,
     PASS,
@@ -38,6 +39,7 @@ from harness.gate.verdicts import (
     Run,
     Verdict,
     failure_kind,
+    is_infrastructure,
     split_replay,
 )
 from harness.pool import shutdown_all
@@ -188,7 +190,7 @@ def _raw_verdict(report) -> Verdict | None:
         check, case = split_replay(replay)
         return Verdict(
             report.nodeid,
-            FAIL,
+            ERROR if is_infrastructure(reason) else FAIL,
             tier,
             reason=f"{reason} Case: {cases[-1]}" if cases else reason,
             kind=failure_kind(reason),
@@ -240,7 +242,7 @@ def raw_rows(verdicts) -> list[Row]:
     rows = []
     for v in verdicts:
         outcome = "FAIL (hang)" if v.kind == HANG else v.outcome
-        reproduce = v.replay if v.outcome == FAIL else ""
+        reproduce = v.replay if v.outcome in (FAIL, ERROR) else ""
         rows.append(Row(v.id, v.tier, outcome, v.reason, reproduce, v.missing_capabilities))
     return rows
 

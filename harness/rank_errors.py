@@ -37,6 +37,15 @@ class RankHang(RuntimeError):
     """One or more ranks did not finish a job (or start) before the deadline."""
 
 
+class PoolStartError(RuntimeError):
+    """The rank pool could not be started (ranks died or were not ready in time), even after a retry.
+
+    This is the machine's failure, not the target's: no job of the target ran.
+    The gate reads it as ERROR (undecided), never as a FAIL of the check that
+    happened to need the pool (docs/gate.md).
+    """
+
+
 class CollectiveHang(RankHang):
     """Ranks gave up waiting in a collective their peers never joined (the process group's timeout).
 

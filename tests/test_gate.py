@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from harness.gate import compare, expectations, single, specs
+from harness.gate import compare, expectations, retries, single, specs
 from harness.gate.compare import Side
-from harness.gate.decision import GATE_FILE, SUMMARY_FILE
+from harness.gate.decision import EXIT_UNDECIDED, GATE_FILE, SUMMARY_FILE
 from harness.gate.render import Row, markdown, terminal_lines
 from harness.gate.replays import Replayed
 from harness.gate.specs import ROOT
 from harness.gate.tiers import BUDGET, CONTRACT, HARDENING, TIERS, parse_tiers, tier_of_item
-from harness.gate.verdicts import FAIL, HANG, PASS, UNSUPPORTED, Run, Verdict, split_replay
+from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, UNSUPPORTED, Run, Verdict, is_infrastructure, split_replay
 
 GATE = "regressions/test_inverted_no_grad_gate.py::test_requires_grad_equals_gate_and_gradient_matches_oracle"
 PARITY = "properties/test_backward_parity.py::test_token_backward_parity"
@@ -262,6 +262,64 @@ def test_hang_is_named_in_the_outcome():
         run(verdict(GATE)), run(hung), base_side, head_side, replay=fake_replay({("base", "c3"): PASS})
     )
     assert decision.rows[0].outcome == "NEW FAIL (hang)"
+
+
+# ---- infrastructure errors ----------------------------------------------------------------------
+
+POOL_DOWN = "harness.rank_errors.PoolStartError: the rank pool of world size 4 failed to start (2 attempts)"
+
+
+def test_pool_start_failure_is_an_error_not_a_fail():
+    """The machine's failure is ERROR: never red for the target, exit 3 (undecided) when gated."""
+    assert is_infrastructure(POOL_DOWN) and not is_infrastructure("harness.rank_errors.RankHang: rank 1 stuck")
+    result = run(verdict(GATE, ERROR, reason=POOL_DOWN), verdict(PARITY, FAIL, reason="NaN"))
+    decision = single.classify(result, {PARITY: expectations.Expectation(PARITY, "NaN entropy")})
+    assert {row.id: row.outcome for row in decision.rows} == {GATE: ERROR, PARITY: "KNOWN"}
+    assert not decision.new_failures and [e.id for e in decision.errors] == [GATE]
+    assert decision.exit_code == EXIT_UNDECIDED and "undecided" in decision.summary()
+    # A real new failure still decides the run: red (1), whatever else could not be decided.
+    result.verdicts[SPECIAL] = verdict(SPECIAL, FAIL, reason="wrong")
+    assert single.classify(result, {}, tiers=TIERS).exit_code == 1
+    # An ERROR in a tier that is not gated does not hold the gate.
+    assert single.classify(run(verdict(SPECIAL, ERROR, HARDENING, reason=POOL_DOWN)), {}).exit_code == 0
+
+
+def test_error_on_either_side_is_never_a_new_fail():
+    base_side, head_side = sides()
+    base = run(verdict(GATE, ERROR, reason=POOL_DOWN), verdict(PARITY), verdict(PACKED, ERROR, reason=POOL_DOWN))
+    head = run(failing(GATE, "c3"), verdict(PARITY, ERROR, reason=POOL_DOWN), verdict(PACKED))
+    decision = compare.compare(base, head, base_side, head_side, replay=fake_replay({}))
+    outcomes = {row.id: row.outcome for row in decision.rows}
+    assert outcomes == {GATE: ERROR, PARITY: ERROR, PACKED: PASS}
+    assert not decision.new_failures and decision.exit_code == EXIT_UNDECIDED
+    reasons = {e.id: e.reason for e in decision.errors}
+    assert reasons[GATE].startswith("the base could not be decided") and reasons[PARITY].startswith("the PR could")
+
+
+def test_hang_that_does_not_reproduce_becomes_error():
+    """A deterministic hang replays as a hang and stays FAIL; a deadline missed under load replays PASS."""
+    real, flaky = failing(GATE, "c1", kind=HANG), failing(PARITY, "c2", kind=HANG)
+    plain = failing(SPECIAL, "c3", HARDENING)
+    result = run(real, flaky, plain)
+    replay = fake_replay({("head", "c1"): FAIL, ("head", "c2"): PASS})
+    assert retries.confirm_hangs(result, "T", {"side": "head"}, replay=replay) == [PARITY]
+    assert [case for _, items in replay.calls for _, case in items] == ["c1", "c2"]  # only the hangs replayed
+    assert result.verdicts[GATE].outcome == FAIL and result.verdicts[SPECIAL].outcome == FAIL
+    assert result.verdicts[PARITY].outcome == ERROR and "did not reproduce" in result.verdicts[PARITY].reason
+
+
+def test_errors_are_rerun_once_and_replaced():
+    result = run(verdict(GATE, ERROR, reason=POOL_DOWN), verdict(PARITY, ERROR, reason=POOL_DOWN), verdict(PACKED))
+    asked = []
+
+    def rerun(ids):
+        asked.append(ids)
+        return run(verdict(GATE), verdict(PARITY, ERROR, reason=POOL_DOWN))
+
+    assert retries.rerun_errors(result, rerun) == sorted([GATE, PARITY])
+    assert asked == [sorted([GATE, PARITY])]
+    assert {k: v.outcome for k, v in result.verdicts.items()} == {GATE: PASS, PARITY: ERROR, PACKED: PASS}
+    assert retries.rerun_errors(run(verdict(GATE)), rerun) == [] and len(asked) == 1
 
 
 def test_reports_and_summary(tmp_path):

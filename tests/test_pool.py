@@ -12,8 +12,10 @@ import time
 
 import pytest
 
+from harness import pool as pool_module
 from harness.pool import (
     CollectiveHang,
+    PoolStartError,
     RankError,
     RankHang,
     RankPool,
@@ -126,6 +128,23 @@ def test_many_small_jobs(pool2):
     for i in range(count):
         assert [r["payload"] for r in pool2.run(WHOAMI, i, tp=1, cp=2)] == [i, i]
     print(f"{count / (time.monotonic() - start):.0f} jobs/s (world 2)")
+
+
+def test_pool_that_cannot_start_is_retried_then_reported_as_infrastructure(monkeypatch):
+    """A start the machine could not make (here: no rank can be ready within 1 ms) is retried once,
+    then raised as PoolStartError, which the gate reads as ERROR, not as the check's FAIL."""
+    monkeypatch.setattr(pool_module, "START_TIMEOUT_S", 0.001)
+    spawned = []
+    pool = RankPool(2)
+    real_spawn = pool._spawn
+    monkeypatch.setattr(pool, "_spawn", lambda: (spawned.append(1), real_spawn()))
+    try:
+        with pytest.raises(PoolStartError, match=r"world size 2 failed to start \(2 attempts\)"):
+            pool.run(WHOAMI, None, tp=2, cp=1)
+        assert len(spawned) == pool_module.START_ATTEMPTS == 2
+        assert not pool.alive
+    finally:
+        pool.shutdown()
 
 
 def test_get_pool_caches_one_lazy_pool_per_world_size():

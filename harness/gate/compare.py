@@ -11,7 +11,9 @@ Both sides run the same derandomised suite. Then:
   NEW FAIL even where both sides exceed our bound, a drop below it is
   IMPROVED; a pass/fail verdict alone cannot see "worse";
 * a check the base could not run (UNSUPPORTED: the PR adds the capability)
-  that fails on the PR is NEW FAIL: it is the PR's code.
+  that fails on the PR is NEW FAIL: it is the PR's code;
+* a check either side could not decide (ERROR: infrastructure) is ERROR
+  when the PR does not pass it: no verdict, never a NEW FAIL.
 
 In this mode every tier is gated by default: the base is the reference, so
 anything new is the PR's.
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from harness.gate.decision import Decision, Entry, entry, row
 from harness.gate.replays import Replayed, replay_in_subprocess
 from harness.gate.tiers import TIERS
-from harness.gate.verdicts import FAIL, HANG, PASS, UNSUPPORTED, Run, Verdict
+from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, UNSUPPORTED, Run, Verdict
 
 NEW_FAIL, FIXED, STILL_FAILING, IMPROVED = "NEW FAIL", "FIXED", "STILL FAILING", "IMPROVED"
 BUDGET_MARGIN = 0.05  # relative change of a measured figure that counts as worse / improved
@@ -109,6 +111,13 @@ def compare(
 def _classify(decision: Decision, b: Verdict | None, h: Verdict, base: Side, head: Side, replayed: dict) -> None:
     changes = _figure_changes(b, h) if b is not None else []
     figures = _describe(changes)
+    if h.outcome == ERROR or (h.outcome == FAIL and b is not None and b.outcome == ERROR):
+        undecided = h if h.outcome == ERROR else b
+        side = "the PR" if h.outcome == ERROR else "the base"
+        detail = f"{side} could not be decided: {undecided.short_reason}"
+        decision.rows.append(row(h, ERROR, detail))
+        decision.errors.append(entry(h, detail))
+        return
     if h.outcome == FAIL:
         if b is not None and b.outcome == FAIL:
             if _worse(changes):

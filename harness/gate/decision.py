@@ -1,10 +1,14 @@
 """A gate decision: classified rows, the exit code, gate.json and the pull-request summary.
 
 Both modes (one target against its expectations, base vs PR) end in the same
-three lists, so a CI job reads one format: ``new_failures`` (what makes the
-run red when its tier is gated), ``fixed`` and ``still_failing``, each entry
-``{id, tier, reason}`` plus the counterexample and its replay command where
-there is one.
+lists, so a CI job reads one format: ``new_failures`` (what makes the run red
+when its tier is gated), ``fixed``, ``still_failing`` and ``errors`` (checks
+the machine could not decide even after a retry), each entry ``{id, tier,
+reason}`` plus the counterexample and its replay command where there is one.
+
+Exit codes: 0 green; 1 a new failure in a gated tier (the PR's fault);
+3 no blocking failure, but a gated check ended in ERROR (undecided: the
+machine's fault, rerun the job); 2 is the runner's own usage/run error.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from pathlib import Path
 
 from harness.gate import render
 from harness.gate.render import Row
+from harness.gate.verdicts import ERROR, FAIL
 
 GATE_FILE = "gate.json"
+EXIT_UNDECIDED = 3  # no blocking failure, but a gated check could not be decided (infrastructure ERROR)
 SUMMARY_FILE = "summary.md"
 
 
@@ -41,6 +47,7 @@ class Decision:
     fixed: list = field(default_factory=list)
     still_failing: list = field(default_factory=list)
     improved: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     strict: bool = False
 
@@ -52,8 +59,15 @@ class Decision:
         return blocking
 
     @property
+    def undecided(self) -> list[Entry]:
+        """Gated checks that ended in ERROR (infrastructure): no verdict on the target."""
+        return [e for e in self.errors if e.tier in self.tiers]
+
+    @property
     def exit_code(self) -> int:
-        return 1 if self.blocking else 0
+        if self.blocking:
+            return 1
+        return EXIT_UNDECIDED if self.undecided else 0
 
     def to_json(self) -> dict:
         return {
@@ -67,17 +81,19 @@ class Decision:
             "fixed": [asdict(e) for e in self.fixed],
             "still_failing": [asdict(e) for e in self.still_failing],
             "improved": [asdict(e) for e in self.improved],
+            "errors": [asdict(e) for e in self.errors],
             "notes": self.notes,
         }
 
     def summary(self) -> str:
         """Markdown for a pull-request comment or $GITHUB_STEP_SUMMARY: counts first, then each blocking failure."""
-        verdict = "red" if self.exit_code else "green"
+        verdict = {0: "green", 1: "red"}.get(self.exit_code, "undecided (infrastructure errors: rerun)")
         lines = [
             f"## logprob-harness: {self.title}: {verdict}",
             "",
             f"{len(self.new_failures)} new failure(s) ({len(self.blocking)} blocking, gated tiers: "
-            f"{', '.join(self.tiers)}), {len(self.fixed)} fixed, {len(self.still_failing)} still failing; "
+            f"{', '.join(self.tiers)}), {len(self.fixed)} fixed, {len(self.still_failing)} still failing, "
+            f"{len(self.errors)} infrastructure error(s); "
             f"{render.counts_line(self.rows)}",
             "",
         ]
@@ -88,6 +104,9 @@ class Decision:
                 lines += ["Shrunk case:", "", f"```json\n{entry.case}\n```", ""]
             if entry.replay:
                 lines += ["Replay:", "", f"```bash\n{entry.replay}\n```", ""]
+        if self.errors:
+            lines += ["### ERROR (infrastructure, not the target's verdict; rerun)", ""]
+            lines += [f"- [{e.tier}] `{e.id}`: {e.reason}" for e in self.errors] + [""]
         if self.fixed:
             lines += ["### Fixed", ""] + [f"- [{e.tier}] `{e.id}`" for e in self.fixed] + [""]
         if self.improved:
@@ -109,12 +128,16 @@ class Decision:
             print(line)
         for note in self.notes:
             print(f"note: {note}")
-        blocking = self.blocking
-        print(f"gate: {'RED' if blocking else 'GREEN'} ({len(blocking)} blocking in tiers {', '.join(self.tiers)})")
+        blocking, undecided = self.blocking, self.undecided
+        state = "RED" if blocking else ("UNDECIDED" if undecided else "GREEN")
+        print(
+            f"gate: {state} ({len(blocking)} blocking, {len(undecided)} infrastructure error(s) "
+            f"in tiers {', '.join(self.tiers)})"
+        )
 
 
 def row(verdict, outcome: str, detail: str = "") -> Row:
-    reproduce = verdict.replay if verdict.failed else ""
+    reproduce = verdict.replay if verdict.outcome in (FAIL, ERROR) else ""
     return Row(verdict.id, verdict.tier, outcome, detail or verdict.reason, reproduce, verdict.missing_capabilities)
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.gate import compare as comparison
 from harness.gate import specs
-from harness.gate.runner import run_suite
+from harness.gate.runner import run_checked
 from harness.gate.tiers import TIERS
 from harness.gate.verdicts import Run
 
@@ -105,7 +105,7 @@ class Revisions:
             return Run.load(out)
         side = self.side(key, revision)
         resolved = specs.ResolvedSpec(f"{self.family}@{revision[:9]}", side.target, key, self.family, side.env)
-        run, elapsed = run_suite(resolved, out, self.pytest_args)
+        run, elapsed = run_checked(resolved, out, self.pytest_args)
         run.meta.update({"revision": revision, "wall_s": round(elapsed, 1)})
         run.save(out)
         return run
@@ -153,7 +153,8 @@ def main(argv=None) -> int:
                     "new_fail": [f"{e.id} [{e.tier}]" for e in decision.new_failures],
                     "fixed": [f"{e.id} [{e.tier}]" for e in decision.fixed],
                     "still_failing": len(decision.still_failing),
-                    "would_block": bool(decision.exit_code),
+                    "errors": [f"{e.id} [{e.tier}]" for e in decision.errors],
+                    "would_block": decision.exit_code == 1,
                 }
             )
             print(
@@ -186,14 +187,14 @@ def render_table(family: str, since: str, table: list[dict], total: int) -> str:
         f"{len(table)} of {total} commits touching the code under test replayed; the gate would have blocked "
         f"{blocked}.",
         "",
-        "| commit | date | PR title | NEW FAIL | FIXED | still failing |",
-        "|---|---|---|---|---|---|",
+        "| commit | date | PR title | NEW FAIL | FIXED | still failing | ERROR (undecided) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in table:
         title = row["title"].replace("|", "\\|")
         lines.append(
             f"| `{row['commit']}` | {row['date']} | {title} | {_short(row['new_fail'])} | {_short(row['fixed'])} "
-            f"| {row['still_failing']} |"
+            f"| {row['still_failing']} | {_short(row.get('errors', []))} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from harness.gate import compare as comparison
-from harness.gate import expectations, single, specs
+from harness.gate import expectations, retries, single, specs
 from harness.gate.tiers import CONTRACT, TIERS, parse_tiers
 from harness.gate.verdicts import Run
 
@@ -61,6 +61,20 @@ def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -
     if code not in PYTEST_OK or not stale.is_file():
         raise RunError(f"pytest exited {code} on {resolved.spec} without verdicts: see its output above")
     return Run.load(out), elapsed
+
+
+def run_checked(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -> tuple[Run, float]:
+    """``run_suite``, then the second chance of ``retries`` (ERROR rerun, hangs replayed); verdicts re-saved."""
+    run, elapsed = run_suite(resolved, out, pytest_args)
+    others = [arg for arg in pytest_args if not _is_test_path(arg)]
+    rerun = retries.rerun_errors(run, lambda ids: run_suite(resolved, out / "retry", [*ids, *others])[0])
+    unconfirmed = retries.confirm_hangs(run, resolved.target, resolved.env)
+    for label, ids in (("rerun after an infrastructure ERROR", rerun), ("hang did not reproduce", unconfirmed)):
+        if ids:
+            print(f"gate: {label}: {', '.join(ids)}", flush=True)
+    if rerun or unconfirmed:
+        run.save(out)
+    return run, elapsed
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -109,7 +123,7 @@ def _expectations_path(head: specs.ResolvedSpec, args) -> Path | None:
 
 def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> int:
     out = root / head.slug
-    run, elapsed = run_suite(head, out, pytest_args)
+    run, elapsed = run_checked(head, out, pytest_args)
     path = _expectations_path(head, args)
     expected = expectations.load(path) if path and path.is_file() else {}
     decision = single.classify(run, expected, tiers=tiers, strict=args.strict)
@@ -139,8 +153,8 @@ def _finish(decision, out: Path) -> int:
 def _compare(base: specs.ResolvedSpec, head: specs.ResolvedSpec, root: Path, tiers, pytest_args) -> int:
     base_slug = base.slug if base.slug != head.slug else f"{base.slug}-base"
     started = time.monotonic()
-    base_run, base_s = run_suite(base, root / base_slug, pytest_args)
-    head_run, head_s = run_suite(head, root / head.slug, pytest_args)
+    base_run, base_s = run_checked(base, root / base_slug, pytest_args)
+    head_run, head_s = run_checked(head, root / head.slug, pytest_args)
     replay_started = time.monotonic()
     decision = comparison.compare(
         base_run,

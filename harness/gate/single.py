@@ -4,6 +4,8 @@
   (``contract`` by default in this mode);
 * KNOWN: listed and still failing: green, listed in the report with its reason;
 * FIXED: listed but now passing: listed, red only under ``--strict``;
+* ERROR: the machine could not decide the check (``verdicts``): neither red
+  nor green for the target; the run exits 3 (undecided) if it is gated;
 * an expectation naming no check of the run is reported as a note (renamed
   or removed check), never silently kept.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 from harness.gate.decision import Decision, entry, row
 from harness.gate.expectations import Expectation
 from harness.gate.tiers import CONTRACT
-from harness.gate.verdicts import FAIL, HANG, PASS, Run
+from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, Run
 
 KNOWN, FIXED = "KNOWN", "FIXED"
 
@@ -24,7 +26,10 @@ def classify(run: Run, expected: dict[str, Expectation], *, tiers=(CONTRACT,), s
     for verdict in sorted(checks.values(), key=lambda v: v.id):
         known = expected.get(verdict.id)
         hang = " (hang)" if verdict.kind == HANG else ""
-        if verdict.outcome == FAIL and known:
+        if verdict.outcome == ERROR:
+            decision.rows.append(row(verdict, ERROR))
+            decision.errors.append(entry(verdict))
+        elif verdict.outcome == FAIL and known:
             decision.rows.append(row(verdict, KNOWN + hang, f"known: {known.reason}"))
             decision.still_failing.append(entry(verdict, known.reason))
         elif verdict.outcome == FAIL:

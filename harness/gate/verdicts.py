@@ -2,8 +2,11 @@
 
 The pytest plugin writes a run's verdicts (outcome, tier, first error line,
 the shrunk Case and the check that replays it, measured figures); the gate
-reads them. Raw outcomes are PASS, FAIL, UNSUPPORTED and SKIPPED; a FAIL whose
-exception is the rank pool's ``RankHang`` has ``kind == "hang"``.
+reads them. Raw outcomes are PASS, FAIL, ERROR, UNSUPPORTED and SKIPPED; a FAIL whose
+exception is the rank pool's ``RankHang`` has ``kind == "hang"``. ERROR is
+a check the machine could not decide (the rank pool did not start, a hang
+that did not reproduce when replayed): it is retried by the gate and never
+counted as the target's failure (docs/gate.md, "Infrastructure errors").
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-PASS, FAIL, UNSUPPORTED, SKIPPED = "PASS", "FAIL", "UNSUPPORTED", "SKIPPED"
+PASS, FAIL, ERROR, UNSUPPORTED, SKIPPED = "PASS", "FAIL", "ERROR", "UNSUPPORTED", "SKIPPED"
 HANG = "hang"
 VERDICTS_FILE = "verdicts.json"
 
 _HANG = re.compile(r"^(?:\w+\.)*(?:RankHang|CollectiveHang)\b")
+_INFRASTRUCTURE = re.compile(r"^(?:\w+\.)*PoolStartError\b")
 _REPLAY = re.compile(r"python -m harness\.replay (\S+) --target (\S+) --case '(.*)'$")
 _MISSING = re.compile(r"does not support \[([^\]]*)\]")
 
@@ -60,6 +64,11 @@ class Verdict:
 
 def failure_kind(reason: str) -> str:
     return HANG if _HANG.match(reason) else ""
+
+
+def is_infrastructure(reason: str) -> bool:
+    """The failure is the machine's (the rank pool could not start), not the target's: an ERROR verdict."""
+    return bool(_INFRASTRUCTURE.match(reason))
 
 
 def split_replay(command: str) -> tuple[str, str]:

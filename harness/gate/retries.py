@@ -1,0 +1,54 @@
+"""Before a run is classified: give the machine a second chance on what may have been its fault.
+
+A gate that reads a loaded runner as a broken pull request gets switched off,
+so two kinds of verdict are checked again before the gate decides:
+
+* ERROR (``PoolStartError``: the rank pool could not start, already after
+  one retry inside the pool): the check is run once more on its own; its
+  second verdict replaces the first, and one still ERROR stays ERROR
+  (undecided, exit 3), never FAIL.
+* a hang found as a Hypothesis counterexample is replayed alone on the same
+  target (one subprocess for all of them). The hang-class bugs this harness
+  exists for are deterministic (a rank that skips a collective skips it every
+  time), so a hang that reproduces stays FAIL (hang); one whose replay passes
+  was a deadline missed under load and becomes ERROR ("did not reproduce").
+  A replay that fails differently keeps the FAIL: the check failed either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from harness.gate.replays import replay_in_subprocess
+from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, Run
+
+REPLAY_TIMEOUT_S = 900.0
+
+
+def confirm_hangs(run: Run, target: str, env: dict, *, replay=replay_in_subprocess) -> list[str]:
+    """Replay ``run``'s replayable hangs on ``target``; those that pass become ERROR. Returns the ids changed."""
+    hangs = [v for v in run.checks().values() if v.outcome == FAIL and v.kind == HANG and v.replayable]
+    if not hangs:
+        return []
+    results = replay([(v.check, v.case) for v in hangs], target, env, REPLAY_TIMEOUT_S)
+    passed = {(r.check, r.case) for r in results if r.outcome == PASS}
+    changed = []
+    for verdict in hangs:
+        if (verdict.check, verdict.case) in passed:
+            reason = f"hang did not reproduce when replayed alone (a deadline missed under load?): {verdict.reason}"
+            run.verdicts[verdict.id] = replace(verdict, outcome=ERROR, reason=reason)
+            changed.append(verdict.id)
+    return changed
+
+
+def rerun_errors(run: Run, rerun: Callable[[list[str]], Run]) -> list[str]:
+    """Run the checks that ended in ERROR once more (``rerun(node ids)``); their new verdicts replace the old."""
+    errored = sorted(key for key, v in run.checks().items() if v.outcome == ERROR)
+    if not errored:
+        return []
+    again = rerun(errored)
+    for key in errored:
+        if key in again.verdicts:
+            run.verdicts[key] = again.verdicts[key]
+    return errored
