@@ -7,7 +7,8 @@ perturbs what SOME ranks pass, so every rank's own input is valid on its
 own, and calls the target on every rank. The job CATCHES the target's
 exception and returns its type and text per rank, so the parent can require
 a clear error on EVERY rank; a rank that hangs instead is the pool's
-``RankHang``, and a rank that returns values instead of raising is a silent
+``RankHang`` (or ``CollectiveHang``: the backend's collective timeout is
+never caught as the row's error), and a rank that returns values instead of raising is a silent
 wrong answer: both fail the row.
 """
 
@@ -18,6 +19,7 @@ from dataclasses import replace
 from harness.cases import Case
 from harness.device import to_device
 from harness.jobs import in_view, on_host, packed_inputs
+from harness.rank_errors import is_collective_timeout
 from harness.targets import load_target
 
 
@@ -124,5 +126,10 @@ def bad_input_job(payload: dict, ctx) -> dict:
     try:
         ROWS[payload["row"]](target, case, ctx)
     except Exception as exc:  # the row's expected outcome: reported, judged by the parent
+        if is_collective_timeout(f"{type(exc).__name__}: {exc}"):
+            # Not an error the target raised: the ranks waited in a collective their peers never joined (a hang).
+            # Re-raised so the pool reports CollectiveHang and respawns; caught here, the next row would run on
+            # process groups whose pairs gloo has already closed.
+            raise
         return {"error_type": type(exc).__name__, "error": str(exc)}
     return {"error_type": None, "error": None}

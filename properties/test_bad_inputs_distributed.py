@@ -12,9 +12,14 @@ a hang ends as RankHang under the job deadline, a rank that returned values
 is a silent wrong answer. Each row is shown to fail on impl/ with its check
 removed (mutants ``no_cp_agreement``, ``no_tp_agreement``,
 ``cp_group_without_mode_accepted``, ``cp_mode_without_group_accepted``).
+
+Every CP row but ``cp_mode_differs`` (which needs both layouts) runs on each
+CP layout, allgather and zigzag: what a row checks (that the ranks agree)
+does not depend on the layout, and a target with one CP layout only (SkyRL
+and NeMo-RL have zigzag, no allgather) still gets the row.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -55,11 +60,24 @@ ROWS = [
 ]
 
 
+def _on_zigzag(bad: DistributedBadInput) -> DistributedBadInput:
+    """The same row on the zigzag layout (its id gets a ``-zigzag`` suffix; the allgather rows keep their ids)."""
+    return replace(
+        bad,
+        row=f"{bad.row}-zigzag",
+        case=bad.case.with_(cp_mode="zigzag"),
+        needs=(bad.needs - {"cp_allgather"}) | {"cp_zigzag"},
+    )
+
+
+ROWS += [_on_zigzag(bad) for bad in ROWS if "cp_allgather" in bad.needs and bad.row != "cp_mode_differs"]
+
+
 @pytest.mark.tier("hardening")
 @pytest.mark.parametrize("bad", ROWS, ids=lambda bad: bad.row)
 def test_every_rank_raises_a_clear_error(bad, target):
     require(target, bad.needs)
-    results = run_job(BAD_INPUT_JOB, bad.case, target, compare_traces=False, row=bad.row)
+    results = run_job(BAD_INPUT_JOB, bad.case, target, compare_traces=False, row=bad.row.removesuffix("-zigzag"))
     silent = [rank for rank, result in enumerate(results) if result["error"] is None]
     assert not silent, f"{bad.row}: rank(s) {silent} returned values instead of raising (a silent wrong answer)"
     for rank, result in enumerate(results):

@@ -35,13 +35,13 @@ CASES = [
 def test_names_the_version_it_loaded():
     assert load_target(FIXED).name == "skyrl-0.0.0+stand-in-fixed"
     assert load_target(FIXED).capabilities == {
-        "token", "entropy", "entropy_gate", "chunking", "packed", "cp_zigzag", "policy_loss",
+        "token", "entropy", "entropy_gate", "chunking", "temperature", "packed", "cp_zigzag", "policy_loss",
     }  # fmt: skip
 
 
 def test_packed_and_cp_are_declared_only_where_the_version_has_them():
     # The buggy stand-in, like SkyRL before its packed entry point, has token-level Functions only.
-    assert load_target(BUGGY).capabilities == {"token", "entropy", "entropy_gate", "chunking"}
+    assert load_target(BUGGY).capabilities == {"token", "entropy", "entropy_gate", "chunking", "temperature"}
 
 
 PACKED_CASES = [
@@ -130,14 +130,19 @@ def test_missing_checkout_is_a_clear_error(monkeypatch, tmp_path):
         SkyRLTarget()
 
 
-def test_temperature_is_refused_not_ignored():
+def test_temperature_is_the_wrappers_division_made_out_of_place():
+    """SkyRL's wrapper divides the logits by the temperature before its log-prob code: the adapter does that
+    division (never ignores the temperature) without writing the harness's logits."""
     target = load_target(FIXED)
-    logits = torch.zeros(2, 4, requires_grad=True)
-    with pytest.raises(ValueError, match="temperature"):
-        target.token_log_probs(
-            logits, torch.zeros(2, dtype=torch.long), tp_group=None, chunk_size=None,
-            with_entropy=False, entropy_grad=False, temperature=0.5,
-        )  # fmt: skip
+    logits = torch.randn(3, 5, generator=torch.Generator().manual_seed(0))
+    before, targets = logits.clone(), torch.tensor([0, 4, 2])
+    options = dict(tp_group=None, chunk_size=None, with_entropy=True, entropy_grad=False)
+    scaled = target.token_log_probs(logits, targets, temperature=0.5, **options)
+    assert torch.equal(logits, before), "the adapter wrote the caller's logits"
+    divided = target.token_log_probs(logits / 0.5, targets, temperature=1.0, **options)
+    plain = target.token_log_probs(logits, targets, temperature=1.0, **options)
+    assert torch.equal(scaled[0], divided[0]) and torch.equal(scaled[1], divided[1])
+    assert not torch.allclose(scaled[0], plain[0]), "the temperature was ignored"
 
 
 def test_megatron_stand_in_single_rank_collectives_are_the_identity():

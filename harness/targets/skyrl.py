@@ -69,8 +69,14 @@ per-sample mean). The whole mapping is ``harness/targets/skyrl_policy.py``;
 its import-time dependencies (Ray, loguru, jaxtyping, omegaconf, numpy, the
 trainer config) are ``harness/targets/skyrl_stand_ins.py``.
 
-Not declared, hence UNSUPPORTED in the verdict table: ``temperature`` (SkyRL
-scales logits before these functions, outside the code under test);
+Temperature: SkyRL's Megatron wrapper (``megatron_model_wrapper.py``, 0.2.0
+and 0.3.0) divides the model's logits by the temperature (``logits.div_(t)``)
+before every one of these functions, and its entropy is computed on the same
+divided logits; the adapter makes that same division, out of place (the
+harness's logits are the caller's input, not a fresh model output the
+wrapper may overwrite). A division is the same rounding in place or not.
+
+Not declared, hence UNSUPPORTED in the verdict table:
 ``cp_allgather`` (SkyRL has no DSA-style allgather CP), ``bshd`` (its packed
 entry point is thd), ``response_only`` / ``loss_mask_only`` (it evaluates every
 row) and ``donation``; ``cp_zigzag`` where the installed version has no packed
@@ -146,6 +152,11 @@ def load_model_utils(root: Path):
     return module
 
 
+def _divided(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """What SkyRL's Megatron wrapper does to the logits before its log-prob code: divide by the temperature."""
+    return logits if temperature == 1.0 else logits / temperature
+
+
 class SkyRLTarget(Target):
     """SkyRL's vocab-parallel log-prob and entropy Functions (see the module docstring)."""
 
@@ -156,7 +167,7 @@ class SkyRLTarget(Target):
 
     def _capabilities(self) -> frozenset:
         """Token level always (``load_model_utils`` insists); packed and CP by feature detection."""
-        caps = {"token", "entropy", "entropy_gate", "chunking"}
+        caps = {"token", "entropy", "entropy_gate", "chunking", "temperature"}
         packed = getattr(self._module, PACKED_FUNCTION, None)
         if packed is not None:
             caps.add("packed")
@@ -183,8 +194,7 @@ class SkyRLTarget(Target):
         return load_model_utils(self.root)
 
     def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
-        if temperature != 1.0:
-            raise ValueError(f"{self.name}: temperature={temperature} is not part of the code under test")
+        logits = _divided(logits, temperature)
         module = self._module
         megatron_stand_in.set_groups(tp_group, None)
         group = megatron_stand_in.SINGLE_RANK if tp_group is None else tp_group
@@ -212,9 +222,7 @@ class SkyRLTarget(Target):
         with torch._dynamo.config.patch(disable=True), contextlib.nullcontext() if entropy_grad else torch.no_grad():
             return self._module.vocab_parallel_entropy(logits)
 
-    def _check_packed(self, inputs, temperature, response_only, loss_mask_only) -> None:
-        if temperature != 1.0:
-            raise ValueError(f"{self.name}: temperature={temperature} is not part of the code under test")
+    def _check_packed(self, inputs, response_only, loss_mask_only) -> None:
         if response_only or loss_mask_only:
             flag = "response_only" if response_only else "loss_mask_only"
             raise ValueError(f"{self.name}: {flag}=True: SkyRL evaluates every row (no response_only/loss_mask_only)")
@@ -262,7 +270,8 @@ class SkyRLTarget(Target):
         response_only,
         loss_mask_only,
     ):
-        self._check_packed(inputs, temperature, response_only, loss_mask_only)
+        self._check_packed(inputs, response_only, loss_mask_only)
+        logits = _divided(logits, temperature)
         out, stream, cp, cp_rank = self._packed_call(logits, inputs, tp_group, cp_group, chunk_size)
         entropy = None
         if with_entropy:
@@ -290,7 +299,8 @@ class SkyRLTarget(Target):
         """SkyRL's ``ppo_policy_loss`` on its packed log-probs, entropy gated as its wrapper does (skyrl_policy.py)."""
         if "policy_loss" not in self.capabilities:
             raise ValueError(f"{self.name}: no policy loss in this version (see the module docstring)")
-        self._check_packed(inputs, temperature, response_only, loss_mask_only)
+        self._check_packed(inputs, response_only, loss_mask_only)
+        logits = _divided(logits, temperature)
         settings = skyrl_policy.algorithm_settings(
             eps_clip=eps_clip, eps_clip_high=eps_clip_high, entropy_coef=entropy_coef, with_entropy=with_entropy
         )
