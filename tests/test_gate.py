@@ -136,6 +136,23 @@ def test_update_keeps_written_reasons_and_marks_new_ones(tmp_path):
     assert loaded[GATE].reason == expectations.TO_EXPLAIN + "E: gate"
 
 
+def test_update_from_a_partial_run_keeps_the_entries_it_did_not_run(tmp_path):
+    """Rewriting from a run of some test files must not drop the known failures of the others, nor the header."""
+    path = tmp_path / "e.toml"
+    path.write_text(
+        "# Known failures of X at abc.\n# Second line.\n\n[[known]]\n"
+        f'id = "{MEMORY}"\ntier = "budget"\nreason = "4x logits"\nlink = "https://example.org/m"\n'
+    )
+    previous = expectations.load(path)
+    path.write_text(
+        expectations.render(run(verdict(GATE, FAIL, reason="E: gate")), previous, expectations.header_of(path))
+    )
+    loaded = expectations.load(path)
+    assert set(loaded) == {MEMORY, GATE}
+    assert loaded[MEMORY] == previous[MEMORY] and loaded[MEMORY].tier == "budget"
+    assert path.read_text().startswith("# Known failures of X at abc.\n# Second line.\n")
+
+
 def test_shipped_expectations_have_true_reasons():
     for family in expectations.FAMILIES:
         path = expectations.default_path(family)

@@ -13,7 +13,9 @@ The reason says what is wrong UPSTREAM (never "flaky", never "the harness
 is strict"); a check is expected to fail, never loosened to pass. Only
 ``FAIL`` is an expected outcome (a hang is a failure: its ``kind`` is in the
 verdict). ``--update-expectations`` rewrites the file from a run, keeping
-the reasons already written and marking new entries for a human to explain.
+the reasons already written and marking new entries for a human to explain;
+entries for checks the run did not include (a run of some test files only)
+are kept as they are, and so is the file's header comment.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Expectation:
     reason: str
     link: str = ""
     outcome: str = FAIL
+    tier: str = ""
 
 
 def load(path: Path | str) -> dict[str, Expectation]:
@@ -58,7 +61,7 @@ def load(path: Path | str) -> dict[str, Expectation]:
             raise ValueError(f"{path}: entry {entry['id']}: outcome must be {FAIL!r}")
         if entry["id"] in entries:
             raise ValueError(f"{path}: {entry['id']} is listed twice")
-        entries[entry["id"]] = Expectation(entry["id"], entry["reason"], entry.get("link", ""))
+        entries[entry["id"]] = Expectation(entry["id"], entry["reason"], entry.get("link", ""), tier=entry.get("tier", ""))
     return entries
 
 
@@ -74,16 +77,38 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def header_of(path: Path) -> str:
+    """The leading comment block of an expectations file (without the ``# ``), to keep it on a rewrite."""
+    lines = []
+    for line in Path(path).read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[2:] if line.startswith("# ") else line[1:])
+    return "\n".join(lines)
+
+
+def _entry(id: str, tier: str, reason: str, link: str) -> list[str]:
+    lines = ["", "[[known]]", f"id = {_quote(id)}"]
+    if tier:
+        lines.append(f"tier = {_quote(tier)}")
+    lines.append(f"reason = {_quote(reason)}")
+    if link:
+        lines.append(f"link = {_quote(link)}")
+    return lines
+
+
 def render(run: Run, previous: dict[str, Expectation], header: str) -> str:
-    """The expectations file for ``run``: every failing check, old reasons kept, new ones marked TO EXPLAIN."""
+    """The expectations file for ``run``: every failing check, old reasons kept, new ones marked TO EXPLAIN;
+    the previous entries of checks this run did not include, unchanged."""
     lines = [f"# {line}".rstrip() for line in header.splitlines()]
-    for verdict in sorted(run.checks().values(), key=lambda v: (v.tier, v.id)):
+    checks = run.checks()
+    for verdict in sorted(checks.values(), key=lambda v: (v.tier, v.id)):
         if verdict.outcome != FAIL:
             continue
         known = previous.get(verdict.id)
         reason = known.reason if known else TO_EXPLAIN + verdict.short_reason
-        lines += ["", "[[known]]", f"id = {_quote(verdict.id)}", f"tier = {_quote(verdict.tier)}"]
-        lines.append(f"reason = {_quote(reason)}")
-        if known and known.link:
-            lines.append(f"link = {_quote(known.link)}")
+        lines += _entry(verdict.id, verdict.tier, reason, known.link if known else "")
+    for known in sorted(previous.values(), key=lambda e: (e.tier, e.id)):
+        if known.id not in checks:
+            lines += _entry(known.id, known.tier, known.reason, known.link)
     return "\n".join(lines) + "\n"

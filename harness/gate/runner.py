@@ -131,9 +131,13 @@ def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> i
     if args.update_expectations:
         target_path = path or expectations.EXPECTATIONS_DIR / f"{head.family or head.slug}.toml"
         header = (
-            f"Known failures of {head.family or head.spec} at {head.slug}: one entry per check, each with a true\n"
-            "one-line reason saying what is wrong upstream (docs/gate.md). Written by --update-expectations;\n"
-            "entries marked TO EXPLAIN still need their reason written by a person."
+            expectations.header_of(target_path)
+            if target_path.is_file()
+            else (
+                f"Known failures of {head.family or head.spec} at {head.slug}: one entry per check, each with a true\n"
+                "one-line reason saying what is wrong upstream (docs/gate.md). Written by --update-expectations;\n"
+                "entries marked TO EXPLAIN still need their reason written by a person."
+            )
         )
         target_path.parent.mkdir(parents=True, exist_ok=True)
         target_path.write_text(expectations.render(run, expected, header))
