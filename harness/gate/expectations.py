@@ -61,7 +61,8 @@ def load(path: Path | str) -> dict[str, Expectation]:
             raise ValueError(f"{path}: entry {entry['id']}: outcome must be {FAIL!r}")
         if entry["id"] in entries:
             raise ValueError(f"{path}: {entry['id']} is listed twice")
-        entries[entry["id"]] = Expectation(entry["id"], entry["reason"], entry.get("link", ""), tier=entry.get("tier", ""))
+        link, tier = entry.get("link", ""), entry.get("tier", "")
+        entries[entry["id"]] = Expectation(entry["id"], entry["reason"], link, tier=tier)
     return entries
 
 
