@@ -21,7 +21,8 @@ import time
 
 from harness import deadline, hang_memo, stats
 from harness.cases import Case
-from harness.pool import RankContext, RankHang, get_pool, layout_groups
+from harness.pool import RankContext, RankHang, get_pool
+from harness.rank_process import layout_groups
 from harness.trace import compare_traces
 
 

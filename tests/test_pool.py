@@ -19,11 +19,10 @@ from harness.pool import (
     RankError,
     RankHang,
     RankPool,
-    factorisations,
     get_pool,
-    layout_groups,
     shutdown_all,
 )
+from harness.rank_process import factorisations, layout_groups
 
 pytestmark = pytest.mark.slow
 
