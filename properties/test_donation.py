@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given
 
 from harness.cases import Case
-from harness.checks import check_donation
+from harness.ownership_checks import check_donation
 from properties.strategies import TOKEN_LEVEL, cases
 
 pytestmark = pytest.mark.tier("contract")

@@ -17,7 +17,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from harness.cases import Case
-from harness.checks import check_cp_requires_grad
+from harness.cp_checks import check_cp_requires_grad
 from properties.strategies import cases
 
 pytestmark = pytest.mark.tier("contract")

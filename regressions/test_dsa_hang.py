@@ -24,7 +24,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from harness.cases import Case
-from harness.checks import check_cp_collectives
+from harness.cp_checks import check_cp_collectives
 from properties.strategies import cases
 
 pytestmark = pytest.mark.tier("contract")

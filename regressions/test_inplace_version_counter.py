@@ -24,7 +24,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from harness.cases import Case
-from harness.checks import check_inputs_unmutated, check_second_backward, check_shared_logits
+from harness.checks import check_inputs_unmutated
+from harness.ownership_checks import check_second_backward, check_shared_logits
 from properties.strategies import TOKEN_LEVEL, cases
 
 pytestmark = pytest.mark.tier("contract")

@@ -15,11 +15,11 @@ from harness.cases import Case
 from harness.checks import (
     check_packed_backward,
     check_packed_forward,
-    check_shared_logits,
     check_token_backward,
     check_token_forward,
 )
 from harness.memory import MemoryCase, int64_with_dimension, measure_token_memory
+from harness.ownership_checks import check_shared_logits
 from harness.targets import PackedInputs, load_target, packing
 from harness.targets.nemo_rl import PATH_VARIABLE, NemoRLTarget
 from tests.stand_ins.nemo_rl import targets as stand_ins

@@ -16,11 +16,11 @@ from harness.checks import (
     check_packed_backward,
     check_packed_forward,
     check_policy_loss,
-    check_shared_logits,
     check_token_backward,
     check_token_forward,
 )
 from harness.memory import MemoryCase, int64_with_dimension, measure_token_memory
+from harness.ownership_checks import check_shared_logits
 from harness.targets import load_target, megatron_stand_in
 from harness.targets.skyrl import PATH_VARIABLE, SkyRLTarget
 
