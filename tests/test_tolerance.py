@@ -43,3 +43,23 @@ def test_assert_identical_reports_first_difference():
     assert_identical(a, a.clone(), what="same")
     with pytest.raises(AssertionError, match="flat index 1"):
         assert_identical(a, torch.tensor([1.0, 2.5, 3.0]), what="diff")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_hidden_logit_rounding_bounds_the_error_of_rounding_the_logits_once(dtype):
+    """The hidden path's extra term is a true bound: log-probs and entropy of the logits rounded once to the
+    input dtype (computed exactly otherwise) stay within it; fp32 inputs get none (the fp32 floor covers it)."""
+    from harness.tolerance import hidden_logit_rounding
+
+    generator = torch.Generator().manual_seed(7)
+    for _ in range(20):
+        hidden = (torch.randn(5, 16, generator=generator) * 2).to(dtype)
+        weight = (torch.randn(40, 16, generator=generator) * 0.5).to(dtype)
+        exact = hidden.double() @ weight.double().T
+        rounded = exact.to(dtype).double()
+        bound_lp, bound_h = hidden_logit_rounding(hidden, weight, 1.0)
+        lp_exact, lp_rounded = torch.log_softmax(exact, -1), torch.log_softmax(rounded, -1)
+        assert float((lp_rounded - lp_exact).abs().max()) <= bound_lp
+        entropy = lambda lp: -(lp.exp() * lp).sum(-1)  # noqa: E731
+        assert float((entropy(lp_rounded) - entropy(lp_exact)).abs().max()) <= bound_h
+    assert hidden_logit_rounding(hidden.float(), weight.float(), 1.0) == (0.0, 0.0)
