@@ -110,7 +110,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "bench", f"--benchmark-json={raw}", *session.posargs)
     session.run("python", "-m", "bench.report", raw)
     session.run("python", "-m", "bench.memory_table")
-    # The hidden-state path vs unfused and torch's linear_cross_entropy: reports/bench/hidden.json
+    # The hidden-state path vs unfused, torch's linear_cross_entropy and SkyRL's fused path: reports/bench/hidden.json
     session.run("python", "-m", "bench.hidden_table")
 
 

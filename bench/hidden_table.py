@@ -9,13 +9,21 @@
 * ``impl+entropy``: the same with the entropy and its gradient;
 * ``unfused``: ``hidden @ weight.T`` (full fp32 logits) then ``impl.token_level``;
 * ``torch-chunked``: ``linear_cross_entropy(..., options=LinearCrossEntropyOptions(batch_chunk_size=1024))``;
-* ``torch-reference``: ``linear_cross_entropy(..., options=None)`` (logits, then cross-entropy).
+* ``torch-reference``: ``linear_cross_entropy(..., options=None)`` (logits, then cross-entropy);
+* ``skyrl-fused``: SkyRL's ``FusedLinearChunkedDistributedLogprob`` (chunk 1024) through
+  ``harness.targets.skyrl_hidden``, when an installed ``skyrl`` (or ``LPH_SKYRL_PATH``) has it.
 
-Time: median of ``ROUNDS`` timed runs after one warm-up (inputs rebuilt
-outside the timed region). Peak: the live-storage tracker of
-``harness.memory`` on real tensors of the same shape, inputs and gradients
-included. Then the real scale (T=205,280, H=4096, V=151,936 at tp 8) under
-fake tensors for the paths that trace there.
+Liger's fused linear cross entropy is not timed: on a CPU its kernels run in
+Triton's interpreter, whose time says nothing about the kernel.
+
+Time: one warm-up, then ``ROUNDS`` rounds that run every path once each,
+interleaved, so a change in the machine's load reaches every path alike;
+median and minimum (inputs rebuilt outside the timed region). Peak: the
+live-storage tracker of ``harness.memory`` on real tensors of the same shape,
+inputs and gradients included. Then the real scale (T=205,280, H=4096,
+V=151,936 at tp 8) under fake tensors for the paths that trace there, as
+inputs + gradients + N chunks of fp32 logits. Last, impl against torch's
+chunked path (the issue's bar: at least as lean and as fast), as ratios.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from impl.token_level import log_probs_and_entropy
 
 OUT = Path("reports/bench")
 CHUNK = 1024
-ROUNDS = 3
+ROUNDS = 5
 SHAPES = {"2048x256x16384": (2048, 256, 16_384), "1024x512x32000": (1024, 512, 32_000)}
 
 
@@ -66,6 +74,31 @@ PATHS = {
 }
 
 
+def _skyrl_fused():
+    """SkyRL's fused path through its adapter (one rank), or None where no SkyRL with it is installed."""
+    try:
+        from harness.targets.skyrl_hidden import SkyRLHiddenTarget
+
+        target = SkyRLHiddenTarget()
+    except (ImportError, FileNotFoundError, AttributeError) as exc:
+        print(f"skyrl-fused left out: {type(exc).__name__}: {exc}")
+        return None
+
+    def run(hidden, weight, targets):
+        return target.hidden_log_probs(
+            hidden,
+            weight,
+            targets,
+            tp_group=None,
+            chunk_size=CHUNK,
+            with_entropy=False,
+            entropy_grad=False,
+            temperature=1.0,
+        )
+
+    return run
+
+
 def _inputs(rows: int, hidden_size: int, vocab: int):
     g = torch.Generator().manual_seed(0)
     hidden = (torch.randn(rows, hidden_size, generator=g) / hidden_size**0.5).requires_grad_()
@@ -79,46 +112,83 @@ def _step(run, hidden, weight, targets) -> None:
     loss.backward()
 
 
-def time_path(run, shape) -> float:
-    times = []
+def time_paths(paths: dict, shape) -> dict:
+    """Per path: median and minimum seconds over ``ROUNDS`` interleaved rounds, after one warm-up round."""
+    times: dict = {name: [] for name in paths}
     for round_ in range(ROUNDS + 1):
-        hidden, weight, targets = _inputs(*shape)
-        start = time.perf_counter()
-        _step(run, hidden, weight, targets)
-        if round_:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, run in paths.items():
+            hidden, weight, targets = _inputs(*shape)
+            start = time.perf_counter()
+            _step(run, hidden, weight, targets)
+            if round_:
+                times[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(t), min(t)) for name, t in times.items()}
 
 
-def peak_path(run, shape, fake: bool) -> int:
+def peak_path(run, shape, fake: bool):
     rows, hidden_size, vocab = shape
     case = HiddenMemoryCase(rows=rows, hidden_size=hidden_size, vocab_local=vocab, chunk_size=CHUNK)
-    return measure_hidden_memory(case, run, fake=fake).peak
+    return measure_hidden_memory(case, run, fake=fake)
+
+
+def _ratios(row: dict) -> dict:
+    """impl against torch's chunked path: > 1 means impl takes more."""
+    impl, torch_chunked = row["impl"], row["torch-chunked"]
+    return {
+        "time_median": impl["seconds"] / torch_chunked["seconds"],
+        "time_min": impl["seconds_min"] / torch_chunked["seconds_min"],
+        "peak": impl["peak_bytes"] / torch_chunked["peak_bytes"],
+    }
 
 
 def main() -> None:
-    table: dict = {"shapes": {}, "real_scale": {}}
+    paths = dict(PATHS)
+    skyrl = _skyrl_fused()
+    if skyrl is not None:
+        paths["skyrl-fused"] = skyrl
+    table: dict = {"rounds": ROUNDS, "chunk": CHUNK, "shapes": {}, "real_scale": {}, "impl_vs_torch_chunked": {}}
     for label, shape in SHAPES.items():
-        for name, run in PATHS.items():
-            seconds = time_path(run, shape)
-            peak = peak_path(run, shape, fake=False)
-            table["shapes"].setdefault(label, {})[name] = {"seconds": seconds, "peak_bytes": peak}
-            print(f"{label:16} {name:16} {seconds:8.3f} s  peak {peak / 2**20:9.1f} MiB", flush=True)
+        timed = time_paths(paths, shape)
+        for name, run in paths.items():
+            peak = peak_path(run, shape, fake=False).peak
+            median, fastest = timed[name]
+            row = {"seconds": median, "seconds_min": fastest, "peak_bytes": peak}
+            table["shapes"].setdefault(label, {})[name] = row
+            print(f"{label:16} {name:16} {median:8.3f} s (min {fastest:.3f})  peak {peak / 2**20:9.1f} MiB", flush=True)
+        table["impl_vs_torch_chunked"][label] = _ratios(table["shapes"][label])
     real = REAL_SCALES["qwen-tp8-fp32"]
-    for name in ("impl+entropy", "impl", "unfused", "torch-chunked"):
+    for name in ("impl+entropy", "impl", "unfused", "torch-chunked", "skyrl-fused"):
+        if name not in paths:
+            continue
         try:
-            peak = peak_path(PATHS[name], (real.rows, real.hidden_size, real.vocab_local), fake=True)
-            table["real_scale"][name] = {"peak_bytes": peak, "chunks_of_logits": None}
-            print(f"real scale {name:16} peak {peak / 2**30:7.3f} GiB", flush=True)
+            report = peak_path(paths[name], (real.rows, real.hidden_size, real.vocab_local), fake=True)
+            table["real_scale"][name] = {"peak_bytes": report.peak, "chunks_of_logits": report.chunks_above_floor}
+            print(f"real scale {name:16} {report}", flush=True)
         except Exception as exc:  # noqa: BLE001 - a path that cannot trace under fake tensors is reported, not fatal
             table["real_scale"][name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
             print(f"real scale {name:16} not measurable under fake tensors: {table['real_scale'][name]['error']}")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "hidden.json").write_text(json.dumps(table, indent=2))
-    print("\n| shape (rows x H x V) | path | fwd+bwd time (s) | peak (MiB) |\n|---|---|---|---|")
-    for label, paths in table["shapes"].items():
-        for name, row in paths.items():
-            print(f"| {label} | {name} | {row['seconds']:.3f} | {row['peak_bytes'] / 2**20:.1f} |")
+    print(f"\nCPU, {ROUNDS} interleaved rounds, fp32, one rank, chunk {CHUNK}; times are noisy on a shared machine.")
+    print("\n| shape (rows x H x V) | path | fwd+bwd median (s) | min (s) | peak (MiB) |\n|---|---|---|---|---|")
+    for label, rows in table["shapes"].items():
+        for name, row in rows.items():
+            print(
+                f"| {label} | {name} | {row['seconds']:.3f} | {row['seconds_min']:.3f} | "
+                f"{row['peak_bytes'] / 2**20:.1f} |"
+            )
+    print("\n| real scale (fake tensors) | peak (GiB) | inputs + gradients + N chunks of logits |\n|---|---|---|")
+    for name, row in table["real_scale"].items():
+        if "error" in row:
+            print(f"| {name} | {row['error']} | |")
+        else:
+            print(f"| {name} | {row['peak_bytes'] / 2**30:.3f} | {row['chunks_of_logits']:.2f} |")
+    print("\nimpl / torch chunked (> 1: impl takes more):")
+    for label, ratio in table["impl_vs_torch_chunked"].items():
+        print(
+            f"  {label}: time {ratio['time_median']:.2f}x (median), {ratio['time_min']:.2f}x (min); "
+            f"peak {ratio['peak']:.2f}x"
+        )
     print(f"wrote {OUT / 'hidden.json'}")
 
 

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from harness.targets.skyrl import SkyRLTarget
+from harness.targets.skyrl_hidden import SkyRLHiddenTarget
 
 HERE = Path(__file__).resolve().parent
 
@@ -22,3 +23,15 @@ class InvertedGate(SkyRLTarget):
 
     def __init__(self):
         super().__init__(root=HERE / "skyrl_inverted_gate")
+
+
+class FixedHidden(SkyRLHiddenTarget):
+    def __init__(self):
+        super().__init__(root=HERE / "skyrl_fixed")
+
+
+class BuggyHidden(SkyRLHiddenTarget):
+    """The fused Function whose backward builds one_hot over the vocabulary (BUGS.md #3)."""
+
+    def __init__(self):
+        super().__init__(root=HERE / "skyrl_buggy")

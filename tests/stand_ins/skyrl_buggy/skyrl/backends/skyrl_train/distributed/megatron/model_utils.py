@@ -1,7 +1,9 @@
 """Stand-in for SkyRL's model utilities WITH the two historic bugs (BUGS.md #2 and #3), written here.
 
 * ``ChunkedDistributedLogprob.backward`` builds ``one_hot(target, V_local)``
-  (int64) per chunk to place the chosen token's gradient: bug 3;
+  (int64) per chunk to place the chosen token's gradient: bug 3, and the
+  same in the fused LM-head ``FusedLinearChunkedDistributedLogprob`` (the
+  hidden-state path, ``harness/targets/skyrl_hidden.py``);
 * the entropy backward subtracts from the logits it saved and adds the
   amount back ("borrow then restore"): bug 2.
 
@@ -77,6 +79,42 @@ class ChunkedDistributedLogprob(torch.autograd.Function):
             chosen = (~outside[:, start:end]).unsqueeze(-1) * one_hot
             pieces.append((chosen.float() - softmax) * grad_output[:, start:end].unsqueeze(-1))
         return torch.cat(pieces, dim=1), None, None, None, None, None, None
+
+
+class FusedLinearChunkedDistributedLogprob(torch.autograd.Function):
+    """The fused LM-head signature with bug 3's backward: ``one_hot(target, V_local)`` per chunk of rows."""
+
+    @staticmethod
+    def forward(
+        ctx, hidden, weight, target, vocab_start_index, vocab_end_index, chunk_size, tp_group, inference_only=False
+    ):
+        outside, local = _mask(target, vocab_start_index, vocab_end_index, weight.shape[0])
+        pieces = []
+        for start in range(0, hidden.shape[1], chunk_size):
+            logits = (hidden[:, start : start + chunk_size] @ weight.t()).float()
+            log_p = _log_softmax_over_shards(logits, tp_group)
+            pieces.append(log_p.gather(-1, local[:, start : start + chunk_size].unsqueeze(-1)).squeeze(-1))
+        picked = torch.cat(pieces, dim=1).masked_fill(outside, 0.0)
+        dist.all_reduce(picked, group=tp_group)
+        ctx.save_for_backward(hidden, weight, outside, local)
+        ctx.chunk_size, ctx.group = chunk_size, tp_group
+        return picked
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        hidden, weight, outside, local = ctx.saved_tensors
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        for start in range(0, hidden.shape[1], ctx.chunk_size):
+            end = start + ctx.chunk_size
+            h_chunk = hidden[:, start:end]
+            softmax = _log_softmax_over_shards((h_chunk @ weight.t()).float(), ctx.group).exp()
+            one_hot = torch.nn.functional.one_hot(local[:, start:end], num_classes=weight.shape[0])
+            chosen = (~outside[:, start:end]).unsqueeze(-1) * one_hot
+            grad_logits = (chosen.float() - softmax) * grad_output[:, start:end].unsqueeze(-1)
+            grad_hidden[:, start:end] = (grad_logits @ weight.float()).to(hidden.dtype)
+            grad_weight += grad_logits.flatten(0, 1).t() @ h_chunk.flatten(0, 1).float()
+        return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None, None, None
 
 
 class _Entropy(torch.autograd.Function):

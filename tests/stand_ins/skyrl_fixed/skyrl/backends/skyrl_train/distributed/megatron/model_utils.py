@@ -71,6 +71,25 @@ class ChunkedDistributedLogprob:
         return torch.cat(pieces, dim=1)
 
 
+class FusedLinearChunkedDistributedLogprob:
+    """SkyRL 0.3.0's fused LM-head signature; plain autograd per chunk of rows.
+
+    As upstream, ``grad(hidden)`` is this rank's partial ``g_r @ W_r`` (the
+    trainer's sequence-parallel gather sums it over TP, not this Function).
+    """
+
+    @staticmethod
+    def apply(hidden, weight, target, vocab_start_index, vocab_end_index, chunk_size, tp_group, inference_only=False):
+        pieces = []
+        for start in range(0, hidden.shape[1], chunk_size):
+            logits = hidden[:, start : start + chunk_size].to(weight.dtype) @ weight.t()
+            log_p = _global_log_softmax(logits, tp_group)
+            pieces.append(
+                _chosen(log_p, target[:, start : start + chunk_size], vocab_start_index, vocab_end_index, tp_group)
+            )
+        return torch.cat(pieces, dim=1)
+
+
 def vocab_parallel_entropy(vocab_parallel_logits):
     """``-sum p log p`` with the term of a ``-inf`` logit (``p = 0``) taken as 0 (MATH.md), value and gradient.
 

@@ -1,0 +1,70 @@
+"""Liger-Kernel's fused linear cross entropy through the hidden-state entry point.
+
+``LigerFusedLinearCrossEntropyFunction`` (``liger_kernel/ops/fused_linear_cross_entropy.py``)
+from the installed ``liger-kernel`` package (``pip install --no-deps
+liger-kernel``; nothing of it is copied here), called with
+``reduction="none"``: ``log_probs = -loss`` per row (its per-token cross
+entropy of ``hidden @ weight.T`` is minus the target's log-prob). Since 0.8
+its ``reduction="none"`` backward recomputes the chunked logits and folds the
+per-token upstream gradient in before ``grad_weight`` is summed.
+
+Where it runs: its kernels are Triton. On a CPU run the adapter sets
+``TRITON_INTERPRET=1`` (unless already set) BEFORE importing Liger, so
+``triton.jit`` builds the kernels for Triton's CPU interpreter (numpy); the
+Python around them (chunk loop, torch matmuls) is Liger's own. With
+``LPH_DEVICE=cuda`` nothing is set and the compiled kernels run (not run here:
+no GPU). A rank process imports the adapter before Liger, so the variable is
+in place there too.
+
+Capabilities: ``hidden`` only, so the checks that need more read UNSUPPORTED:
+
+* ``chunking``: the chunk is Liger's own choice (``chunk_mem_const`` x rows x H
+  elements of logits: ``next_power_of_2(ceil(rows / ceil(V / H)))`` rows), not
+  the caller's ``chunk_size``; chunk invariance, the memory contract (stated
+  in the caller's chunk) and the one_hot regression (which runs under fake
+  tensors, where a Triton launch has no data to run on) therefore do not apply;
+* ``hidden_tp``: one rank holding the whole vocabulary (Liger's
+  vocab-parallel cross entropy takes logits, not hidden states);
+* ``entropy`` / ``entropy_gate``: none returned; ``temperature``: none (it has
+  ``softcap``, a different transform).
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import metadata
+
+import torch
+
+from harness.targets.protocol import Target
+
+IGNORE_INDEX = -100  # Liger's default; never a valid vocabulary id
+
+
+def _function():
+    if not os.environ.get("LPH_DEVICE", "cpu").startswith("cuda"):
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    try:
+        from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
+    except ImportError as exc:
+        raise ImportError(f"liger-kernel is not importable: `pip install --no-deps liger-kernel` ({exc})") from exc
+    return LigerFusedLinearCrossEntropyFunction
+
+
+class LigerTarget(Target):
+    capabilities = frozenset({"hidden"})
+
+    def __init__(self):
+        self.function = _function()
+        self.name = f"liger-kernel-{metadata.version('liger-kernel')}"
+
+    def hidden_log_probs(
+        self, hidden, weight, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature
+    ):
+        if with_entropy or temperature != 1.0:
+            raise RuntimeError(f"{self.name}: no entropy and no temperature (capabilities not declared)")
+        distributed = torch.distributed
+        if tp_group is not None and distributed.is_initialized() and distributed.get_world_size(tp_group) != 1:
+            raise RuntimeError(f"{self.name}: one rank only (capability hidden_tp not declared)")
+        loss = self.function.apply(hidden, weight, targets, None, None, IGNORE_INDEX, 0.0, 0.0, "none")[0]
+        return -loss, None

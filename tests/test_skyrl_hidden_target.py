@@ -1,0 +1,93 @@
+"""The SkyRL hidden-state adapter's seams, on the stand-in packages (no network, no SkyRL, no Triton).
+
+``tests/stand_ins/skyrl_fixed`` has a ``FusedLinearChunkedDistributedLogprob``
+with upstream's signature and plain-autograd arithmetic that, like upstream,
+returns this rank's partial ``grad(hidden)``; ``skyrl_buggy``'s builds
+``one_hot(target, V_local)`` in its backward (BUGS.md #3). The adapter must
+load them by path, map shapes, shard bounds, temperature and chunking, and
+sum ``grad(hidden)`` over TP (the trainer's sequence-parallel seam) so the
+fixed one passes parity at one and two TP ranks; the one_hot regression's
+hidden-path case must fail the buggy one only.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+from harness.cases import Case
+from harness.hidden_cases import with_hidden_size
+from harness.hidden_checks import (
+    check_hidden_backward,
+    check_hidden_chunk_invariance,
+    check_hidden_forward,
+    check_hidden_tp_consistency,
+)
+from harness.hidden_memory import REAL_SCALES, measure_hidden_memory, target_runner
+from harness.memory import int64_with_dimension
+from harness.targets import load_target
+from harness.targets.skyrl_hidden import SkyRLHiddenTarget, SkyRLHiddenTritonTarget
+from tests.stand_ins.skyrl_targets import HERE
+
+FIXED_ROOT, BUGGY_ROOT = HERE / "skyrl_fixed", HERE / "skyrl_buggy"
+STAND_INS = "tests/stand_ins/skyrl_targets.py"
+FIXED, BUGGY = f"{STAND_INS}:FixedHidden", f"{STAND_INS}:BuggyHidden"
+CASES = [
+    with_hidden_size(
+        Case(seed=1, vocab=12, samples=((9, 4), (5, 2)), chunk_size=4, temperature=0.7, with_entropy=False), 6
+    ),
+    with_hidden_size(
+        Case(seed=2, vocab=16, tp=2, samples=((11, 5),), chunk_size=3, temperature=1.3, with_entropy=False), 5
+    ),
+    with_hidden_size(Case(seed=3, vocab=10, tp=2, samples=((7, 3),), dtype="bfloat16", with_entropy=False), 4),
+]
+
+
+def test_declares_what_the_fused_function_has():
+    target = load_target(FIXED)
+    assert target.name == "skyrl-0.0.0+stand-in-fixed-hidden-torch"
+    assert target.capabilities == {"hidden", "hidden_tp", "chunking", "temperature"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"tp{c.tp}-{c.dtype}")
+def test_fixed_stand_in_passes_parity(case):
+    check_hidden_forward(case, FIXED)
+    check_hidden_backward(case, FIXED)
+
+
+def test_grad_hidden_is_summed_over_tp():
+    """The stand-in returns a rank's partial g_r @ W_r: without the adapter's TP sum the ranks would differ."""
+    check_hidden_tp_consistency(CASES[1], FIXED)
+
+
+def test_chunk_at_or_above_the_row_count_is_one_chunk():
+    case = CASES[0].with_(chunk_size=CASES[0].rows)
+    check_hidden_forward(case, FIXED)
+    check_hidden_chunk_invariance(case, FIXED)
+
+
+@pytest.mark.parametrize("spec, expect_one_hot", [(FIXED, False), (BUGGY, True)], ids=("fixed", "one_hot"))
+def test_one_hot_regression_case_fails_the_buggy_stand_in_only(spec, expect_one_hot):
+    """The one_hot regression's hidden-path case (T=205,280, H=4096, V_local=18,992, chunk 1024, fake tensors)."""
+    case = dataclasses.replace(REAL_SCALES["qwen-tp8-fp32"], with_entropy=False)
+    report = measure_hidden_memory(case, target_runner(load_target(spec), case))
+    one_hots = int64_with_dimension(report.allocations, case.vocab_local)
+    assert bool(one_hots) == expect_one_hot, str(report)
+    if expect_one_hot:
+        assert {a.shape for a in one_hots} >= {(1, 1024, case.vocab_local)}
+
+
+def test_entropy_is_refused_not_faked():
+    with pytest.raises(RuntimeError, match="no-grad metric"):
+        SkyRLHiddenTarget(FIXED_ROOT).hidden_log_probs(
+            torch.zeros(2, 3), torch.zeros(4, 3), torch.zeros(2, dtype=torch.long), tp_group=None, chunk_size=None,
+            with_entropy=True, entropy_grad=False, temperature=1.0,
+        )  # fmt: skip
+
+
+def test_triton_backend_declares_nothing_on_cpu(monkeypatch):
+    """Its forward refuses without CUDA (upstream's guard, mirrored by the stand-in): UNSUPPORTED, never a fallback."""
+    monkeypatch.delenv("LPH_DEVICE", raising=False)
+    assert SkyRLHiddenTritonTarget(FIXED_ROOT).capabilities == frozenset()
+    monkeypatch.setenv("LPH_DEVICE", "cuda")
+    assert SkyRLHiddenTritonTarget(FIXED_ROOT).capabilities == {"hidden", "hidden_tp", "temperature"}
