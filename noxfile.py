@@ -17,19 +17,42 @@ nox.options.sessions = ["tests"]
 
 PYTHON = "3.11"
 TORCH = "torch==2.13.0"
+# The Triton backend's pins: its kernels run on the CPU under Triton's interpreter, which needs numpy.
+TRITON = ["triton==3.9.0", "numpy==2.4.6"]
 SUITE = ["properties", "regressions"]
+TRITON_KERNEL_TESTS = "tests/test_triton_kernels.py"
+# Short names of targets `nox -s check -- --target NAME` accepts beside impl (the gate takes module:attr).
+TARGET_ALIASES = {"impl-triton": "harness.targets.impl_triton:ImplTritonTarget"}
 
 
 def _install(session: nox.Session, extra: str = "test") -> None:
-    session.install(TORCH)
+    session.install(TORCH, *TRITON)
     session.install("-e", f".[{extra}]")
 
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The CI gate: harness self-tests, every property and regression against impl/, the mutant check."""
+    """The CI gate: self-tests, every property and regression against impl/ (torch), the mutant check,
+    then the Triton backend (target impl-triton) under Triton's CPU interpreter.
+
+    The second run is the whole property and regression suite again, plus the kernels' own tests, on the
+    Triton kernels (TRITON_INTERPRET=1), with the `interpreter` Hypothesis profile (6 derandomised examples
+    per property) and the target's case limits (harness/targets/impl_triton.py): the interpreter costs
+    milliseconds per kernel op. Arguments after -- go to both runs.
+    """
     _install(session)
-    session.run("python", "-m", "pytest", "tests", *SUITE, *session.posargs)
+    session.run("python", "-m", "pytest", "tests", *SUITE, f"--ignore={TRITON_KERNEL_TESTS}", *session.posargs)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        TRITON_KERNEL_TESTS,
+        *SUITE,
+        "--target",
+        "impl-triton",
+        *session.posargs,
+        env={"TRITON_INTERPRET": "1", "HYPOTHESIS_PROFILE": "interpreter"},
+    )
 
 
 @nox.session(python=PYTHON)
@@ -45,6 +68,7 @@ def check(session: nox.Session) -> None:
         at = args.index("--target")
         target = args[at + 1]
         del args[at : at + 2]
+    target = TARGET_ALIASES.get(target, target)
     session.run("python", "-m", "harness.gate", target, "--tiers", "contract,budget,hardening", *args)
 
 
@@ -180,16 +204,26 @@ def gpu(session: nox.Session) -> None:
             )
 
     out = "reports/gpu"
-    Path(out).mkdir(parents=True, exist_ok=True)
+    Path(out, "impl-triton").mkdir(parents=True, exist_ok=True)
     session.env["LPH_DEVICE"] = "cuda"
+    triton_out = f"{out}/impl-triton"
     steps = {
         "suite on CUDA": ["pytest", "tests", *SUITE, f"--junitxml={out}/junit.xml", f"--report-dir={out}"],
+        # The Triton backend compiled for the GPU (impl-triton: no interpreter, no case limits), same suite.
+        "suite on CUDA, Triton backend": [
+            "pytest",
+            *SUITE,
+            "--target",
+            "impl-triton",
+            f"--junitxml={triton_out}/junit.xml",
+            f"--report-dir={triton_out}",
+        ],
         "memory calibration": ["bench.gpu_calibration"],
         "GPU bench": ["bench.gpu_bench"],
     }
     failed = []
     for name, args in steps.items():
-        extra = list(session.posargs) if name == "suite on CUDA" else []
+        extra = list(session.posargs) if name.startswith("suite on CUDA") else []
         try:
             session.run(python, "-m", *args, *extra, external=True)
         except nox.command.CommandFailed:

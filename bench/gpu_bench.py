@@ -1,7 +1,9 @@
 """GPU forward+backward time and achieved bandwidth of impl/, naive torch and peers (``python -m bench.gpu_bench``).
 
-Implementations: ``bench.implementations.implementations(for_memory=True)``,
-i.e. naive torch, impl/ and impl/ with donation at the reference chunk of
+Implementations: ``bench.implementations.implementations(for_memory=True)``
+and ``bench.gpu_peers`` (impl/ on its Triton kernels, torch.compile of the
+naive code, Liger-Kernel's cross entropy where installed), i.e. naive torch,
+impl/ (torch backend) and impl/ with donation at the reference chunk of
 1024 rows (the CPU speed table's cache-sized chunk is tuned to a CPU's cache:
 a few rows per chunk at V=151,936, launch-bound on a GPU), and installed peers
 (SkyRL, loaded from its package). All run on one rank, where every all-reduce
@@ -42,6 +44,7 @@ from pathlib import Path
 
 import torch
 
+from bench.gpu_peers import gpu_implementations
 from bench.implementations import implementations, single_rank_collectives
 from harness import device
 from harness.tolerance import compare, gradient_scale, value_scale
@@ -52,7 +55,7 @@ WARMUP = 2
 REPS = 10
 COPY_BYTES = 2 * 2**30
 CHECK_ROWS = 128
-CHECKED = ("impl", "impl-donate")
+CHECKED = ("impl", "impl-donate", "impl-triton", "impl-triton-donate")
 GB = 1e9
 # name -> (rows, V, dtype); the CPU bench's shapes plus a trainer-sized one in fp32 and bf16.
 SHAPES = {
@@ -101,12 +104,13 @@ def time_forward_backward(run, base: torch.Tensor, targets: torch.Tensor, warmup
         torch.cuda.synchronize(dev)
         start.record()
         log_probs, entropy = run(logits, targets)
-        (log_probs.sum() + entropy.sum()).backward()
+        loss = log_probs.sum() if entropy is None else log_probs.sum() + entropy.sum()  # liger: no entropy
+        loss.backward()
         end.record()
         end.synchronize()
         if round_ >= warmup:
             times.append(start.elapsed_time(end) / 1e3)
-        del logits, log_probs, entropy
+        del logits, log_probs, entropy, loss
     return {
         "median_s": statistics.median(times),
         "min_s": min(times),
@@ -214,6 +218,8 @@ def markdown(report: dict) -> str:
                 f"| {r.get('speedup_vs_naive', float('nan')):.2f}x | {r['achieved_GBps']:.0f} "
                 f"| {r['fraction_of_copy_bw']:.0%} | {r['peak_bytes_above_inputs'] / 2**30:.2f} |"
             )
+    for name, reason in report.get("left_out", {}).items():
+        lines.append(f"\nLeft out: {name}: {reason}")
     lines += ["", "## impl/ against the float64 oracle (tolerance policy, first rows of each shape)", ""]
     for shape, entry in report["shapes"].items():
         for name, check in entry["checks"].items():
@@ -242,7 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         "reps": args.reps,
         "shapes": {},
     }
-    runs = implementations(for_memory=True)
+    runs, left_out = gpu_implementations(implementations(for_memory=True))
+    report["left_out"] = left_out
+    for name, reason in left_out.items():
+        print(f"left out: {name}: {reason}")
     with single_rank_collectives():
         for shape in args.shapes:
             report["shapes"][shape] = bench_shape(shape, runs, dev, copy_bw, args.warmup, args.reps)

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Unsatisfiable
 
-from harness import figures, hang_memo, stats
+from harness import case_limits, figures, hang_memo, stats
 from harness.checks import UNSUPPORTED_EXAMPLES
 from harness.gate import render
 from harness.gate.render import Row
@@ -43,6 +43,7 @@ from harness.gate.verdicts import (
     split_replay,
 )
 from harness.pool import shutdown_all
+from harness.targets import load_target
 
 _BASE = settings(
     deadline=None,
@@ -57,6 +58,9 @@ settings.register_profile(
     "mutants", _BASE, max_examples=40, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate]
 )
 settings.register_profile("thorough", _BASE, max_examples=1000, phases=list(Phase))
+# interpreter: the Triton backend under Triton's CPU interpreter in `nox -s tests` (milliseconds per kernel op):
+# few derandomised examples per property, shrinking kept so a failure still reads small.
+settings.register_profile("interpreter", _BASE, max_examples=6, derandomize=True, database=None)
 # smoke: the gate's own end-to-end self-tests (a few derandomised examples, no shrinking).
 settings.register_profile(
     "smoke", _BASE, max_examples=8, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate]
@@ -86,8 +90,10 @@ def pytest_addoption(parser):
 
 @pytest.fixture(scope="session")
 def target(request) -> str:
-    """The target spec every property and regression checks."""
-    return request.config.getoption("--target")
+    """The target spec every property and regression checks; its declared ``case_limits`` bound the strategies."""
+    spec = request.config.getoption("--target")
+    case_limits.activate(getattr(load_target(spec), "case_limits", None))
+    return spec
 
 
 def _is_worker(config) -> bool:
@@ -261,13 +267,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     target = config.getoption("--target")
     rows = raw_rows(verdicts.values())
     terminalreporter.section(f"verdicts for target {target}")
+    if case_limits.active():
+        terminalreporter.write_line(f"generated cases limited by the target: {case_limits.describe()}")
     for line in render.terminal_lines(rows):
         terminalreporter.write_line(line)
     report_dir = config.getoption("--report-dir")
     if report_dir:
         path = Path(report_dir)
         layout = "\n".join(f"- {k}: {v}" for k, v in sorted(counts.items()))
-        meta = {"profile": _profile(), "layouts": dict(counts)}
+        meta = {"profile": _profile(), "layouts": dict(counts), "case_limits": case_limits.active()}
         Run(target=target, verdicts=dict(verdicts), meta=meta).save(path)
         body = render.markdown(rows, f"Verdicts for target `{target}`")
         (path / "report.md").write_text(f"{body}\n## Generated cases run, by layout\n\n{layout}\n")

@@ -30,8 +30,8 @@ import torch.distributed.nn.functional as dist_nn
 
 from impl.agreement import agree
 from impl.batch import PackedBatch, PackedOutput
+from impl.row_stats import tp_world
 from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy
-from impl.token_level import tp_world
 
 CP_MODES = ("zigzag", "allgather")
 

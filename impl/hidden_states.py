@@ -53,16 +53,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from impl.token_level import (
-    _LOG_ZERO_FLOOR,
-    SUPPORTED_DTYPES,
-    _all_reduce_max,
-    _check_chunk_size,
-    _is_fake,
-    _row_sum,
-    _sum_in_rank_order,
-    tp_world,
-)
+from impl.row_stats import LOG_ZERO_FLOOR, all_reduce_max, rescale_to_global_max, sum_in_rank_order, tp_world
+from impl.token_level import SUPPORTED_DTYPES, _check_chunk_size, _is_fake, _row_sum
 
 # Rows per matmul call (see the module docstring: the unit a row's bits depend on). Large enough for an
 # efficient GEMM on a CPU (the weight is re-read once per block), small enough that chunk sizes stay fine-grained.
@@ -151,21 +143,6 @@ def validate_hidden_inputs(hidden, weight, targets, tp_group, chunk_size, temper
             )
 
 
-def _rescale_to_global_max(stats, local_max, global_max, in_shard) -> None:
-    """Statistics shifted by the rank-local row max -> shifted by the global row max, in place.
-
-    With ``d = m_local - m_global <= 0``: ``sum exp(z - m_g) = e^d S0``,
-    ``sum exp(z - m_g)(z - m_g) = e^d (S2 + d S0)`` and the target's
-    ``z_t - m_g = (z_t - m_l) + d`` on the rank that owns it (0 elsewhere).
-    """
-    delta = local_max - global_max
-    factor = delta.exp()
-    if stats.shape[1] == 3:
-        stats[:, 2] = factor * (stats[:, 2] + delta * stats[:, 0])
-    stats[:, 0] = stats[:, 0] * factor
-    stats[:, 1] = torch.where(in_shard, stats[:, 1] + delta, 0.0)
-
-
 class FusedHiddenLogProbEntropy(torch.autograd.Function):
     """``(log_probs, entropy)`` from hidden states and a vocab-sharded head; see the module docstring."""
 
@@ -189,13 +166,13 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
             stats[start:end, 1] = shifted.gather(1, gather_index[start:end]).squeeze(1)
             probs = torch.exp(shifted, out=workspace[1, : end - start])
             if with_entropy:
-                stats[start:end, 2] = _row_sum(shifted.clamp_(min=_LOG_ZERO_FLOOR).mul_(probs))
+                stats[start:end, 2] = _row_sum(shifted.clamp_(min=LOG_ZERO_FLOOR).mul_(probs))
             stats[start:end, 0] = _row_sum(probs)
         del workspace
         global_max = local_max.clone()
-        _all_reduce_max(global_max, tp_group)
-        _rescale_to_global_max(stats, local_max, global_max, in_shard)
-        stats = _sum_in_rank_order(stats, tp_group)
+        all_reduce_max(global_max, tp_group)
+        rescale_to_global_max(stats, local_max, global_max, in_shard)
+        stats = sum_in_rank_order(stats, tp_group)
 
         log_sum_exp = stats[:, 0].log()
         log_probs = stats[:, 1] - log_sum_exp
@@ -277,7 +254,7 @@ def _block_logits_grad(
         neg_coef = g_lp[start:end].neg().unsqueeze(1)
     else:
         offset = (g_lp[start:end] + g_h[start:end] * entropy[start:end]).unsqueeze(1)
-        neg_coef = log_p.clamp_(min=_LOG_ZERO_FLOOR).mul_(g_h[start:end].neg().unsqueeze(1)).sub_(offset)
+        neg_coef = log_p.clamp_(min=LOG_ZERO_FLOOR).mul_(g_h[start:end].neg().unsqueeze(1)).sub_(offset)
     grad_z = probs.mul_(neg_coef)
     grad_z.scatter_add_(1, scatter_index[start:end], target_grad[start:end])
     if temperature != 1.0:

@@ -16,7 +16,7 @@ import torch
 from impl.batch import PackedBatch
 from impl.context_parallel import zigzag_positions
 from impl.packed import log_probs_and_entropy as packed_log_probs_and_entropy
-from impl.token_level import tp_world
+from impl.row_stats import tp_world
 
 
 def need_entropy_grad(with_entropy: bool, entropy_coef: float) -> bool:

@@ -7,7 +7,7 @@ vocabulary"). Design decisions, each tied to a historic bug (BUGS.md):
 * Two collectives per call, whatever the chunking: one MAX of the row maxima,
   then one all-gather of stacked per-row statistics ``[sum_exp,
   sum_exp*shift, target_shift]``, added in rank order (bit-reproducible
-  whatever the batch's composition, see ``_sum_in_rank_order``). The
+  whatever the batch's composition, see ``impl.row_stats``). The
   collective sequence never depends on the data, on the weights or on
   which chunks are "interesting", so TP ranks cannot diverge
   (the hang class of bug 5). The backward issues none: once the global row
@@ -37,22 +37,31 @@ vocabulary"). Design decisions, each tied to a historic bug (BUGS.md):
   chunk_size=1 vs one chunk). Off the CPU the row sums therefore use
   ``row_sum_fixed_order``: a pairwise tree of elementwise adds, whose every
   addition is fixed by the column index alone.
+* Two backends for the passes over ``[rows, V_local]`` (``impl.backend``):
+  the torch chunk loop below, and fused Triton kernels (``impl.triton_backend``,
+  one read forward, one read and one write backward) chosen for CUDA
+  tensors. Everything above the passes (validation, agreement, the TP
+  combination of ``impl.row_stats``, the outputs, the gate) is shared.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from impl.agreement import TOKEN_CALL_FIXES, agree, token_call_fields
+from impl.backend import TRITON, resolve_backend, triton_backend
+from impl.row_stats import (
+    LOG_ZERO_FLOOR,
+    all_reduce_max,
+    chunk_bounds,
+    entropy_from,
+    finish,
+    gradient_buffer,
+    sum_in_rank_order,
+    tp_world,
+)
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-# exp(x) is exactly 0 in fp32 for x below about -103.97. Shifted logits are
-# clamped to this floor only AFTER their exponential is taken, so the clamp
-# changes no probability; it only keeps ``p * log p`` at 0 * finite = 0
-# instead of 0 * -inf = NaN for masked (-inf) vocabulary entries.
-_LOG_ZERO_FLOOR = -200.0
 
 
 def row_sum_fixed_order(rows: torch.Tensor) -> torch.Tensor:
@@ -77,24 +86,6 @@ def row_sum_fixed_order(rows: torch.Tensor) -> torch.Tensor:
 def _row_sum(rows: torch.Tensor) -> torch.Tensor:
     """Row sums of a private workspace buffer, independent of the chunk's row count on every device."""
     return rows.sum(dim=1) if rows.device.type == "cpu" else row_sum_fixed_order(rows)
-
-
-def tp_world(group) -> tuple[int, int]:
-    """Return (size, rank) of the TP group; no group (or no process group) is one rank."""
-    if group is None or not dist.is_available() or not dist.is_initialized():
-        return 1, 0
-    return dist.get_world_size(group), dist.get_rank(group)
-
-
-def chunk_bounds(rows: int, chunk_size: int | None) -> list[tuple[int, int]]:
-    """Row ranges of the chunk loop; ``None`` or ``chunk_size >= rows`` is one chunk.
-
-    Routing ``chunk_size >= rows`` to a single chunk is the SkyRL #1650 fix:
-    chunking a single chunk costs more memory than not chunking at all.
-    """
-    if chunk_size is None or chunk_size >= rows:
-        return [(0, rows)]
-    return [(start, min(start + chunk_size, rows)) for start in range(0, rows, chunk_size)]
 
 
 def cache_friendly_chunk_rows(vocab_local: int, elements: int = 2**20) -> int:
@@ -144,33 +135,6 @@ def _row_max(logits: torch.Tensor, rows: torch.Tensor | None, bounds, temperatur
         return logits.amax(dim=1).float() / temperature
     maxima = [logits.index_select(0, rows[start:end]).amax(dim=1) for start, end in bounds]
     return torch.cat([logits.new_zeros(0)] + maxima).float() / temperature
-
-
-def _all_reduce_max(tensor: torch.Tensor, group) -> None:
-    """MAX is exact, so the collective's internal order cannot change a bit."""
-    if tp_world(group)[0] > 1:
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
-
-
-def _sum_in_rank_order(tensor: torch.Tensor, group) -> torch.Tensor:
-    """Sum over the TP group, adding the ranks' parts in rank order.
-
-    A ring all-reduce adds an element's parts in an order that depends on
-    the element's POSITION in the buffer, so the same row would round
-    differently in a batch of another composition (e.g. response-only vs the
-    full stream). Gathering the small ``[rows, k]`` statistics and adding
-    them in a fixed order makes every row's result independent of its
-    neighbours, and identical on every rank.
-    """
-    size, _ = tp_world(group)
-    if size == 1:
-        return tensor
-    parts = [torch.empty_like(tensor) for _ in range(size)]
-    dist.all_gather(parts, tensor.contiguous(), group=group)
-    total = parts[0]
-    for part in parts[1:]:
-        total = total.add_(part)
-    return total
 
 
 def _check_chunk_size(chunk_size) -> None:
@@ -254,67 +218,95 @@ def _unpack(ctx) -> tuple:
         raise
 
 
-def _gradient_buffer(logits: torch.Tensor, row_index: torch.Tensor | None, donate: bool) -> torch.Tensor:
-    """Where the backward writes the gradient; rows that were not evaluated read exactly 0.
+def _torch_forward_stats(
+    logits, row_index, bounds, chunk_size, tp_group, gather_index, in_shard, with_entropy, temperature
+):
+    """The torch backend's forward: the row max pass, its MAX all-reduce, then the chunk loop of statistics."""
+    rows, v_local = gather_index.shape[0], logits.shape[1]
+    row_max = _row_max(logits, row_index, bounds, temperature)
+    all_reduce_max(row_max, tp_group)
+    stats = torch.zeros(rows, 3 if with_entropy else 2, dtype=torch.float32, device=logits.device)
+    workspace = _workspace(rows, chunk_size, v_local, logits.device)
+    for start, end in bounds:
+        workspace_pair = workspace[0, : end - start], workspace[1, : end - start]
+        shifted = _shifted_rows(logits, row_index, start, end, row_max[start:end], temperature, *workspace_pair)
+        target_shift = shifted.gather(1, gather_index[start:end]).squeeze(1)
+        stats[start:end, 1] = torch.where(in_shard[start:end], target_shift, 0.0)
+        probs = torch.exp(shifted, out=workspace_pair[1])
+        if with_entropy:
+            # p * log p into the shifted buffer first: the row sums below consume their buffers.
+            p_log_p = shifted.clamp_(min=LOG_ZERO_FLOOR).mul_(probs)
+            stats[start:end, 2] = _row_sum(p_log_p)
+        stats[start:end, 0] = _row_sum(probs)
+    return row_max, stats
 
-    With donation it is the logits' own storage: each chunk is copied to its
-    private fp32 buffer BEFORE its rows are overwritten, and rows never read
-    are zeroed first. The write bumps the logits' version counter, so any
-    other node that saved the logits and runs its backward later fails with
-    torch's version-counter error instead of reading the gradient as logits.
-    """
-    if not donate:
-        return torch.empty_like(logits) if row_index is None else torch.zeros_like(logits)
-    buffer = logits.detach()
-    if row_index is not None:
-        unselected = torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device)
-        unselected[row_index] = False
-        buffer.masked_fill_(unselected.unsqueeze(1), 0)
-    return buffer
+
+def _torch_backward(logits, row_index, shift, chunk_size, scatter_index, target_grad, grads, temperature, donate):
+    """The torch backend's backward: ``p`` recomputed per chunk in a private buffer, then written out."""
+    grad_log_probs, grad_entropy, entropy = grads
+    rows, v_local = shift.shape[0], logits.shape[1]
+    grad_logits = gradient_buffer(logits, row_index, donate)
+    workspace = _workspace(rows, chunk_size, v_local, logits.device)
+    for start, end in chunk_bounds(rows, chunk_size):
+        workspace_pair = workspace[0, : end - start], workspace[1, : end - start]
+        log_p = _shifted_rows(logits, row_index, start, end, shift[start:end], temperature, *workspace_pair)
+        probs = torch.exp(log_p, out=workspace_pair[1])
+        # dL/dz = g_lp * (1[v=t] - p) - g_H * p * (log p + H)
+        #       = p * (-g_H * log p - (g_lp + g_H * H)) + g_lp * 1[v=t]
+        if entropy is None:
+            neg_coef = grad_log_probs[start:end].neg().unsqueeze(1)
+        else:
+            g_entropy = grad_entropy[start:end].unsqueeze(1)
+            offset = (grad_log_probs[start:end] + grad_entropy[start:end] * entropy[start:end]).unsqueeze(1)
+            neg_coef = log_p.clamp_(min=LOG_ZERO_FLOOR).mul_(g_entropy.neg()).sub_(offset)
+        grad_chunk = probs.mul_(neg_coef)
+        del log_p, neg_coef
+        grad_chunk.scatter_add_(1, scatter_index[start:end], target_grad[start:end])
+        if temperature != 1.0:
+            grad_chunk.div_(temperature)
+        if row_index is None:
+            grad_logits[start:end].copy_(grad_chunk)
+        else:
+            grad_logits.index_copy_(0, row_index[start:end], grad_chunk.to(grad_logits.dtype))
+    return grad_logits
 
 
 class FusedLogProbEntropy(torch.autograd.Function):
-    """``(log_probs, entropy)`` of vocab-sharded logits; see the module docstring."""
+    """``(log_probs, entropy)`` of vocab-sharded logits; see the module docstring.
+
+    The per-row passes over ``[rows, V_local]`` run on the backend chosen by
+    ``impl.backend`` (the torch chunk loop here, or the Triton kernels); the
+    TP combination, the outputs and the entropy gate are the same code for both.
+    """
 
     @staticmethod
-    def forward(ctx, logits, targets, row_index, tp_group, chunk_size, with_entropy, entropy_grad, temperature, donate):
+    def forward(
+        ctx, logits, targets, row_index, tp_group, chunk_size, with_entropy, entropy_grad, temperature, donate, backend
+    ):
         v_local = logits.shape[1]
-        rows = targets.shape[0]
         _, tp_rank = tp_world(tp_group)
-        bounds = chunk_bounds(rows, chunk_size)
-
-        row_max = _row_max(logits, row_index, bounds, temperature)
-        _all_reduce_max(row_max, tp_group)
+        bounds = chunk_bounds(targets.shape[0], chunk_size)
 
         local_targets = targets - tp_rank * v_local
         in_shard = (local_targets >= 0) & (local_targets < v_local)
         gather_index = local_targets.clamp(0, v_local - 1).unsqueeze(1)
 
-        n_stats = 3 if with_entropy else 2
-        stats = torch.zeros(rows, n_stats, dtype=torch.float32, device=logits.device)
-        workspace = _workspace(rows, chunk_size, v_local, logits.device)
-        for start, end in bounds:
-            workspace_pair = workspace[0, : end - start], workspace[1, : end - start]
-            shifted = _shifted_rows(logits, row_index, start, end, row_max[start:end], temperature, *workspace_pair)
-            target_shift = shifted.gather(1, gather_index[start:end]).squeeze(1)
-            stats[start:end, 1] = torch.where(in_shard[start:end], target_shift, 0.0)
-            probs = torch.exp(shifted, out=workspace_pair[1])
-            if with_entropy:
-                # p * log p into the shifted buffer first: the row sums below consume their buffers.
-                p_log_p = shifted.clamp_(min=_LOG_ZERO_FLOOR).mul_(probs)
-                stats[start:end, 2] = _row_sum(p_log_p)
-            stats[start:end, 0] = _row_sum(probs)
-        del workspace
-        stats = _sum_in_rank_order(stats, tp_group)
-
-        log_sum_exp = stats[:, 0].log()
-        log_probs = stats[:, 1] - log_sum_exp
-        entropy = log_sum_exp - stats[:, 2] / stats[:, 0] if with_entropy else None
+        if backend == TRITON:
+            row_max, stats = triton_backend().forward_stats(
+                logits, row_index, targets, tp_group, tp_rank, in_shard, with_entropy, temperature
+            )
+        else:
+            row_max, stats = _torch_forward_stats(
+                logits, row_index, bounds, chunk_size, tp_group, gather_index, in_shard, with_entropy, temperature
+            )
+        stats = sum_in_rank_order(stats, tp_group)
+        log_probs, entropy = finish(stats, with_entropy)
 
         ctx.save_for_backward(logits, targets, row_index, row_max, stats)
         ctx.chunk_size = chunk_size
         ctx.temperature = temperature
         ctx.tp_rank = tp_rank
+        ctx.backend = backend
         ctx.donate, ctx.donated = donate, False
         if with_entropy and not entropy_grad:
             ctx.mark_non_differentiable(entropy)
@@ -325,7 +317,6 @@ class FusedLogProbEntropy(torch.autograd.Function):
         logits, targets, row_index, row_max, stats = _unpack(ctx)
         v_local = logits.shape[1]
         rows = targets.shape[0]
-        temperature = ctx.temperature
         log_sum_exp = stats[:, 0].log()
         shift = row_max + log_sum_exp
         if grad_log_probs is None:
@@ -333,40 +324,24 @@ class FusedLogProbEntropy(torch.autograd.Function):
         grad_log_probs = grad_log_probs.float()
         entropy = None
         if grad_entropy is not None and stats.shape[1] == 3:
-            entropy = log_sum_exp - stats[:, 2] / stats[:, 0]
+            entropy = entropy_from(stats, log_sum_exp)
             grad_entropy = grad_entropy.float()
+        grads = (grad_log_probs, grad_entropy, entropy)
 
-        local_targets = targets - ctx.tp_rank * v_local
-        in_shard = (local_targets >= 0) & (local_targets < v_local)
-        scatter_index = local_targets.clamp(0, v_local - 1).unsqueeze(1)
-        target_grad = torch.where(in_shard, grad_log_probs, 0.0).unsqueeze(1)
-
-        grad_logits = _gradient_buffer(logits, row_index, ctx.donate)
-        workspace = _workspace(rows, ctx.chunk_size, v_local, logits.device)
-        for start, end in chunk_bounds(rows, ctx.chunk_size):
-            workspace_pair = workspace[0, : end - start], workspace[1, : end - start]
-            log_p = _shifted_rows(logits, row_index, start, end, shift[start:end], temperature, *workspace_pair)
-            probs = torch.exp(log_p, out=workspace_pair[1])
-            # dL/dz = g_lp * (1[v=t] - p) - g_H * p * (log p + H)
-            #       = p * (-g_H * log p - (g_lp + g_H * H)) + g_lp * 1[v=t]
-            if entropy is None:
-                neg_coef = grad_log_probs[start:end].neg().unsqueeze(1)
-            else:
-                g_entropy = grad_entropy[start:end].unsqueeze(1)
-                offset = (grad_log_probs[start:end] + grad_entropy[start:end] * entropy[start:end]).unsqueeze(1)
-                neg_coef = log_p.clamp_(min=_LOG_ZERO_FLOOR).mul_(g_entropy.neg()).sub_(offset)
-            grad_chunk = probs.mul_(neg_coef)
-            del log_p, neg_coef
-            grad_chunk.scatter_add_(1, scatter_index[start:end], target_grad[start:end])
-            if temperature != 1.0:
-                grad_chunk.div_(temperature)
-            if row_index is None:
-                grad_logits[start:end].copy_(grad_chunk)
-            else:
-                grad_logits.index_copy_(0, row_index[start:end], grad_chunk.to(grad_logits.dtype))
-        del workspace
+        if ctx.backend == TRITON:
+            grad_logits = triton_backend().backward(
+                logits, row_index, targets, shift, grads, ctx.tp_rank, ctx.temperature, ctx.donate
+            )
+        else:
+            local_targets = targets - ctx.tp_rank * v_local
+            in_shard = (local_targets >= 0) & (local_targets < v_local)
+            scatter_index = local_targets.clamp(0, v_local - 1).unsqueeze(1)
+            target_grad = torch.where(in_shard, grad_log_probs, 0.0).unsqueeze(1)
+            grad_logits = _torch_backward(
+                logits, row_index, shift, ctx.chunk_size, scatter_index, target_grad, grads, ctx.temperature, ctx.donate
+            )
         ctx.donated = ctx.donate
-        return grad_logits, None, None, None, None, None, None, None, None
+        return grad_logits, None, None, None, None, None, None, None, None, None
 
 
 def log_probs_and_entropy(
@@ -405,13 +380,18 @@ def log_probs_and_entropy(
             torch's version counter stops any other node that saved the
             logits from reading them afterwards.
 
+    The passes over the logits run on the backend ``impl.backend`` picks:
+    the fused Triton kernels for CUDA tensors when ``triton`` is installed,
+    this module's torch code otherwise; ``impl.backend.use_backend`` forces one.
+
     Returns:
         ``(log_probs, entropy)`` as float32 tensors with one entry per
         evaluated row (entropy may be None).
     """
-    local_error = None
+    local_error, backend = None, None
     try:
         validate_token_inputs(logits, targets, tp_group, chunk_size, temperature, rows)
+        backend = resolve_backend(logits)
     except (ValueError, TypeError) as exc:
         local_error = exc
     agree(
@@ -432,4 +412,5 @@ def log_probs_and_entropy(
         bool(entropy_grad),
         float(temperature),
         bool(donate_logits),
+        backend,
     )

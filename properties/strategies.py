@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from harness import case_limits
 from harness.cases import Case
 from oracles import layout
 
@@ -33,7 +34,8 @@ ANY_VALUES = st.lists(st.sampled_from(SPECIALS), unique=True, max_size=2)
 
 @st.composite
 def samples(draw, max_samples: int = 8, max_length: int = 64):
-    """``(total, response)`` pairs: 1-8 samples of length 1-64, R=0 and P=1 included."""
+    """``(total, response)`` pairs: 1-8 samples of length 1-64, R=0 and P=1 included (within the target's limits)."""
+    max_samples, max_length = case_limits.cap("max_samples", max_samples), case_limits.cap("max_length", max_length)
     count = draw(st.integers(1, max_samples))
     pairs = []
     for _ in range(count):
@@ -73,7 +75,7 @@ def cases(
     tp_size = draw(tp)
     cp_size = draw(st.sampled_from([c for c in cp_sizes if tp_size * c <= MAX_WORLD] or [1]))
     cp_mode = "none" if cp_size == 1 else draw(st.sampled_from(cp_modes))
-    vocab = tp_size * draw(st.integers(1, max_vocab_local))
+    vocab = tp_size * draw(st.integers(1, case_limits.cap("max_vocab_local", max_vocab_local)))
     pairs = draw(samples(max_samples, max_length))
     qkv_format = "thd" if cp_size > 1 else draw(st.sampled_from(("thd", "bshd")))
     pad_multiple = draw(st.sampled_from((1, 1, 2, 3, 8, 4 * tp_size)))

@@ -3,7 +3,9 @@
 Each Mutant is an exact snippet of an ``impl`` module and its replacement,
 applied at import time when ``LPH_MUTANT=<name>`` is set (loader.py), in the
 test process AND in every rank process. It names the regression tests that
-must fail on it: ``nox -s mutants`` (and ``tests/test_mutants.py`` inside
+must fail on it and the target they run against (``impl``, or
+``impl-triton`` for the bugs re-created in the Triton backend, whose
+regressions then run under Triton's CPU interpreter): ``nox -s mutants`` (and ``tests/test_mutants.py`` inside
 ``nox -s tests``) proves that they do. If ``impl`` changes so a snippet no
 longer matches, applying the mutant fails loudly instead of testing nothing.
 """
@@ -21,6 +23,7 @@ class Mutant:
     original: str
     replacement: str
     killed_by: tuple
+    target: str = "impl"
 
 
 MUTANTS = (
@@ -37,15 +40,15 @@ MUTANTS = (
         bug="BUGS.md #2 (SkyRL #1648): the backward subtracts from the saved logits in place, then adds back",
         module="impl.token_level",
         original=(
-            "            log_p = _shifted_rows("
+            "        log_p = _shifted_rows("
             "logits, row_index, start, end, shift[start:end], temperature, *workspace_pair)\n"
         ),
         replacement=(
-            "            borrowed = logits.detach()[start:end]\n"
-            "            offset = (shift[start:end] * temperature).unsqueeze(1).to(borrowed.dtype)\n"
-            "            borrowed.sub_(offset)\n"
-            "            log_p = borrowed.to(torch.float32, copy=True).div_(temperature)\n"
-            "            borrowed.add_(offset)\n"
+            "        borrowed = logits.detach()[start:end]\n"
+            "        offset = (shift[start:end] * temperature).unsqueeze(1).to(borrowed.dtype)\n"
+            "        borrowed.sub_(offset)\n"
+            "        log_p = borrowed.to(torch.float32, copy=True).div_(temperature)\n"
+            "        borrowed.add_(offset)\n"
         ),
         killed_by=("regressions/test_inplace_version_counter.py",),
     ),
@@ -65,10 +68,10 @@ MUTANTS = (
         bug="BUGS.md #3 (SkyRL #1650, NeMo-RL #4114): the chunked backward builds an int64 one_hot over the "
         "vocabulary plus a float copy to place the target gradient",
         module="impl.token_level",
-        original="            grad_chunk.scatter_add_(1, scatter_index[start:end], target_grad[start:end])\n",
+        original="        grad_chunk.scatter_add_(1, scatter_index[start:end], target_grad[start:end])\n",
         replacement=(
-            "            one_hot = torch.nn.functional.one_hot(scatter_index[start:end].squeeze(1), v_local)\n"
-            "            grad_chunk.add_(one_hot.float() * target_grad[start:end])\n"
+            "        one_hot = torch.nn.functional.one_hot(scatter_index[start:end].squeeze(1), v_local)\n"
+            "        grad_chunk.add_(one_hot.float() * target_grad[start:end])\n"
         ),
         killed_by=("regressions/test_one_hot_oom.py",),
     ),
@@ -111,10 +114,10 @@ MUTANTS = (
         bug="BUGS.md #5, hang class, another mechanism: a TP rank whose vocabulary shard holds none of the "
         "targets skips the statistics all-gather in FORWARD ('nothing to add'), so its peers wait in it",
         module="impl.token_level",
-        original="        stats = _sum_in_rank_order(stats, tp_group)\n",
+        original="        stats = sum_in_rank_order(stats, tp_group)\n",
         replacement=(
             "        if tp_world(tp_group)[0] == 1 or bool(in_shard.any()):  # no target here: 'nothing to add'\n"
-            "            stats = _sum_in_rank_order(stats, tp_group)\n"
+            "            stats = sum_in_rank_order(stats, tp_group)\n"
         ),
         killed_by=("regressions/test_dsa_hang.py",),
     ),
@@ -167,6 +170,64 @@ MUTANTS = (
         killed_by=("properties/test_bad_inputs_distributed.py",),
     ),
 )
+
+
+# The named regressions' bugs that apply to a kernel, re-created in the Triton backend (docs/triton.md says
+# which do not apply and why: one_hot is a torch-code mechanism; bugs 4/5's CP redistribution sits above it).
+TRITON_MUTANTS = (
+    Mutant(
+        name="triton_entropy_term_dropped",
+        bug="BUGS.md #1 in the kernel: the Triton backward reads its entropy flag inverted and launches the "
+        "gradient kernel without the entropy term exactly when an entropy gradient arrives (coef != 0)",
+        module="impl.triton_backend",
+        original="    entropy_term = entropy is not None  # an entropy gradient arrived: "
+        "the gate is on and the loss uses the entropy\n",
+        replacement="    entropy_term = entropy is None  # inverted\n",
+        killed_by=("regressions/test_inverted_no_grad_gate.py",),
+        target="impl-triton",
+    ),
+    Mutant(
+        name="triton_forward_stores_shifted_logits",
+        bug="BUGS.md #2 in the kernel (verl #1672, Megatron cross-entropy): the forward kernel stores its "
+        "shifted tile back over the input logits; a Triton store bumps no version counter",
+        module="impl.triton_kernels",
+        original="        probs = tl.exp(shifted)\n",
+        replacement=(
+            "        tl.store(base + cols.to(tl.int64)[None, :] * stride_col, "
+            "shifted.to(logits_ptr.dtype.element_ty), mask=mask)\n"
+            "        probs = tl.exp(shifted)\n"
+        ),
+        killed_by=("regressions/test_inplace_version_counter.py",),
+        target="impl-triton",
+    ),
+    Mutant(
+        name="triton_backward_writes_over_logits",
+        bug="BUGS.md #2 in the kernel: the backward writes the gradient over the logits although they were not "
+        "donated ('saves a [rows, V] buffer'), corrupting every other reader of them",
+        module="impl.triton_backend",
+        original=(
+            "    grad_logits = gradient_buffer(logits, row_index, donate)\n    source = None if donate else logits\n"
+        ),
+        replacement="    grad_logits = gradient_buffer(logits, row_index, True)\n    source = None\n",
+        killed_by=("regressions/test_inplace_version_counter.py",),
+        target="impl-triton",
+    ),
+    Mutant(
+        name="triton_rank_without_targets_skips_max",
+        bug="BUGS.md #5, hang class, in the Triton backend's TP combination: a TP rank whose shard holds none of "
+        "the targets skips the row-max all-reduce ('its max changes nothing'), so its peers wait in it",
+        module="impl.triton_backend",
+        original="    all_reduce_max(global_max, tp_group)\n",
+        replacement=(
+            "    if bool(in_shard.any()):  # no target in this shard: 'its max changes nothing'\n"
+            "        all_reduce_max(global_max, tp_group)\n"
+        ),
+        killed_by=("regressions/test_dsa_hang.py",),
+        target="impl-triton",
+    ),
+)
+
+MUTANTS = MUTANTS + TRITON_MUTANTS
 
 
 def by_name(name: str) -> Mutant:

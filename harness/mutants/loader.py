@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import linecache
 import os
 import sys
 from pathlib import Path
@@ -43,7 +44,10 @@ class _MutantLoader(importlib.abc.Loader):
 
     def exec_module(self, module):
         source = mutated_source(self.mutant, Path(self.origin).read_text())
-        exec(compile(source, f"{self.origin} [mutant {self.mutant.name}]", "exec"), module.__dict__)
+        filename = f"{self.origin} [mutant {self.mutant.name}]"
+        # Triton's @jit reads a kernel's source with inspect: serve the mutated text under the compiled name.
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        exec(compile(source, filename, "exec"), module.__dict__)
 
 
 class _MutantFinder(importlib.abc.MetaPathFinder):

@@ -43,6 +43,8 @@ def run_mutant(mutant: Mutant, extra_args=()) -> MutantResult:
         "-m",
         "pytest",
         *mutant.killed_by,
+        "--target",
+        mutant.target,
         "-q",
         "-rf",
         "-p",
@@ -62,12 +64,13 @@ def main(argv=None) -> int:
     names = set(argv if argv is not None else sys.argv[1:])
     selected = [m for m in MUTANTS if not names or m.name in names]
     survived = 0
-    print(f"{'mutant':34} {'verdict':9} {'seconds':>7}  failing regressions")
+    print(f"{'mutant':42} {'target':12} {'verdict':9} {'seconds':>7}  failing regressions")
     for mutant in selected:
         result = run_mutant(mutant)
         verdict = "killed" if result.killed else "SURVIVED"
         survived += not result.killed
-        print(f"{mutant.name:34} {verdict:9} {result.seconds:7.1f}  {', '.join(result.failed) or '-'}")
+        failed = ", ".join(result.failed) or "-"
+        print(f"{mutant.name:42} {mutant.target:12} {verdict:9} {result.seconds:7.1f}  {failed}")
         if not result.killed:
             print(result.output[-4000:])
     print(f"{len(selected) - survived} killed, {survived} survived")

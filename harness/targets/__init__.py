@@ -1,6 +1,7 @@
 """Targets: adapters presenting an implementation to the suite (see protocol.py).
 
-``load_target(spec)`` accepts ``impl`` (the default), ``package.module:attr``
+``load_target(spec)`` accepts ``impl`` (the default, torch backend),
+``impl-triton`` (impl on its Triton kernels), ``package.module:attr``
 or ``path/to/file.py:attr``; ``attr`` is a Target subclass, a zero-argument
 factory, or an instance. Loaded once per process and cached, so rank
 processes pay the import once.
@@ -22,7 +23,9 @@ __all__ = ["CAPABILITIES", "PackedInputs", "Target", "Unsupported", "load_target
 def _load_attr(spec: str):
     location, sep, attr = spec.rpartition(":")
     if not sep or not location or not attr:
-        raise ValueError(f"--target {spec!r}: expected 'impl', 'package.module:attr' or 'path/to/file.py:attr'")
+        raise ValueError(
+            f"--target {spec!r}: expected 'impl', 'impl-triton', 'package.module:attr' or 'path/to/file.py:attr'"
+        )
     if location.endswith(".py"):
         path = Path(location).resolve()
         if not path.is_file():
@@ -47,6 +50,10 @@ def load_target(spec: str = "impl") -> Target:
         from harness.targets.impl_target import ImplTarget
 
         return ImplTarget()
+    if spec == "impl-triton":
+        from harness.targets.impl_triton import ImplTritonTarget
+
+        return ImplTritonTarget()
     obj = _load_attr(spec)
     target = obj() if callable(obj) and not isinstance(obj, Target) else obj
     for field in ("name", "capabilities"):

@@ -1,8 +1,9 @@
-"""The default target: this project's own ``impl/``."""
+"""The default target: this project's own ``impl/``, on its torch backend (``impl-triton``: impl_triton.py)."""
 
 from __future__ import annotations
 
 from harness.targets.protocol import CAPABILITIES, PackedInputs, Target
+from impl.backend import TORCH, use_backend
 from impl.batch import PackedBatch
 from impl.hidden_states import hidden_log_probs_and_entropy
 from impl.packed import log_probs_and_entropy as packed_log_probs_and_entropy
@@ -21,24 +22,32 @@ def _batch(inputs: PackedInputs) -> PackedBatch:
 
 
 class ImplTarget(Target):
-    """Adapter for ``impl/``: it supports every capability the suite knows."""
+    """Adapter for ``impl/``: it supports every capability the suite knows.
+
+    ``backend`` is the token-level backend every call runs on
+    (``impl.backend.use_backend``): ``torch`` here, on every device, so the
+    ``impl`` target keeps checking the torch code even on a GPU, where
+    ``impl``'s own default would pick the Triton kernels.
+    """
 
     name = "impl"
     capabilities = CAPABILITIES
+    backend = TORCH
 
     def token_log_probs(
         self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature, donate_logits=False
     ):
-        return token_log_probs_and_entropy(
-            logits,
-            targets,
-            tp_group=tp_group,
-            chunk_size=chunk_size,
-            with_entropy=with_entropy,
-            entropy_grad=entropy_grad,
-            temperature=temperature,
-            donate_logits=donate_logits,
-        )
+        with use_backend(self.backend):
+            return token_log_probs_and_entropy(
+                logits,
+                targets,
+                tp_group=tp_group,
+                chunk_size=chunk_size,
+                with_entropy=with_entropy,
+                entropy_grad=entropy_grad,
+                temperature=temperature,
+                donate_logits=donate_logits,
+            )
 
     def hidden_log_probs(
         self, hidden, weight, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature
@@ -68,20 +77,21 @@ class ImplTarget(Target):
         response_only,
         loss_mask_only,
     ):
-        out = packed_log_probs_and_entropy(
-            logits,
-            _batch(inputs),
-            tp_group=tp_group,
-            cp_group=cp_group,
-            cp_mode=inputs.cp_mode,
-            chunk_size=chunk_size,
-            with_entropy=with_entropy,
-            entropy_grad=entropy_grad,
-            temperature=temperature,
-            response_only=response_only,
-            loss_mask_only=loss_mask_only,
-        )
-        return out.log_probs, out.entropy
+        with use_backend(self.backend):
+            out = packed_log_probs_and_entropy(
+                logits,
+                _batch(inputs),
+                tp_group=tp_group,
+                cp_group=cp_group,
+                cp_mode=inputs.cp_mode,
+                chunk_size=chunk_size,
+                with_entropy=with_entropy,
+                entropy_grad=entropy_grad,
+                temperature=temperature,
+                response_only=response_only,
+                loss_mask_only=loss_mask_only,
+            )
+            return out.log_probs, out.entropy
 
     def policy_loss(
         self,
@@ -101,21 +111,22 @@ class ImplTarget(Target):
         response_only,
         loss_mask_only,
     ):
-        out = policy_loss(
-            logits,
-            _batch(inputs),
-            advantages=advantages,
-            old_log_probs=old_log_probs,
-            eps_clip=eps_clip,
-            eps_clip_high=eps_clip_high,
-            entropy_coef=entropy_coef,
-            with_entropy=with_entropy,
-            tp_group=tp_group,
-            cp_group=cp_group,
-            cp_mode=inputs.cp_mode,
-            chunk_size=chunk_size,
-            temperature=temperature,
-            response_only=response_only,
-            loss_mask_only=loss_mask_only,
-        )
-        return out.loss, out.log_probs, out.entropy
+        with use_backend(self.backend):
+            out = policy_loss(
+                logits,
+                _batch(inputs),
+                advantages=advantages,
+                old_log_probs=old_log_probs,
+                eps_clip=eps_clip,
+                eps_clip_high=eps_clip_high,
+                entropy_coef=entropy_coef,
+                with_entropy=with_entropy,
+                tp_group=tp_group,
+                cp_group=cp_group,
+                cp_mode=inputs.cp_mode,
+                chunk_size=chunk_size,
+                temperature=temperature,
+                response_only=response_only,
+                loss_mask_only=loss_mask_only,
+            )
+            return out.loss, out.log_probs, out.entropy

@@ -1,0 +1,118 @@
+"""What every backend of the token-level Function shares: the TP combination of per-row statistics.
+
+Both backends of ``impl.token_level`` (the torch chunk loop and the Triton
+kernels of ``impl.triton_backend``) and the hidden-state path reduce a row of
+logits to the same statistics: ``sum exp(z - m)``, the target's ``z_t - m``
+and ``sum exp(z - m)(z - m)`` (entropy), shifted by the GLOBAL row max ``m``.
+The collectives that combine them over the TP group live here once, so the
+backends cannot drift apart on the contract they carry (BUGS.md #5): one MAX
+all-reduce of the row maxima, then one all-gather of the stacked statistics
+added in rank order; both issued by every rank whatever the data.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+# exp(x) is exactly 0 in fp32 for x below about -103.97. Shifted logits are
+# clamped to this floor only AFTER their exponential is taken, so the clamp
+# changes no probability; it only keeps ``p * log p`` at 0 * finite = 0
+# instead of 0 * -inf = NaN for masked (-inf) vocabulary entries.
+LOG_ZERO_FLOOR = -200.0
+
+
+def tp_world(group) -> tuple[int, int]:
+    """Return (size, rank) of the TP group; no group (or no process group) is one rank."""
+    if group is None or not dist.is_available() or not dist.is_initialized():
+        return 1, 0
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+def chunk_bounds(rows: int, chunk_size: int | None) -> list[tuple[int, int]]:
+    """Row ranges of the chunk loop; ``None`` or ``chunk_size >= rows`` is one chunk.
+
+    Routing ``chunk_size >= rows`` to a single chunk is the SkyRL #1650 fix:
+    chunking a single chunk costs more memory than not chunking at all.
+    """
+    if chunk_size is None or chunk_size >= rows:
+        return [(0, rows)]
+    return [(start, min(start + chunk_size, rows)) for start in range(0, rows, chunk_size)]
+
+
+def all_reduce_max(tensor: torch.Tensor, group) -> None:
+    """MAX is exact, so the collective's internal order cannot change a bit."""
+    if tp_world(group)[0] > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
+
+
+def sum_in_rank_order(tensor: torch.Tensor, group) -> torch.Tensor:
+    """Sum over the TP group, adding the ranks' parts in rank order.
+
+    A ring all-reduce adds an element's parts in an order that depends on
+    the element's POSITION in the buffer, so the same row would round
+    differently in a batch of another composition (e.g. response-only vs the
+    full stream). Gathering the small ``[rows, k]`` statistics and adding
+    them in a fixed order makes every row's result independent of its
+    neighbours, and identical on every rank.
+    """
+    size, _ = tp_world(group)
+    if size == 1:
+        return tensor
+    parts = [torch.empty_like(tensor) for _ in range(size)]
+    dist.all_gather(parts, tensor.contiguous(), group=group)
+    total = parts[0]
+    for part in parts[1:]:
+        total = total.add_(part)
+    return total
+
+
+def gradient_buffer(logits: torch.Tensor, row_index: torch.Tensor | None, donate: bool) -> torch.Tensor:
+    """Where the backward writes the gradient; rows that were not evaluated read exactly 0.
+
+    With donation it is the logits' own storage: each chunk is copied to its
+    private fp32 buffer BEFORE its rows are overwritten, and rows never read
+    are zeroed first. The write bumps the logits' version counter, so any
+    other node that saved the logits and runs its backward later fails with
+    torch's version-counter error instead of reading the gradient as logits.
+    """
+    if not donate:
+        return torch.empty_like(logits) if row_index is None else torch.zeros_like(logits)
+    buffer = logits.detach()
+    if row_index is not None:
+        unselected = torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device)
+        unselected[row_index] = False
+        buffer.masked_fill_(unselected.unsqueeze(1), 0)
+    return buffer
+
+
+def rescale_to_global_max(stats, local_max, global_max, in_shard) -> None:
+    """Statistics shifted by the rank-local row max -> shifted by the global row max, in place.
+
+    With ``d = m_local - m_global <= 0``: ``sum exp(z - m_g) = e^d S0``,
+    ``sum exp(z - m_g)(z - m_g) = e^d (S2 + d S0)`` and the target's
+    ``z_t - m_g = (z_t - m_l) + d`` on the rank that owns it (0 elsewhere).
+    A rank whose whole shard of a row is ``-inf`` (masked vocabulary) has
+    ``m_l = -inf``, ``S0 = S2 = 0``: ``d`` is clamped to the log-zero floor in
+    the sums (``e^d`` is already exactly 0 below it, so no finite case changes
+    a bit) so that its contribution is 0, never ``0 * -inf = NaN``.
+    """
+    delta = local_max - global_max
+    clamped = delta.clamp(min=LOG_ZERO_FLOOR)
+    factor = clamped.exp()
+    if stats.shape[1] == 3:
+        stats[:, 2] = factor * (stats[:, 2] + clamped * stats[:, 0])
+    stats[:, 0] = stats[:, 0] * factor
+    stats[:, 1] = torch.where(in_shard, stats[:, 1] + delta, 0.0)
+
+
+def finish(stats: torch.Tensor, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(log_probs, entropy)`` from the TP-summed statistics ``[sum exp, target shift, sum exp * shift]``."""
+    log_sum_exp = stats[:, 0].log()
+    log_probs = stats[:, 1] - log_sum_exp
+    return log_probs, entropy_from(stats, log_sum_exp) if with_entropy else None
+
+
+def entropy_from(stats: torch.Tensor, log_sum_exp: torch.Tensor) -> torch.Tensor:
+    """``H = lse - sum p (z - m)``: the forward's value and the backward's ``H`` from one formula."""
+    return log_sum_exp - stats[:, 2] / stats[:, 0]
