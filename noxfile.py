@@ -22,7 +22,6 @@ TRITON = ["triton==3.9.0", "numpy==2.4.6"]
 SUITE = ["properties", "regressions"]
 TRITON_KERNEL_TESTS = "tests/test_triton_kernels.py"
 # Short names of targets `nox -s check -- --target NAME` accepts beside impl (the gate takes module:attr).
-TARGET_ALIASES = {"impl-triton": "harness.targets.impl_triton:ImplTritonTarget"}
 
 
 def _install(session: nox.Session, extra: str = "test") -> None:
@@ -68,7 +67,6 @@ def check(session: nox.Session) -> None:
         at = args.index("--target")
         target = args[at + 1]
         del args[at : at + 2]
-    target = TARGET_ALIASES.get(target, target)
     session.run("python", "-m", "harness.gate", target, "--tiers", "contract,budget,hardening", *args)
 
 

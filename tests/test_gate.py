@@ -375,7 +375,7 @@ def test_tables_put_named_regressions_first_and_collapse_unsupported():
 
 
 def test_specs(tmp_path):
-    assert specs.resolve("impl").target == "impl"
+    assert specs.resolve("impl").target == "impl" and specs.resolve("impl-triton").target == "impl-triton"
     pypi = specs.resolve("skyrl==0.3.0")
     assert pypi.slug == "skyrl-0.3.0" and pypi.pip_requirement == "skyrl==0.3.0" and pypi.family == "skyrl"
     assert pypi.env["LPH_SKYRL_PATH"].endswith("skyrl-0.3.0")

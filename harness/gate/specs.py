@@ -1,6 +1,7 @@
 """SPEC strings (what a maintainer types) to the target the suite runs, and its environment.
 
-* ``impl``: this project's implementation;
+* ``impl``: this project's implementation (torch backend); ``impl-triton``:
+  the same on its Triton kernels (Triton's CPU interpreter on a CPU run);
 * ``skyrl==X``: SkyRL X from PyPI, installed WITHOUT dependencies into its own
   directory (``.packages/skyrl-X``) and loaded by path, so a base and a PR on
   two versions can live side by side in one virtualenv;
@@ -55,8 +56,8 @@ def git_revision(path: Path) -> str:
 
 def resolve(spec: str) -> ResolvedSpec:
     """Parse a SPEC; a malformed one is a clear error listing the accepted forms."""
-    if spec == "impl":
-        return ResolvedSpec(spec, "impl", "impl")
+    if spec in ("impl", "impl-triton"):
+        return ResolvedSpec(spec, spec, spec)
     if spec.startswith("mutant="):
         return _mutant(spec)
     name, sep, value = spec.partition("=")
@@ -81,8 +82,8 @@ def resolve(spec: str) -> ResolvedSpec:
     if ":" in spec and not sep:
         return ResolvedSpec(spec, spec, slug_of(spec))
     raise ValueError(
-        f"unknown SPEC {spec!r}: expected impl, mutant=NAME, skyrl==X, skyrl=PATH, slime=PATH, nemo_rl=PATH, "
-        "module:attr or path/to/adapter.py:attr"
+        f"unknown SPEC {spec!r}: expected impl, impl-triton, mutant=NAME, skyrl==X, skyrl=PATH, slime=PATH, "
+        "nemo_rl=PATH, module:attr or path/to/adapter.py:attr"
     )
 
 
