@@ -41,14 +41,19 @@ def _is_test_path(arg: str) -> bool:
     return not arg.startswith("-") and (specs.ROOT / arg.split("::", 1)[0]).exists()
 
 
+def _split_args(pytest_args: list[str]) -> tuple[list[str], list[str]]:
+    """(test selections, other pytest options): a rerun keeps the options and names its own checks."""
+    selected = [arg for arg in pytest_args if _is_test_path(arg)]
+    return selected, [arg for arg in pytest_args if arg not in selected]
+
+
 def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -> tuple[Run, float]:
     """The suite against one resolved SPEC, verdicts in ``out``; (run, wall seconds)."""
     specs.install(resolved)
     out.mkdir(parents=True, exist_ok=True)
     stale = out / "verdicts.json"
     stale.unlink(missing_ok=True)
-    selected = [arg for arg in pytest_args if _is_test_path(arg)]
-    others = [arg for arg in pytest_args if arg not in selected]
+    selected, others = _split_args(pytest_args)
     command = [sys.executable, "-m", "pytest", *(selected or SUITE), "--target", resolved.target]
     command += [f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", "-o", "junit_family=xunit2", *others]
     env = {**os.environ, **resolved.env}
@@ -66,7 +71,7 @@ def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -
 def run_checked(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -> tuple[Run, float]:
     """``run_suite``, then the second chance of ``retries`` (ERROR rerun, hangs replayed); verdicts re-saved."""
     run, elapsed = run_suite(resolved, out, pytest_args)
-    others = [arg for arg in pytest_args if not _is_test_path(arg)]
+    _, others = _split_args(pytest_args)
     rerun = retries.rerun_errors(run, lambda ids: run_suite(resolved, out / "retry", [*ids, *others])[0])
     unconfirmed = retries.confirm_hangs(run, resolved.target, resolved.env)
     for label, ids in (("rerun after an infrastructure ERROR", rerun), ("hang did not reproduce", unconfirmed)):
