@@ -53,8 +53,15 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from impl.row_stats import LOG_ZERO_FLOOR, all_reduce_max, rescale_to_global_max, sum_in_rank_order, tp_world
-from impl.token_level import SUPPORTED_DTYPES, _check_chunk_size, _is_fake, _row_sum
+from impl.row_stats import (
+    LOG_ZERO_FLOOR,
+    all_reduce_max,
+    rescale_to_global_max,
+    row_sum,
+    sum_in_rank_order,
+    tp_world,
+)
+from impl.validation import validate_hidden_inputs
 
 # Rows per matmul call (see the module docstring: the unit a row's bits depend on). Large enough for an
 # efficient GEMM on a CPU (the weight is re-read once per block), small enough that chunk sizes stay fine-grained.
@@ -96,53 +103,6 @@ def _workspace(rows: int, vocab_local: int, device) -> torch.Tensor:
     return torch.empty(2, max(min(rows, MATMUL_BLOCK_ROWS), 1), vocab_local, dtype=torch.float32, device=device)
 
 
-def validate_hidden_inputs(hidden, weight, targets, tp_group, chunk_size, temperature) -> None:
-    """Reject bad input with an error naming the argument and the fix."""
-    for name, tensor, shape in (("hidden", hidden, "[rows, H]"), ("weight", weight, "[V_local, H]")):
-        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 2:
-            got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-            raise ValueError(f"{name} must be a 2-D tensor {shape}; got {got}: flatten batch dims first")
-        if tensor.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} must be float32, bfloat16 or float16, got {tensor.dtype}")
-    if hidden.dtype != weight.dtype:
-        raise TypeError(
-            f"hidden is {hidden.dtype} but weight is {weight.dtype}: cast both to the LM head's matmul dtype"
-        )
-    if hidden.shape[1] != weight.shape[1]:
-        raise ValueError(
-            f"hidden has H={hidden.shape[1]} but weight has H={weight.shape[1]}: weight must be this rank's "
-            "LM-head shard [V_local, H] (not transposed)"
-        )
-    if hidden.shape[1] == 0:
-        raise ValueError("hidden and weight have H == 0 (an empty hidden size): every logit would be 0")
-    if weight.shape[0] == 0:
-        raise ValueError(
-            "weight has an empty vocabulary shard (V_local == 0); every TP rank needs >= 1 row of the head"
-        )
-    if hidden.device != weight.device:
-        raise ValueError(f"hidden is on {hidden.device} but weight is on {weight.device}; move them to one device")
-    if not isinstance(targets, torch.Tensor) or targets.dim() != 1 or targets.shape[0] != hidden.shape[0]:
-        got = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
-        raise ValueError(f"targets must be a 1-D tensor with one id per hidden row ({hidden.shape[0]}), got {got}")
-    if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
-        raise TypeError(f"targets must hold integer token ids, got {targets.dtype}")
-    if targets.device != hidden.device:
-        raise ValueError(f"targets is on {targets.device} but hidden is on {hidden.device}; move them to one device")
-    _check_chunk_size(chunk_size)
-    if not isinstance(temperature, (int, float)) or not temperature > 0 or temperature == float("inf"):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-    tp, _ = tp_world(tp_group)
-    vocab = weight.shape[0] * tp
-    if targets.numel() and not _is_fake(targets):
-        low, high = int(targets.min()), int(targets.max())
-        if low < 0 or high >= vocab:
-            bad = low if low < 0 else high
-            raise ValueError(
-                f"targets holds token id {bad}, outside the vocabulary [0, {vocab}) "
-                f"(V_local={weight.shape[0]} x tp={tp}); targets must be GLOBAL ids of the padded vocabulary"
-            )
-
-
 class FusedHiddenLogProbEntropy(torch.autograd.Function):
     """``(log_probs, entropy)`` from hidden states and a vocab-sharded head; see the module docstring."""
 
@@ -166,8 +126,8 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
             stats[start:end, 1] = shifted.gather(1, gather_index[start:end]).squeeze(1)
             probs = torch.exp(shifted, out=workspace[1, : end - start])
             if with_entropy:
-                stats[start:end, 2] = _row_sum(shifted.clamp_(min=LOG_ZERO_FLOOR).mul_(probs))
-            stats[start:end, 0] = _row_sum(probs)
+                stats[start:end, 2] = row_sum(shifted.clamp_(min=LOG_ZERO_FLOOR).mul_(probs))
+            stats[start:end, 0] = row_sum(probs)
         del workspace
         global_max = local_max.clone()
         all_reduce_max(global_max, tp_group)

@@ -7,7 +7,9 @@ and ``sum exp(z - m)(z - m)`` (entropy), shifted by the GLOBAL row max ``m``.
 The collectives that combine them over the TP group live here once, so the
 backends cannot drift apart on the contract they carry (BUGS.md #5): one MAX
 all-reduce of the row maxima, then one all-gather of the stacked statistics
-added in rank order; both issued by every rank whatever the data.
+added in rank order; both issued by every rank whatever the data. The row
+sums that build those statistics (``row_sum``: ``torch.sum`` on the CPU, a
+fixed-order pairwise tree elsewhere, so chunking changes no bit) are here too.
 """
 
 from __future__ import annotations
@@ -116,3 +118,27 @@ def finish(stats: torch.Tensor, with_entropy: bool) -> tuple[torch.Tensor, torch
 def entropy_from(stats: torch.Tensor, log_sum_exp: torch.Tensor) -> torch.Tensor:
     """``H = lse - sum p (z - m)``: the forward's value and the backward's ``H`` from one formula."""
     return log_sum_exp - stats[:, 2] / stats[:, 0]
+
+
+def row_sum_fixed_order(rows: torch.Tensor) -> torch.Tensor:
+    """Sum each row of the 2-D ``rows`` (destroying it) in an order fixed by the column count alone.
+
+    Folds the upper part of each row onto the lower part, ``x[:, :h] +=
+    x[:, n-h:n]`` with ``h = n // 2``, until one column is left: pairwise
+    summation made of elementwise adds only, so the result of a row is
+    bit-identical whether it is summed alone or among any number of others,
+    on any device. In place on a private buffer: no allocation but the
+    ``[rows]`` result. Costs ``log2(V)`` launches, which is why the CPU, where
+    ``torch.sum`` is already row-count invariant, keeps ``torch.sum``.
+    """
+    width = rows.shape[1]
+    while width > 1:
+        half = width // 2
+        rows[:, :half].add_(rows[:, width - half : width])
+        width -= half
+    return rows[:, 0].clone() if width == 1 else rows.new_zeros(rows.shape[0])
+
+
+def row_sum(rows: torch.Tensor) -> torch.Tensor:
+    """Row sums of a private workspace buffer, independent of the chunk's row count on every device."""
+    return rows.sum(dim=1) if rows.device.type == "cpu" else row_sum_fixed_order(rows)

@@ -57,35 +57,11 @@ from impl.row_stats import (
     entropy_from,
     finish,
     gradient_buffer,
+    row_sum,
     sum_in_rank_order,
     tp_world,
 )
-
-SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def row_sum_fixed_order(rows: torch.Tensor) -> torch.Tensor:
-    """Sum each row of the 2-D ``rows`` (destroying it) in an order fixed by the column count alone.
-
-    Folds the upper part of each row onto the lower part, ``x[:, :h] +=
-    x[:, n-h:n]`` with ``h = n // 2``, until one column is left: pairwise
-    summation made of elementwise adds only, so the result of a row is
-    bit-identical whether it is summed alone or among any number of others,
-    on any device. In place on a private buffer: no allocation but the
-    ``[rows]`` result. Costs ``log2(V)`` launches, which is why the CPU, where
-    ``torch.sum`` is already row-count invariant, keeps ``torch.sum``.
-    """
-    width = rows.shape[1]
-    while width > 1:
-        half = width // 2
-        rows[:, :half].add_(rows[:, width - half : width])
-        width -= half
-    return rows[:, 0].clone() if width == 1 else rows.new_zeros(rows.shape[0])
-
-
-def _row_sum(rows: torch.Tensor) -> torch.Tensor:
-    """Row sums of a private workspace buffer, independent of the chunk's row count on every device."""
-    return rows.sum(dim=1) if rows.device.type == "cpu" else row_sum_fixed_order(rows)
+from impl.validation import validate_token_inputs
 
 
 def cache_friendly_chunk_rows(vocab_local: int, elements: int = 2**20) -> int:
@@ -137,69 +113,6 @@ def _row_max(logits: torch.Tensor, rows: torch.Tensor | None, bounds, temperatur
     return torch.cat([logits.new_zeros(0)] + maxima).float() / temperature
 
 
-def _check_chunk_size(chunk_size) -> None:
-    if chunk_size is None:
-        return
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
-        raise TypeError(f"chunk_size must be an int or None, got {type(chunk_size).__name__}")
-    if chunk_size <= 0:
-        raise ValueError(f"chunk_size must be a positive number of rows (or None for one chunk), got {chunk_size}")
-
-
-def _is_fake(tensor: torch.Tensor) -> bool:
-    """Fake tensors (memory checks at real scale) carry no values to validate."""
-    from torch._subclasses.fake_tensor import is_fake
-
-    return is_fake(tensor)
-
-
-def _validate_rows(rows, logits) -> int:
-    """``rows`` (optional) selects unique logits rows to evaluate; returns how many rows are evaluated."""
-    if rows is None:
-        return logits.shape[0]
-    if not isinstance(rows, torch.Tensor) or rows.dim() != 1 or rows.dtype != torch.long:
-        raise ValueError("rows must be a 1-D int64 tensor of logits row indices (or None for every row)")
-    if rows.numel() and not _is_fake(rows):
-        low, high = int(rows.min()), int(rows.max())
-        if low < 0 or high >= logits.shape[0]:
-            raise ValueError(f"rows holds index {low if low < 0 else high}, outside [0, {logits.shape[0]})")
-        if rows.unique().numel() != rows.numel():
-            raise ValueError("rows must not repeat a row index (each row's gradient is written once)")
-    return rows.shape[0]
-
-
-def validate_token_inputs(logits, targets, tp_group, chunk_size, temperature, rows=None) -> None:
-    """Reject bad input with an error naming the argument and the fix."""
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
-        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-        raise ValueError(f"logits must be a 2-D tensor [rows, V_local]; got {shape}: flatten batch dims first")
-    if logits.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"logits must be float32, bfloat16 or float16, got {logits.dtype}")
-    evaluated = _validate_rows(rows, logits)
-    if not isinstance(targets, torch.Tensor) or targets.dim() != 1 or targets.shape[0] != evaluated:
-        shape = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
-        raise ValueError(f"targets must be a 1-D tensor with one id per evaluated row ({evaluated}), got {shape}")
-    if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
-        raise TypeError(f"targets must hold integer token ids, got {targets.dtype}")
-    if targets.device != logits.device:
-        raise ValueError(f"targets is on {targets.device} but logits is on {logits.device}; move them to one device")
-    _check_chunk_size(chunk_size)
-    if not isinstance(temperature, (int, float)) or not temperature > 0 or temperature == float("inf"):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-    if logits.shape[1] == 0:
-        raise ValueError("logits has an empty vocabulary shard (V_local == 0); every TP rank needs >= 1 column")
-    tp, _ = tp_world(tp_group)
-    vocab = logits.shape[1] * tp
-    if targets.numel() and not _is_fake(targets):
-        low, high = int(targets.min()), int(targets.max())
-        if low < 0 or high >= vocab:
-            bad = low if low < 0 else high
-            raise ValueError(
-                f"targets holds token id {bad}, outside the vocabulary [0, {vocab}) "
-                f"(V_local={logits.shape[1]} x tp={tp}); targets must be GLOBAL ids of the padded vocabulary"
-            )
-
-
 def _unpack(ctx) -> tuple:
     """The saved tensors, refusing (clearly) to recompute from logits that were donated or modified."""
     if ctx.donated:
@@ -236,8 +149,8 @@ def _torch_forward_stats(
         if with_entropy:
             # p * log p into the shifted buffer first: the row sums below consume their buffers.
             p_log_p = shifted.clamp_(min=LOG_ZERO_FLOOR).mul_(probs)
-            stats[start:end, 2] = _row_sum(p_log_p)
-        stats[start:end, 0] = _row_sum(probs)
+            stats[start:end, 2] = row_sum(p_log_p)
+        stats[start:end, 0] = row_sum(probs)
     return row_max, stats
 
 

@@ -16,6 +16,7 @@ import math
 import pytest
 import torch
 
+import impl.row_stats as row_stats
 import impl.token_level as token_level
 from harness.cases import Case
 from harness.checks import check_token_backward, check_token_forward
@@ -28,9 +29,9 @@ WIDTHS = (1, 2, 3, 67, 131, 4099)
 def test_a_row_sums_to_the_same_bits_alone_or_among_others(width):
     generator = torch.Generator().manual_seed(width)
     rows = torch.randn(9, width, generator=generator).exp()
-    together = token_level.row_sum_fixed_order(rows.clone())
+    together = row_stats.row_sum_fixed_order(rows.clone())
     for index in range(rows.shape[0]):
-        alone = token_level.row_sum_fixed_order(rows[index : index + 1].clone())
+        alone = row_stats.row_sum_fixed_order(rows[index : index + 1].clone())
         assert torch.equal(alone[0], together[index]), f"row {index} of width {width}: {alone[0]} vs {together[index]}"
 
 
@@ -40,14 +41,14 @@ def test_pairwise_error_bound(width):
     generator = torch.Generator().manual_seed(1000 + width)
     rows = torch.randn(5, width, generator=generator) * 10
     exact = rows.double().sum(dim=1)
-    got = token_level.row_sum_fixed_order(rows.clone()).double()
+    got = row_stats.row_sum_fixed_order(rows.clone()).double()
     bound = max(1, math.ceil(math.log2(width))) * torch.finfo(torch.float32).eps * rows.double().abs().sum(dim=1)
     assert torch.all((got - exact).abs() <= bound), f"width {width}: errors {(got - exact).abs()} vs bound {bound}"
 
 
 def test_empty_rows_and_zero_width():
-    assert token_level.row_sum_fixed_order(torch.empty(0, 7)).shape == (0,)
-    assert torch.equal(token_level.row_sum_fixed_order(torch.empty(3, 0)), torch.zeros(3))
+    assert row_stats.row_sum_fixed_order(torch.empty(0, 7)).shape == (0,)
+    assert torch.equal(row_stats.row_sum_fixed_order(torch.empty(3, 0)), torch.zeros(3))
 
 
 @pytest.mark.parametrize("vocab", [67, 131])
@@ -55,10 +56,10 @@ def test_empty_rows_and_zero_width():
 def test_function_on_the_fixed_order_branch_is_chunk_invariant_and_oracle_exact(monkeypatch, vocab, chunk_size):
     """The branch CUDA takes, forced on the CPU, through the suite's own checks.
 
-    One rank (tp=cp=1) runs in this process, so the patched ``_row_sum`` is
+    One rank (tp=cp=1) runs in this process, so the patched ``row_sum`` is
     the one impl/ uses; ``-inf`` columns check that p log p stays 0, not NaN.
     """
-    monkeypatch.setattr(token_level, "_row_sum", token_level.row_sum_fixed_order)
+    monkeypatch.setattr(token_level, "row_sum", row_stats.row_sum_fixed_order)
     case = Case(
         seed=vocab, vocab=vocab, samples=((17, 16), (10, 9)), chunk_size=chunk_size, special=("neg_inf_columns",)
     )
