@@ -13,6 +13,11 @@ is a silent wrong answer. Each row is shown to fail on impl/ with its check
 removed (mutants ``no_cp_agreement``, ``no_tp_agreement``,
 ``cp_group_without_mode_accepted``, ``cp_mode_without_group_accepted``).
 
+``cp_group_without_cp_mode`` needs ``cp_mode_arg``: a target whose API
+takes no CP layout argument (SkyRL, slime, NeMo-RL read it from the CP
+group or Megatron's parallel state) cannot be told "this batch is unsplit",
+so the row does not apply to it (UNSUPPORTED, not an upstream defect).
+
 Every CP row but ``cp_mode_differs`` (which needs both layouts) runs on each
 CP layout, allgather and zigzag: what a row checks (that the ranks agree)
 does not depend on the layout, and a target with one CP layout only (SkyRL
@@ -50,7 +55,9 @@ ROWS = [
     DistributedBadInput("cp_chunk_size", CP_CASE, frozenset({"packed", "cp_allgather", "chunking"}), "chunk_size"),
     DistributedBadInput("cp_entropy_flag", CP_CASE, frozenset({"packed", "cp_allgather", "entropy"}), "with_entropy"),
     DistributedBadInput("cp_mode_differs", CP_CASE, frozenset({"packed", "cp_allgather", "cp_zigzag"}), "cp_mode"),
-    DistributedBadInput("cp_group_without_cp_mode", CP_CASE, frozenset({"packed", "cp_allgather"}), "cp_mode"),
+    DistributedBadInput(
+        "cp_group_without_cp_mode", CP_CASE, frozenset({"packed", "cp_allgather", "cp_mode_arg"}), "cp_mode"
+    ),
     DistributedBadInput("cp_mode_without_cp_group", CP_CASE, frozenset({"packed", "cp_allgather"}), "cp_group"),
     DistributedBadInput(
         "cp_advantages_on_one_rank", CP_CASE, frozenset({"policy_loss", "cp_allgather", "entropy"}), "advantages"

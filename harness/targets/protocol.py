@@ -35,6 +35,7 @@ CAPABILITIES = frozenset(
         "bshd",  # qkv_format="bshd"
         "cp_zigzag",  # context parallelism, zigzag (ring-attention) layout
         "cp_allgather",  # context parallelism, allgather layout (DSA models)
+        "cp_mode_arg",  # the CP layout is an argument (cp_mode); without it the CP group alone decides
         "donation",  # token_log_probs(..., donate_logits=True) writes the gradient over the logits
         "bit_exact",  # chunking, the entropy gate and response-only change no bit (else: within tolerance)
         "hidden",  # hidden_log_probs: hidden states [rows, H] and this rank's LM-head shard [V_local, H]
