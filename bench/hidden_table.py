@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from harness.hidden_memory import REAL_SCALES, HiddenMemoryCase, measure_hidden_memory
+from harness.hidden_memory import REAL_SCALES, HiddenMemoryCase, measure_hidden_memory, target_runner
 from impl.hidden_states import hidden_log_probs_and_entropy
 from impl.token_level import log_probs_and_entropy
 
@@ -84,19 +84,10 @@ def _skyrl_fused():
         print(f"skyrl-fused left out: {type(exc).__name__}: {exc}")
         return None
 
-    def run(hidden, weight, targets):
-        return target.hidden_log_probs(
-            hidden,
-            weight,
-            targets,
-            tp_group=None,
-            chunk_size=CHUNK,
-            with_entropy=False,
-            entropy_grad=False,
-            temperature=1.0,
-        )
-
-    return run
+    # target_runner reads only the call's options from the case (chunk size, entropy flags), not its shape.
+    return target_runner(
+        target, HiddenMemoryCase(rows=0, hidden_size=0, vocab_local=0, chunk_size=CHUNK, with_entropy=False)
+    )
 
 
 def _inputs(rows: int, hidden_size: int, vocab: int):
