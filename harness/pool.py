@@ -27,9 +27,11 @@ of a world size are started once and then run a job in milliseconds:
   (the tracer mirrors it into shared memory before each call); a raising or
   dying rank becomes ``RankError`` with its traceback or exit code
   (``harness.rank_errors``). A pool left inconsistent (a rank stuck, dead, or
-  past a collective timeout, after which gloo's pairs are closed) is killed
-  and transparently respawned by the next job, so one bad example never
-  poisons the next;
+  past a collective timeout, after which gloo's pairs are closed) is never
+  reused as is: after a collective timeout on gloo every rank leaves its
+  process groups and joins fresh ones (milliseconds, where a respawn costs
+  every rank's torch import); otherwise it is killed and transparently
+  respawned by the next job, so one bad example never poisons the next;
 * ranks exit when the parent dies (a watchdog thread, and daemon processes),
   and ``shutdown_all`` (registered with atexit) leaves no process behind.
 """
@@ -48,7 +50,7 @@ import time
 import traceback
 import weakref
 
-from harness import rank_errors
+from harness import device, rank_errors
 from harness.rank_errors import GRACE_S, CollectiveHang, PoolStartError, RankError, RankHang, is_collective_timeout
 from harness.rank_process import (
     LAST_COLLECTIVE_BYTES,
@@ -63,6 +65,7 @@ START_TIMEOUT_S = 120.0
 START_ATTEMPTS = 2  # a failed start is retried once before it is reported (PoolStartError)
 STOP_JOIN_S = 3.0
 KILL_JOIN_S = 2.0
+REJOIN_TIMEOUT_S = 30.0  # every rank re-joins fresh process groups after a collective timeout, or the pool is killed
 
 
 # ---- parent side ---------------------------------------------------------------
@@ -92,6 +95,7 @@ class RankPool:
         self._last: list = []
         self._tmpdir: str | None = None
         self.jobs_run = 0  # jobs posted since the last (re)spawn: the first one pays the ranks' imports
+        self._rejoins = 0  # process-group re-joins after collective timeouts (names each new rendezvous)
         _ALL_POOLS.add(self)
 
     @property
@@ -149,8 +153,10 @@ class RankPool:
         stuck_at = {rank: self._last_collective(rank) for rank in sorted(stuck)}
         timed_out = {rank: text for rank, text in errors.items() if is_collective_timeout(text)}
         last = {rank: self._last_collective(rank) for rank in timed_out}
-        if stuck or timed_out or not self.alive:
+        if stuck or not self.alive:
             self._reap(0.0)
+        elif timed_out:
+            self._rejoin_or_reap()
         where = rank_errors.layout(self.world_size, fn, tp, cp)
         if len(timed_out) < len(errors):
             raise RankError(rank_errors.error_message(where, errors, stuck_at))
@@ -160,6 +166,26 @@ class RankPool:
         if stuck_at:
             raise RankHang(rank_errors.hang_message(where, self.world_size, timeout_s, stuck_at))
         return [results[rank] for rank in range(self.world_size)]
+
+    def _rejoin_or_reap(self) -> None:
+        """After a collective timeout: every rank replied, but gloo closed the groups' pairs.
+
+        On the CPU (gloo) the ranks leave their process groups and join fresh
+        ones at a new rendezvous, in well under a second; a respawn would cost
+        every rank's torch import again, seconds per hung example on 2 cores
+        (issue 13). Anything short of every rank re-joining, or a GPU backend
+        (NCCL cannot be trusted to tear down after a timeout), falls back to
+        killing the pool, which the next job respawns.
+        """
+        if device.device_type() != "cpu":
+            self._reap(0.0)
+            return
+        self._rejoins += 1
+        rendezvous = os.path.join(self._tmpdir, f"rendezvous-{self._rejoins}")
+        self._post(pickle.dumps(("rejoin", rendezvous), protocol=PICKLE_PROTOCOL))
+        _, errors, stuck = self._collect(REJOIN_TIMEOUT_S)
+        if errors or stuck or not self.alive:
+            self._reap(0.0)
 
     def shutdown(self) -> None:
         """Stop the ranks (a stop message, then terminate, then kill) and remove the rendezvous directory."""

@@ -29,6 +29,11 @@ _COLLECTIVE_TIMEOUT = re.compile(
 )
 
 
+# A CollectiveHang whose first line carries this proves the hang (see ``timeout_message``).
+DIVERGED = "finished the job without joining it"
+_GROUP = re.compile(r"group=\(([\d, ]*)\)")
+
+
 class RankError(RuntimeError):
     """One or more ranks raised or died while running a job (or starting)."""
 
@@ -103,15 +108,39 @@ def hang_message(where: str, world_size: int, timeout_s: float, stuck_at: dict) 
 
 
 def timeout_message(where: str, finished: list, timeout_s: float, timed_out: dict, last: dict) -> str:
-    """CollectiveHang's text: the ranks that gave up waiting, their last collective, the backend's words."""
+    """CollectiveHang's text: the ranks that gave up waiting, their last collective, the backend's words.
+
+    When a rank that FINISHED the job belongs to the group a waiting rank
+    was stuck in, the first line says so (``DIVERGED``): the finished rank
+    returned without ever issuing that collective, so the ranks' collective
+    sequences differ, a hang whatever the deadline; a slow rank would have
+    joined late and failed on the closed pairs, not finished. The gate takes
+    such a hang as reproduced without replaying it (harness/gate/retries.py).
+    """
     waits = "\n".join(f"rank {rank} stuck; last collective: {last[rank]}" for rank in sorted(timed_out))
+    skipped = sorted({rank for waiting in timed_out for rank in _group_of(last[waiting]) if rank in finished})
+    if skipped:
+        first = (
+            f"{where}: rank(s) {sorted(timed_out)} waited {timeout_s:.1f} s in a collective that rank(s) "
+            f"{skipped} {DIVERGED} (the ranks issued different collectives: a hang whatever the deadline)"
+        )
+    else:
+        first = (
+            f"{where}: rank(s) {sorted(timed_out)} waited {timeout_s:.1f} s in a collective their peers never "
+            "joined (the process group's timeout)"
+        )
     return "\n".join(
         [
-            f"{where}: rank(s) {sorted(timed_out)} waited {timeout_s:.1f} s in a collective their peers never "
-            "joined (the process group's timeout)",
+            first,
             waits,
             f"finished: rank(s) {sorted(finished)}",
             error_lines(timed_out),
-            "the pool was killed and will respawn on the next job",
+            "the ranks' process groups are replaced before the next job",
         ]
     )
+
+
+def _group_of(collective: str) -> tuple[int, ...]:
+    """The ranks of a collective as ``harness.trace.describe`` writes it (``group=(0, 2)``); () if unknown."""
+    match = _GROUP.search(collective)
+    return tuple(int(rank) for rank in match.group(1).split(",") if rank.strip()) if match else ()

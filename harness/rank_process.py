@@ -99,16 +99,10 @@ def _set_collective_timeout(groups: dict, timeout_s: float) -> None:
             _set_pg_timeout(timeout, group)
 
 
-def _start_rank(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float, last_collective):
-    import torch
+def _join(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float, backend: str) -> dict:
+    """Join the world's process group at ``rendezvous`` and make every TP/CP group; returns the groups."""
     import torch.distributed as dist
 
-    from harness import device
-    from harness.trace import CollectiveTracer, describe
-
-    torch.set_num_threads(1)
-    # gloo on the CPU (LPH_DEVICE unset); under LPH_DEVICE=cuda this pins the rank to its GPU first.
-    backend = device.setup_rank(rank, world_size)
     dist.init_process_group(
         backend,
         init_method=f"file://{rendezvous}",
@@ -116,12 +110,39 @@ def _start_rank(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float
         world_size=world_size,
         timeout=timedelta(seconds=pg_timeout_s),
     )
+    return _make_groups(world_size, pg_timeout_s)
+
+
+def _start_rank(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float, last_collective):
+    import torch
+
+    from harness import device
+    from harness.trace import CollectiveTracer, describe
+
+    torch.set_num_threads(1)
+    # gloo on the CPU (LPH_DEVICE unset); under LPH_DEVICE=cuda this pins the rank to its GPU first.
+    backend = device.setup_rank(rank, world_size)
 
     def mirror(record) -> None:
         last_collective.value = describe(record).encode()[: LAST_COLLECTIVE_BYTES - 1]
 
     tracer = CollectiveTracer(on_record=mirror).install()
-    return tracer, _make_groups(world_size, pg_timeout_s)
+    return tracer, backend, _join(rank, world_size, rendezvous, pg_timeout_s, backend)
+
+
+def _rejoin(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float, backend: str, groups: dict) -> None:
+    """Leave the process groups a collective timeout broke and join fresh ones (``groups`` updated in place).
+
+    After a collective timeout gloo closes its pairs, so the groups cannot be
+    used again; the process itself is fine. Re-joining costs a rendezvous,
+    where a respawn costs every rank's torch import (seconds on 2 cores):
+    this is what keeps a hang-class bug's every hung example cheap (issue 13).
+    """
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    groups.clear()
+    groups.update(_join(rank, world_size, rendezvous, pg_timeout_s, backend))
 
 
 def _load(cache: dict, path: str):
@@ -147,8 +168,11 @@ def _context(rank: int, world_size: int, tp: int, cp: int, groups: dict, tracer)
     )
 
 
-def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collective) -> None:
-    """Answer jobs until told to stop or the parent's end of the pipe closes; a raising job is reported, not fatal."""
+def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collective, rejoin) -> None:
+    """Answer jobs until told to stop or the parent's end of the pipe closes; a raising job is reported, not fatal.
+
+    ``("rejoin", rendezvous)`` replaces the process groups (``rejoin(rendezvous)``) and answers ``None``.
+    """
     from harness.device import to_host
 
     functions: dict = {}
@@ -164,6 +188,11 @@ def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collecti
             message = pickle.loads(blob)
             if message[0] == "stop":
                 return
+            if message[0] == "rejoin":
+                rejoin(message[1])
+                collective_timeout_s = None
+                conn.send_bytes(pickle.dumps(("ok", None), protocol=PICKLE_PROTOCOL))
+                continue
             _, fn_path, payload, tp, cp, timeout_s = message
             if timeout_s != collective_timeout_s:
                 _set_collective_timeout(groups, timeout_s)
@@ -189,12 +218,16 @@ def _child_main(rank, world_size, rendezvous, pg_timeout_s, conn, last_collectiv
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     try:
-        tracer, groups = _start_rank(rank, world_size, rendezvous, pg_timeout_s, last_collective)
+        tracer, backend, groups = _start_rank(rank, world_size, rendezvous, pg_timeout_s, last_collective)
     except BaseException:
         conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
         return
     conn.send_bytes(pickle.dumps(("ok", None)))
-    _serve(rank, world_size, conn, tracer, groups, last_collective)
+
+    def rejoin(path: str) -> None:
+        _rejoin(rank, world_size, path, pg_timeout_s, backend, groups)
+
+    _serve(rank, world_size, conn, tracer, groups, last_collective, rejoin)
     import torch.distributed as dist
 
     dist.destroy_process_group()

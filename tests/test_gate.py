@@ -19,6 +19,7 @@ from harness.gate.replays import Replayed
 from harness.gate.specs import ROOT
 from harness.gate.tiers import BUDGET, CONTRACT, HARDENING, TIERS, parse_tiers, tier_of_item
 from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, UNSUPPORTED, Run, Verdict, is_infrastructure, split_replay
+from harness.rank_errors import DIVERGED
 
 GATE = "regressions/test_inverted_no_grad_gate.py::test_requires_grad_equals_gate_and_gradient_matches_oracle"
 PARITY = "properties/test_backward_parity.py::test_token_backward_parity"
@@ -386,3 +387,18 @@ def test_specs(tmp_path):
     for bad, message in [("slime=/no/such/dir", "not a directory"), ("cuda", "unknown SPEC"), ("mutant=nope", "nope")]:
         with pytest.raises(ValueError, match=message):
             specs.resolve(bad)
+
+
+def test_a_hang_where_a_rank_finished_is_not_replayed():
+    """A rank that finished without joining the collective its peers waited in proves the hang: no replay."""
+    proven = failing(GATE, "c1", kind=HANG)
+    proven.reason = (
+        "CollectiveHang: job j on a world of 2 (tp=1, cp=2): rank(s) [1] waited 8.0 s in a collective that "
+        f"rank(s) [0] {DIVERGED} (the ranks issued different collectives: a hang whatever the deadline)"
+    )
+    timed_out = failing(PARITY, "c2", kind=HANG)
+    result = run(proven, timed_out)
+    replay = fake_replay({("head", "c1"): PASS, ("head", "c2"): FAIL})
+    assert retries.confirm_hangs(result, "T", {"side": "head"}, replay=replay) == []
+    assert [case for _, items in replay.calls for _, case in items] == ["c2"]
+    assert result.verdicts[GATE].outcome == FAIL and result.verdicts[PARITY].outcome == FAIL

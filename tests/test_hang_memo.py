@@ -92,12 +92,12 @@ def test_known_hang_is_replayed_from_the_memo_without_running(short_deadline):
     with pytest.raises(RankHang) as first:
         check_policy_loss(CASE, target)
     pool = get_pool(CASE.world_size)
-    assert not pool.alive, "a hang kills the pool"
+    jobs_run = pool.jobs_run
     with pytest.raises(RankHang) as again:
         check_policy_loss(CASE, target)
     assert type(again.value) is type(first.value) and str(again.value) == str(first.value)
     assert hang_memo.MEMO.skipped_runs == 1
-    assert not pool.alive, "the memo hit ran nothing: the pool was not even respawned"
+    assert pool.jobs_run == jobs_run, "the memo hit ran nothing: no job reached the pool"
 
 
 @pytest.mark.slow

@@ -13,6 +13,11 @@ so two kinds of verdict are checked again before the gate decides:
   time), so a hang that reproduces stays FAIL (hang); one whose replay passes
   was a deadline missed under load and becomes ERROR ("did not reproduce").
   A replay that fails differently keeps the FAIL: the check failed either way.
+  A hang whose report shows a rank that FINISHED the job without joining the
+  collective its peers waited in (``harness.rank_errors.DIVERGED``) is not
+  replayed: the ranks' collective sequences differed, which no load can
+  cause, so it is reproduced by construction (and a replay would only wait
+  out another deadline per hang: issue 13's "at most 2x a correct target").
 """
 
 from __future__ import annotations
@@ -22,13 +27,18 @@ from dataclasses import replace
 
 from harness.gate.replays import replay_in_subprocess
 from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, Run
+from harness.rank_errors import DIVERGED
 
 REPLAY_TIMEOUT_S = 900.0
 
 
 def confirm_hangs(run: Run, target: str, env: dict, *, replay=replay_in_subprocess) -> list[str]:
     """Replay ``run``'s replayable hangs on ``target``; those that pass become ERROR. Returns the ids changed."""
-    hangs = [v for v in run.checks().values() if v.outcome == FAIL and v.kind == HANG and v.replayable]
+    hangs = [
+        v
+        for v in run.checks().values()
+        if v.outcome == FAIL and v.kind == HANG and v.replayable and DIVERGED not in v.reason
+    ]
     if not hangs:
         return []
     results = replay([(v.check, v.case) for v in hangs], target, env, REPLAY_TIMEOUT_S)
