@@ -13,8 +13,10 @@ same job SHAPE costs on this machine, measured on its successful runs:
   inherit a small one's deadline;
 * the slowest run, not the mean: a deadline must cover the worst normal run
   (first jobs after a respawn pay imports; other processes share the CPU);
-* before a shape is observed: MULTIPLIER x the slowest run of ANY shape
-  seen in this process, times UNSEEN_SHAPE_FACTOR, but at most COLD_S;
+* before a shape is observed: MULTIPLIER x the slowest run of the same job
+  function (any layout; a smaller size bucket scaled up by 8 per bucket),
+  or of any job if that function never ran, times UNSEEN_SHAPE_FACTOR, but
+  at most COLD_S;
   before anything is observed, COLD_S (the very first job of a process);
 * only jobs on a WARM pool are recorded (harness/run.py): the first job
   after a (re)spawn pays the ranks' imports, which would inflate the
@@ -84,10 +86,24 @@ class DeadlinePolicy:
         if shape in self.slowest:
             estimate = MULTIPLIER * self.slowest[shape]
         elif self.slowest:
-            estimate = min(COLD_S, MULTIPLIER * UNSEEN_SHAPE_FACTOR * max(self.slowest.values()))
+            estimate = min(COLD_S, MULTIPLIER * UNSEEN_SHAPE_FACTOR * self._kin_estimate(shape))
         else:
             estimate = COLD_S
         return min(max(estimate, floor), max(CEILING_S, floor))
+
+    def _kin_estimate(self, shape: tuple) -> float:
+        """For an unseen shape: the slowest run of the SAME job (any layout), scaled up to its size bucket.
+
+        A run of a smaller bucket is scaled by 8 per bucket (the bucket is the
+        order of magnitude of the work). Only jobs of other functions seen so
+        far: the slowest of them. Taking the slowest of EVERY job made one
+        slow hidden-state job set every unseen shape's deadline to the cold
+        cap, and a hang-class bug whose first example hangs then waited 15 s
+        per property (issue 13, measured on ``tp_rank_without_targets_skips_stats_gather``).
+        """
+        job, _, _, bucket = shape
+        kin = [seconds * 8.0 ** max(0, bucket - b) for (j, _, _, b), seconds in self.slowest.items() if j == job]
+        return max(kin) if kin else max(self.slowest.values())
 
 
 POLICY = DeadlinePolicy()

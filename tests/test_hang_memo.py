@@ -45,6 +45,23 @@ def test_deadline_follows_measured_cost_within_floor_and_ceiling(monkeypatch):
     assert bigger != small, "a case 100x larger is another shape"
 
 
+def test_an_unseen_shape_is_sized_by_its_own_job_not_by_the_slowest_job_of_the_process(monkeypatch):
+    """One slow job of another function must not put every unseen shape at the cold cap (issue 13)."""
+    monkeypatch.setattr(deadline, "contention", lambda: 1.0)
+    policy = deadline.DeadlinePolicy()
+    policy.observe(deadline.shape_of("m:hidden_job", 2, 1, rows=4096, vocab=4096), 3.0)  # a slow, big job
+    policy.observe(deadline.shape_of("m:token_job", 2, 1, rows=10, vocab=16), 0.01)
+    unseen_layout = deadline.shape_of("m:token_job", 4, 1, rows=10, vocab=16)
+    assert policy.deadline(unseen_layout) == deadline.FLOOR_S, "a millisecond job's sibling gets the floor"
+    one_bucket_up = deadline.shape_of("m:token_job", 2, 1, rows=80, vocab=16)
+    expected = deadline.MULTIPLIER * deadline.UNSEEN_SHAPE_FACTOR * 0.01 * 8
+    assert policy.deadline(one_bucket_up) == max(deadline.FLOOR_S, expected)
+    policy.observe(deadline.shape_of("m:token_job", 2, 1, rows=10, vocab=16), 0.2)
+    assert policy.deadline(one_bucket_up) == deadline.COLD_S, "a larger bucket is scaled up by 8 per bucket"
+    never_ran = deadline.shape_of("m:policy_job", 2, 1, rows=10, vocab=16)
+    assert policy.deadline(never_ran) == deadline.COLD_S, "a job never seen: the slowest job of any kind"
+
+
 def test_floor_scales_with_the_machine_load(monkeypatch):
     """A crowded machine (load 6 per core) waits 6x longer before calling a millisecond job hung."""
     policy = deadline.DeadlinePolicy()
