@@ -124,7 +124,8 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
             torch.amax(logits, dim=1, out=local_max[start:end])
             shifted = logits.sub_(local_max[start:end].unsqueeze(1))
             stats[start:end, 1] = shifted.gather(1, gather_index[start:end]).squeeze(1)
-            probs = torch.exp(shifted, out=workspace[1, : end - start])
+            # Without entropy the shifted logits are not needed again: exp in place saves a pass over a second buffer.
+            probs = torch.exp(shifted, out=workspace[1, : end - start]) if with_entropy else shifted.exp_()
             if with_entropy:
                 stats[start:end, 2] = row_sum(shifted.clamp_(min=LOG_ZERO_FLOOR).mul_(probs))
             stats[start:end, 0] = row_sum(probs)
@@ -209,10 +210,11 @@ def _block_logits_grad(
     """
     log_p = _block_logits(hidden, weight, start, end, temperature, workspace[0, : end - start])
     log_p.sub_(shift[start:end].unsqueeze(1))
-    probs = torch.exp(log_p, out=workspace[1, : end - start])
-    if entropy is None:
+    if entropy is None:  # log p is not needed again: exp in place (one buffer, one pass fewer)
+        probs = log_p.exp_()
         neg_coef = g_lp[start:end].neg().unsqueeze(1)
     else:
+        probs = torch.exp(log_p, out=workspace[1, : end - start])
         offset = (g_lp[start:end] + g_h[start:end] * entropy[start:end]).unsqueeze(1)
         neg_coef = log_p.clamp_(min=LOG_ZERO_FLOOR).mul_(g_h[start:end].neg().unsqueeze(1)).sub_(offset)
     grad_z = probs.mul_(neg_coef)
