@@ -51,7 +51,7 @@ import traceback
 import weakref
 
 from harness import device, rank_errors
-from harness.rank_errors import GRACE_S, CollectiveHang, PoolStartError, RankError, RankHang, is_collective_timeout
+from harness.rank_errors import GRACE_S, CollectiveHang, PoolStartError, RankError, RankHang, hang_errors
 from harness.rank_process import (
     LAST_COLLECTIVE_BYTES,
     PICKLE_PROTOCOL,
@@ -151,7 +151,7 @@ class RankPool:
         self.jobs_run += 1
         results, errors, stuck = self._collect(timeout_s + GRACE_S)
         stuck_at = {rank: self._last_collective(rank) for rank in sorted(stuck)}
-        timed_out = {rank: text for rank, text in errors.items() if is_collective_timeout(text)}
+        timed_out = hang_errors(errors)
         last = {rank: self._last_collective(rank) for rank in timed_out}
         if stuck or not self.alive:
             self._reap(0.0)

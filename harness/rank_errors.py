@@ -34,6 +34,9 @@ DIVERGED = "finished the job without joining it"
 _GROUP = re.compile(r"group=\(([\d, ]*)\)")
 
 
+_PEER_CLOSED = re.compile(r"Connection closed by peer")
+
+
 class RankError(RuntimeError):
     """One or more ranks raised or died while running a job (or starting)."""
 
@@ -64,6 +67,28 @@ def is_collective_timeout(traceback_text: str) -> bool:
     """True when a rank's traceback ends in the backend's collective-timeout error."""
     lines = traceback_text.rstrip().splitlines()
     return bool(lines) and bool(_COLLECTIVE_TIMEOUT.search(lines[-1]))
+
+
+def hang_errors(errors: dict) -> dict:
+    """The ranks' errors that belong to a hang: collective timeouts, and pairs their timed-out peers closed.
+
+    A rank that times out closes its gloo pairs, so a peer still blocked on
+    that pair fails at once with "Connection closed by peer" instead of its
+    own timeout: a consequence of the same hang, not an exception of its own
+    (read as one, the same example was a RankError on one run and a
+    CollectiveHang on the next, which Hypothesis reports as Flaky; seen on
+    the Triton TP mutant). Only when some rank really timed out: a rank that
+    died also closes its pairs, and then its death is the cause.
+    """
+    timed_out = {rank: text for rank, text in errors.items() if is_collective_timeout(text)}
+    if timed_out:
+        timed_out.update({rank: text for rank, text in errors.items() if _is_peer_closed(text)})
+    return timed_out
+
+
+def _is_peer_closed(traceback_text: str) -> bool:
+    lines = traceback_text.rstrip().splitlines()
+    return bool(lines) and bool(_PEER_CLOSED.search(lines[-1]))
 
 
 def layout(world_size: int, fn: str, tp: int, cp: int) -> str:

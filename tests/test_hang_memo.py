@@ -13,7 +13,7 @@ from harness import deadline, hang_memo
 from harness.cases import Case
 from harness.checks import check_policy_loss
 from harness.pool import CollectiveHang, RankError, RankHang, get_pool
-from harness.rank_errors import is_collective_timeout
+from harness.rank_errors import hang_errors, is_collective_timeout
 
 STAND_INS = "tests/stand_ins/failure_targets.py"
 CASE = Case(seed=3, vocab=8, tp=2, samples=((5, 3),), entropy_coef=0.01)
@@ -131,3 +131,13 @@ def test_shrinking_a_hang_waits_out_one_deadline_once_the_budget_is_spent(short_
         every_example_hangs()
     assert len(hang_memo.MEMO.hung) == 1, f"deadline waits: {len(hang_memo.MEMO.hung)}; the budget must stop them"
     assert hang_memo.MEMO.skipped_runs >= 1, "Hypothesis' final replay must hit the memo"
+
+
+def test_a_pair_closed_by_a_timed_out_peer_is_part_of_the_hang():
+    """One rank's timeout closes its pairs; a peer then fails with 'Connection closed by peer': still the hang."""
+    timeout = "Traceback ...\nRuntimeError: [gloo/unbound_buffer.cc:78] Timed out waiting 8000ms for recv operation"
+    closed = "Traceback ...\nRuntimeError: [gloo/pair.cc:553] Connection closed by peer [127.0.0.1]:16291."
+    planted = "Traceback ...\nValueError: planted failure on rank 1"
+    assert hang_errors({0: timeout, 1: closed}) == {0: timeout, 1: closed}
+    assert hang_errors({0: timeout, 1: planted}) == {0: timeout}, "a real exception stays the rank's own"
+    assert hang_errors({0: closed}) == {}, "no timeout anywhere: a dead peer closed the pair, not a hang"
