@@ -51,7 +51,8 @@ def time_class(adapter: str) -> dict:
     )
     ended = time.time()
     first = float(stamp.read_text()) if stamp.exists() else None
-    verdict = re.search(r"^(?:FAIL|PASS)\s+\S+\n\s+counterexample: (.*)$", run.stdout, re.MULTILINE)
+    # The plugin's verdict table (harness.gate.render.terminal_lines): "FAIL (hang)   [tier] id" then the reason.
+    verdict = re.search(r"^(?:FAIL(?: \(hang\))?|PASS)\s+\[[\w-]+\] \S+\n\s+(.*)$", run.stdout, re.MULTILINE)
     return {
         "adapter": adapter,
         "exit": run.returncode,
