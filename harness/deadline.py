@@ -95,8 +95,8 @@ class DeadlinePolicy:
         """For an unseen shape: the slowest run of the SAME job (any layout), scaled up to its size bucket.
 
         A run of a smaller bucket is scaled by 8 per bucket (the bucket is the
-        order of magnitude of the work). Only jobs of other functions seen so
-        far: the slowest of them. Taking the slowest of EVERY job made one
+        order of magnitude of the work). If this function never ran yet: the
+        slowest job of any function. Taking the slowest of EVERY job made one
         slow hidden-state job set every unseen shape's deadline to the cold
         cap, and a hang-class bug whose first example hangs then waited 15 s
         per property (issue 13, measured on ``tp_rank_without_targets_skips_stats_gather``).

@@ -161,7 +161,7 @@ class RankPool:
         if len(timed_out) < len(errors):
             raise RankError(rank_errors.error_message(where, errors, stuck_at))
         if timed_out:
-            message = rank_errors.timeout_message(where, list(results), timeout_s, timed_out, last)
+            message = rank_errors.timeout_message(where, list(results), timeout_s, timed_out, last, self.alive)
             raise CollectiveHang("\n".join([message, rank_errors.stuck_lines(stuck_at)]).rstrip())
         if stuck_at:
             raise RankHang(rank_errors.hang_message(where, self.world_size, timeout_s, stuck_at))

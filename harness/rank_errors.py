@@ -29,12 +29,12 @@ _COLLECTIVE_TIMEOUT = re.compile(
 )
 
 
+# What a peer reports when a timed-out rank closed their pair (see ``hang_errors``).
+_PEER_CLOSED = re.compile(r"Connection closed by peer")
+
 # A CollectiveHang whose first line carries this proves the hang (see ``timeout_message``).
 DIVERGED = "finished the job without joining it"
 _GROUP = re.compile(r"group=\(([\d, ]*)\)")
-
-
-_PEER_CLOSED = re.compile(r"Connection closed by peer")
 
 
 class RankError(RuntimeError):
@@ -132,7 +132,7 @@ def hang_message(where: str, world_size: int, timeout_s: float, stuck_at: dict) 
     )
 
 
-def timeout_message(where: str, finished: list, timeout_s: float, timed_out: dict, last: dict) -> str:
+def timeout_message(where: str, finished: list, timeout_s: float, timed_out: dict, last: dict, rejoined: bool) -> str:
     """CollectiveHang's text: the ranks that gave up waiting, their last collective, the backend's words.
 
     When a rank that FINISHED the job belongs to the group a waiting rank
@@ -141,6 +141,8 @@ def timeout_message(where: str, finished: list, timeout_s: float, timed_out: dic
     sequences differ, a hang whatever the deadline; a slow rank would have
     joined late and failed on the closed pairs, not finished. The gate takes
     such a hang as reproduced without replaying it (harness/gate/retries.py).
+    The last line says whether the ranks re-joined fresh groups (``rejoined``)
+    or the pool was killed (a GPU backend, or a re-join that failed).
     """
     waits = "\n".join(f"rank {rank} stuck; last collective: {last[rank]}" for rank in sorted(timed_out))
     skipped = sorted({rank for waiting in timed_out for rank in _group_of(last[waiting]) if rank in finished})
@@ -160,7 +162,9 @@ def timeout_message(where: str, finished: list, timeout_s: float, timed_out: dic
             waits,
             f"finished: rank(s) {sorted(finished)}",
             error_lines(timed_out),
-            "the ranks' process groups are replaced before the next job",
+            "the ranks joined fresh process groups (no respawn)"
+            if rejoined
+            else "the pool was killed and will respawn on the next job",
         ]
     )
 

@@ -116,7 +116,7 @@ def test_collective_timeout_rejoins_fresh_groups_without_a_respawn(pool2):
     """gloo closes a group's pairs after a timeout: the ranks join fresh groups, the processes stay (issue 13)."""
     _ranks(pool2)
     pids = pool2.pids
-    with pytest.raises(CollectiveHang):
+    with pytest.raises(CollectiveHang, match=r"the ranks joined fresh process groups \(no respawn\)"):
         pool2.run("harness.selftest_jobs:skip_collective", {"rank": 1}, tp=2, cp=1, timeout_s=3)
     assert pool2.alive and pool2.pids == pids, "a collective timeout must not cost a respawn on gloo"
     _check_every_factorisation(pool2, 2)  # every group works again, world and subgroups
@@ -130,7 +130,7 @@ def test_a_failed_rejoin_falls_back_to_a_respawn(pool2, monkeypatch):
     _ranks(pool2)
     pids = pool2.pids
     monkeypatch.setattr(pool_module, "REJOIN_TIMEOUT_S", 0.0)  # no rank can answer the rejoin in time
-    with pytest.raises(CollectiveHang):
+    with pytest.raises(CollectiveHang, match="the pool was killed and will respawn on the next job"):
         pool2.run("harness.selftest_jobs:skip_collective", {"rank": 1}, tp=2, cp=1, timeout_s=3)
     assert not pool2.alive, "ranks that did not re-join are killed, never reused"
     assert _ranks(pool2) == [0, 1] and pool2.pids != pids
