@@ -2,7 +2,7 @@
 
 Runs one property (the CP/TP policy-loss parity, which meets every layout)
 under the ``ci`` profile against each adapter of
-``tests/stand_ins/failure_targets.py``: wrong value, wrong gradient, an
+``tests/fakes/failure_targets.py``: wrong value, wrong gradient, an
 exception on rank 1, rank 1 killed, a hang in forward, a hang in backward.
 The adapter stamps the time of its first injected failure; the script
 measures from it to pytest's exit, and reports the verdict's first line.
@@ -40,7 +40,7 @@ def time_class(adapter: str) -> dict:
     stamp = Path(tempfile.mkdtemp(prefix="lph-stamp-")) / "first_failure"
     env = dict(os.environ, CI="true", LPH_FAILURE_STAMP=str(stamp))
     env.pop("HYPOTHESIS_PROFILE", None)
-    target = f"tests/stand_ins/failure_targets.py:{adapter}"
+    target = f"tests/fakes/failure_targets.py:{adapter}"
     started = time.time()
     run = subprocess.run(
         [sys.executable, "-m", "pytest", PROPERTY, "--target", target, "-q", "-p", "no:cacheprovider"],

@@ -26,7 +26,7 @@ the floor.
 
 Before timing, impl/ (and its donating variant) on each shape is checked on a
 ``CHECK_ROWS``-row slice against the float64 oracle under the tolerance policy
-(``harness.tolerance``; the slice's results come back to the CPU first):
+(``harness.checks.tolerance``; the slice's results come back to the CPU first):
 log-probs, entropy and the logits' gradient, bf16 logits included.
 
 Writes ``reports/gpu/bench.json`` and ``bench.md``; exits 1 when impl/ fails
@@ -46,8 +46,8 @@ import torch
 
 from bench.gpu_peers import gpu_implementations
 from bench.implementations import implementations, single_rank_collectives
-from harness import device
-from harness.tolerance import compare, gradient_scale, value_scale
+from harness.checks.tolerance import compare, gradient_scale, value_scale
+from harness.ranks import device
 from oracles import token
 
 OUT = Path("reports/gpu")

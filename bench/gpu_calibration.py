@@ -1,6 +1,6 @@
 """Real-memory calibration of the live-storage tracker on CUDA (``python -m bench.gpu_calibration``).
 
-The memory properties trust ``harness.memory``'s tracker, which predicts the
+The memory properties trust ``harness.memory.logits``'s tracker, which predicts the
 peak of a forward+backward from fake tensors on the CPU (nothing allocated;
 fake tensors must stay on the CPU, a fake CUDA tensor aborts the CPU build of
 torch). Here the same ``MemoryCase`` runs for real on a GPU and
@@ -37,8 +37,8 @@ from pathlib import Path
 
 import torch
 
-from harness import device
-from harness.memory import LiveStorageTracker, MemoryCase, measure_token_memory
+from harness.memory.logits import LiveStorageTracker, MemoryCase, measure_token_memory
+from harness.ranks import device
 from harness.targets import load_target
 
 OUT = Path("reports/gpu")
@@ -63,7 +63,7 @@ def predict(case: MemoryCase, target) -> int:
 
 
 def _forward_backward(case: MemoryCase, target, logits: torch.Tensor, targets: torch.Tensor) -> None:
-    """The body of ``harness.memory.measure_token_memory``, on tensors already placed."""
+    """The body of ``harness.memory.logits.measure_token_memory``, on tensors already placed."""
     with torch.set_grad_enabled(case.backward):
         log_probs, entropy = target.token_log_probs(
             logits,

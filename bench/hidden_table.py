@@ -11,7 +11,7 @@
 * ``torch-chunked``: ``linear_cross_entropy(..., options=LinearCrossEntropyOptions(batch_chunk_size=1024))``;
 * ``torch-reference``: ``linear_cross_entropy(..., options=None)`` (logits, then cross-entropy);
 * ``skyrl-fused``: SkyRL's ``FusedLinearChunkedDistributedLogprob`` (chunk 1024) through
-  ``harness.targets.skyrl_hidden``, when an installed ``skyrl`` (or ``LPH_SKYRL_PATH``) has it.
+  ``harness.targets.skyrl.hidden``, when an installed ``skyrl`` (or ``LPH_SKYRL_PATH``) has it.
 
 Liger's fused linear cross entropy is not timed: on a CPU its kernels run in
 Triton's interpreter, whose time says nothing about the kernel.
@@ -19,7 +19,7 @@ Triton's interpreter, whose time says nothing about the kernel.
 Time: one warm-up, then ``ROUNDS`` rounds that run every path once each,
 interleaved, so a change in the machine's load reaches every path alike;
 median and minimum (inputs rebuilt outside the timed region). Peak: the
-live-storage tracker of ``harness.memory`` on real tensors of the same shape,
+live-storage tracker of ``harness.memory.logits`` on real tensors of the same shape,
 inputs and gradients included. Then the real scale (T=205,280, H=4096,
 V=151,936 at tp 8) under fake tensors for the paths that trace there, as
 inputs + gradients + N chunks of fp32 logits. Last, impl against torch's
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from harness.hidden_memory import REAL_SCALES, HiddenMemoryCase, measure_hidden_memory, target_runner
+from harness.memory.hidden import REAL_SCALES, HiddenMemoryCase, measure_hidden_memory, target_runner
 from impl.hidden_states import hidden_log_probs_and_entropy
 from impl.token_level import log_probs_and_entropy
 
@@ -77,7 +77,7 @@ PATHS = {
 def _skyrl_fused():
     """SkyRL's fused path through its adapter (one rank), or None where no SkyRL with it is installed."""
     try:
-        from harness.targets.skyrl_hidden import SkyRLHiddenTarget
+        from harness.targets.skyrl.hidden import SkyRLHiddenTarget
 
         target = SkyRLHiddenTarget()
     except (ImportError, FileNotFoundError, AttributeError) as exc:

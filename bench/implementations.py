@@ -122,7 +122,7 @@ def implementations(for_memory: bool = False) -> dict[str, Callable]:
 
 
 class AsTarget:
-    """Present a benchmark callable to ``harness.memory.measure_token_memory``."""
+    """Present a benchmark callable to ``harness.memory.logits.measure_token_memory``."""
 
     def __init__(self, run: Callable):
         self.run = run

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from bench.implementations import AsTarget, implementations, single_rank_collectives
-from harness.memory import MemoryCase, measure_token_memory
+from harness.memory.logits import MemoryCase, measure_token_memory
 
 OUT = Path("reports/bench")
 GPUS = {"80 GB (H100)": 80e9, "141 GB (H200)": 141e9}

@@ -23,8 +23,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Unsatisfiable
 
-from harness import case_limits, figures, hang_memo, stats
-from harness.checks import UNSUPPORTED_EXAMPLES
+from harness.cases import limits as case_limits
+from harness.cases import stats
+from harness.checks import figures
+from harness.checks.parity import UNSUPPORTED_EXAMPLES
 from harness.gate import render
 from harness.gate.render import Row
 from harness.gate.tiers import MARKER, SELF_TEST, TIERS, tier_of_item
@@ -42,7 +44,8 @@ from harness.gate.verdicts import (
     is_infrastructure,
     split_replay,
 )
-from harness.pool import shutdown_all
+from harness.ranks import hang_memo
+from harness.ranks.pool import shutdown_all
 from harness.targets import load_target
 
 _BASE = settings(

@@ -2,7 +2,7 @@
 
 Every failing check prints a line such as::
 
-    python -m harness.replay harness.checks:check_packed_backward --target impl --case '{"seed": 3, ...}'
+    python -m harness.replay harness.checks.parity:check_packed_backward --target impl --case '{"seed": 3, ...}'
 
 which reruns exactly that check on exactly that Case (the Case rebuilds all
 its tensors from its seed), printing PASS or the failure.
@@ -15,13 +15,13 @@ import importlib
 import sys
 import traceback
 
-from harness.cases import Case
-from harness.pool import shutdown_all
+from harness.cases.case import Case
+from harness.ranks.pool import shutdown_all
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.replay", description=__doc__.splitlines()[0])
-    parser.add_argument("check", help="module:function of the check, e.g. harness.checks:check_token_forward")
+    parser.add_argument("check", help="module:function of the check, e.g. harness.checks.parity:check_token_forward")
     parser.add_argument("--case", required=True, help="the Case as JSON (printed by the failing check)")
     parser.add_argument("--target", default="impl", help="target spec (default: impl)")
     args = parser.parse_args(argv)

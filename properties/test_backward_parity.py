@@ -12,9 +12,9 @@ Tiers (docs/gate.md): finite logits are the contract; special values
 import pytest
 from hypothesis import example, given
 
-from harness.cases import Case
-from harness.checks import check_packed_backward, check_policy_loss, check_token_backward
-from properties.strategies import SPECIAL_VALUES, TOKEN_LEVEL, cases
+from harness.cases.case import Case
+from harness.cases.strategies import SPECIAL_VALUES, TOKEN_LEVEL, cases
+from harness.checks.parity import check_packed_backward, check_policy_loss, check_token_backward
 
 
 @pytest.mark.tier("contract")

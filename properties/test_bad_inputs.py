@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 import pytest
 import torch
 
-from harness.cases import Case
-from harness.checks import require
-from harness.jobs import packed_inputs
+from harness.cases.case import Case
+from harness.checks.parity import require
+from harness.jobs.logits import packed_inputs
 from harness.targets import load_target
 
 pytestmark = pytest.mark.tier("hardening")

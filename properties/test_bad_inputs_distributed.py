@@ -6,7 +6,7 @@ options such as the chunk size or the entropy flag), a CP group passed with
 no CP mode (or a CP mode with no group), a TP group whose ranks hold
 vocabulary shards of different widths, and a bad argument on ONE rank while
 its peers are fine (issue 13). Each row runs through the rank pool
-(harness/bad_input_jobs.py perturbs some ranks' inputs) and requires that
+(harness/jobs/bad_inputs.py perturbs some ranks' inputs) and requires that
 every rank raised an error of the named type whose text names the argument;
 a hang ends as RankHang under the job deadline, a rank that returned values
 is a silent wrong answer. Each row is shown to fail on impl/ with its check
@@ -28,11 +28,11 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from harness.cases import Case
-from harness.checks import require
-from harness.run import run_job
+from harness.cases.case import Case
+from harness.checks.parity import require
+from harness.ranks.run import run_job
 
-BAD_INPUT_JOB = "harness.bad_input_jobs:bad_input_job"
+BAD_INPUT_JOB = "harness.jobs.bad_inputs:bad_input_job"
 
 # Two samples, the first spanning both CP ranks' slices (8 + 4 tokens, 6 rows per rank).
 CP_CASE = Case(seed=61, vocab=16, cp=2, cp_mode="allgather", samples=((8, 6), (4, 2)), pad_multiple=3)

@@ -8,9 +8,9 @@ wrong gradient. Its memory bound is in test_memory_bounds.py.
 import pytest
 from hypothesis import example, given
 
-from harness.cases import Case
-from harness.ownership_checks import check_donation
-from properties.strategies import TOKEN_LEVEL, cases
+from harness.cases.case import Case
+from harness.cases.strategies import TOKEN_LEVEL, cases
+from harness.checks.ownership import check_donation
 
 pytestmark = pytest.mark.tier("contract")
 

@@ -12,9 +12,9 @@ hardening, so a NaN on a masked column never weighs like a wrong log-prob.
 import pytest
 from hypothesis import example, given
 
-from harness.cases import Case
-from harness.checks import check_packed_forward, check_token_forward
-from properties.strategies import SPECIAL_VALUES, TOKEN_LEVEL, cases
+from harness.cases.case import Case
+from harness.cases.strategies import SPECIAL_VALUES, TOKEN_LEVEL, cases
+from harness.checks.parity import check_packed_forward, check_token_forward
 
 LLAMA_V = 32000  # Llama-2 vocabulary
 QWEN_V = 151936  # Qwen2 vocabulary (SkyRL #1650)

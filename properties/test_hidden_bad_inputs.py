@@ -7,7 +7,7 @@ small valid call and names the exception type and the word the message must carr
 import pytest
 import torch
 
-from harness.checks import require
+from harness.checks.parity import require
 from harness.targets import load_target
 
 ROWS, H, V = 5, 4, 6

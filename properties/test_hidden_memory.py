@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.checks import require
-from harness.hidden_memory import REAL_SCALES, HiddenMemoryCase, measure_hidden_memory, target_runner
+from harness.checks.parity import require
+from harness.memory.hidden import REAL_SCALES, HiddenMemoryCase, measure_hidden_memory, target_runner
 from harness.targets import load_target
 
 

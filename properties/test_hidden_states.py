@@ -15,9 +15,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harness.cases import Case
-from harness.hidden_cases import with_hidden_size
-from harness.hidden_checks import (
+from harness.cases.case import Case
+from harness.cases.hidden import with_hidden_size
+from harness.cases.hidden_strategies import hidden_cases
+from harness.checks.hidden import (
     check_hidden_backward,
     check_hidden_chunk_invariance,
     check_hidden_forward,
@@ -25,7 +26,6 @@ from harness.hidden_checks import (
     check_hidden_inputs_unmutated,
     check_hidden_tp_consistency,
 )
-from properties.hidden_strategies import hidden_cases
 
 QWEN_V = 151936
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.checks import check_inputs_unmutated
-from properties.strategies import cases
+from harness.cases.strategies import cases
+from harness.checks.parity import check_inputs_unmutated
 
 pytestmark = pytest.mark.tier("contract")
 

@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.invariances import (
+from harness.cases.strategies import ANY_VALUES, TOKEN_LEVEL, cases
+from harness.checks.invariances import (
     check_chunk_invariance,
     check_gate_invariance,
     check_response_only,
     check_token_chunk_invariance,
     check_token_gate_invariance,
 )
-from properties.strategies import ANY_VALUES, TOKEN_LEVEL, cases
 
 CHUNKS = st.integers(1, 9)
 

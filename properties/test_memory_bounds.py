@@ -19,9 +19,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import figures
-from harness.checks import require
-from harness.memory import (
+from harness.checks import figures
+from harness.checks.parity import require
+from harness.memory.logits import (
     HISTORIC_SCALES,
     ROW_ALLOWANCE_BYTES,
     MemoryCase,

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harness.cases import Case
-from harness.cp_checks import check_cp_requires_grad
-from properties.strategies import cases
+from harness.cases.case import Case
+from harness.cases.strategies import cases
+from harness.checks.cp import check_cp_requires_grad
 
 pytestmark = pytest.mark.tier("contract")
 

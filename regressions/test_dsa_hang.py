@@ -10,7 +10,7 @@ response_lengths [6, 2], per-rank length 6, entropy_coef 0.
 Checked for every generated CP case: the collectives of forward AND backward
 (op, group, shape, dtype, phase) are identical on all ranks of each group,
 and a real hang becomes a failure within seconds that names the stuck rank
-and its last collective (harness/pool.py), never a stuck CI job.
+and its last collective (harness/ranks/pool.py), never a stuck CI job.
 
 Mutants: ``redistribute_zeros_require_grad`` (the #1788 mechanism),
 ``empty_cp_rank_skips_graph`` (a rank holding no rows returns graph-free
@@ -23,9 +23,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harness.cases import Case
-from harness.cp_checks import check_cp_collectives
-from properties.strategies import cases
+from harness.cases.case import Case
+from harness.cases.strategies import cases
+from harness.checks.cp import check_cp_collectives
 
 pytestmark = pytest.mark.tier("contract")
 

@@ -23,10 +23,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harness.cases import Case
-from harness.checks import check_inputs_unmutated
-from harness.ownership_checks import check_second_backward, check_shared_logits
-from properties.strategies import TOKEN_LEVEL, cases
+from harness.cases.case import Case
+from harness.cases.strategies import TOKEN_LEVEL, cases
+from harness.checks.ownership import check_second_backward, check_shared_logits
+from harness.checks.parity import check_inputs_unmutated
 
 pytestmark = pytest.mark.tier("contract")
 

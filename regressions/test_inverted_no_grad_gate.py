@@ -19,17 +19,17 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harness.cases import Case
-from harness.checks import (
+from harness.cases.case import Case
+from harness.cases.strategies import cases
+from harness.checks.invariances import check_gate_invariance
+from harness.checks.parity import (
     POLICY_JOB,
     assert_entropy_gate,
     check_entropy_bonus_gradient,
     check_policy_loss,
     require,
 )
-from harness.invariances import check_gate_invariance
-from harness.run import run_job
-from properties.strategies import cases
+from harness.ranks.run import run_job
 
 pytestmark = pytest.mark.tier("contract")
 

@@ -23,10 +23,10 @@ import dataclasses
 
 import pytest
 
-from harness.checks import require
-from harness.hidden_memory import REAL_SCALES as HIDDEN_REAL_SCALES
-from harness.hidden_memory import measure_hidden_memory, target_runner
-from harness.memory import HISTORIC_SCALES, int64_with_dimension, measure_token_memory
+from harness.checks.parity import require
+from harness.memory.hidden import REAL_SCALES as HIDDEN_REAL_SCALES
+from harness.memory.hidden import measure_hidden_memory, target_runner
+from harness.memory.logits import HISTORIC_SCALES, int64_with_dimension, measure_token_memory
 from harness.targets import load_target
 
 pytestmark = pytest.mark.tier("contract")

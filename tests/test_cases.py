@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from harness.cases import Case
+from harness.cases.case import Case
 
 
 def test_json_round_trip_rebuilds_identical_tensors():

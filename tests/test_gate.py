@@ -19,7 +19,7 @@ from harness.gate.replays import Replayed
 from harness.gate.specs import ROOT
 from harness.gate.tiers import BUDGET, CONTRACT, HARDENING, TIERS, parse_tiers, tier_of_item
 from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, UNSUPPORTED, Run, Verdict, is_infrastructure, split_replay
-from harness.rank_errors import DIVERGED
+from harness.ranks.errors import DIVERGED
 
 GATE = "regressions/test_inverted_no_grad_gate.py::test_requires_grad_equals_gate_and_gradient_matches_oracle"
 PARITY = "properties/test_backward_parity.py::test_token_backward_parity"
@@ -27,7 +27,7 @@ SPECIAL = "properties/test_backward_parity.py::test_token_backward_parity_specia
 MEMORY = "properties/test_memory_bounds.py::test_forward_backward_at_real_scale[skyrl-1650]"
 PACKED = "properties/test_forward_parity.py::test_packed_forward_parity"
 CASE = '{"seed": 3, "vocab": 8}'
-REPLAY = f"python -m harness.replay harness.checks:check_token_backward --target T --case '{CASE}'"
+REPLAY = f"python -m harness.replay harness.checks.parity:check_token_backward --target T --case '{CASE}'"
 
 
 def verdict(id, outcome=PASS, tier=CONTRACT, **extra) -> Verdict:
@@ -91,7 +91,7 @@ def test_collected_suite_declares_a_tier_per_check():
 
 
 def test_replay_command_splits_into_check_and_case():
-    assert split_replay(REPLAY) == ("harness.checks:check_token_backward", CASE)
+    assert split_replay(REPLAY) == ("harness.checks.parity:check_token_backward", CASE)
     assert split_replay("pytest 'x::y'") == ("", "")
 
 
@@ -284,12 +284,12 @@ def test_hang_is_named_in_the_outcome():
 
 # ---- infrastructure errors ----------------------------------------------------------------------
 
-POOL_DOWN = "harness.rank_errors.PoolStartError: the rank pool of world size 4 failed to start (2 attempts)"
+POOL_DOWN = "harness.ranks.errors.PoolStartError: the rank pool of world size 4 failed to start (2 attempts)"
 
 
 def test_pool_start_failure_is_an_error_not_a_fail():
     """The machine's failure is ERROR: never red for the target, exit 3 (undecided) when gated."""
-    assert is_infrastructure(POOL_DOWN) and not is_infrastructure("harness.rank_errors.RankHang: rank 1 stuck")
+    assert is_infrastructure(POOL_DOWN) and not is_infrastructure("harness.ranks.errors.RankHang: rank 1 stuck")
     result = run(verdict(GATE, ERROR, reason=POOL_DOWN), verdict(PARITY, FAIL, reason="NaN"))
     decision = single.classify(result, {PARITY: expectations.Expectation(PARITY, "NaN entropy")})
     assert {row.id: row.outcome for row in decision.rows} == {GATE: ERROR, PARITY: "KNOWN"}

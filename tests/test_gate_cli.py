@@ -2,7 +2,7 @@
 
 The "revisions" are impl/ itself, impl/ carrying a re-created historic bug
 (``mutant=NAME``) and impl/ keeping extra fp32 ``[rows, V_local]`` buffers
-alive (tests/stand_ins/gate/budget.py). Each run selects only the checks it
+alive (tests/fakes/gate/budget.py). Each run selects only the checks it
 needs and uses the ``smoke`` Hypothesis profile; the full-suite figures are
 in docs/gate.md.
 """
@@ -19,7 +19,7 @@ from harness.gate.specs import ROOT
 from harness.gate.verdicts import Run
 
 GATE_FILE = "regressions/test_inverted_no_grad_gate.py"
-BUDGET = "tests/stand_ins/gate/budget.py"
+BUDGET = "tests/fakes/gate/budget.py"
 pytestmark = pytest.mark.slow
 
 

@@ -1,7 +1,7 @@
 """The GPU path without a GPU: device choice logic, the CPU default unchanged, and the clean skips.
 
 ``nox -s gpu`` (README, "GPU") needs CUDA for its real work; what can be
-checked anywhere is checked here: ``harness.device``'s backend and device
+checked anywhere is checked here: ``harness.ranks.device``'s backend and device
 choice as a pure function of the device count, that ``LPH_DEVICE`` unset
 leaves every tensor where it was, that the GPU scripts skip with a clear
 message and exit 0 when torch sees no CUDA device (forced with
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import device
-from harness.memory import MemoryCase
+from harness.memory.logits import MemoryCase
+from harness.ranks import device
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,10 +83,10 @@ def test_cpu_default_moves_nothing(monkeypatch):
 
 
 def test_cpu_jobs_return_the_same_results_as_before(monkeypatch):
-    """The device plumbing of harness/jobs.py is a no-op on the CPU: results equal a direct computation."""
-    from harness.cases import Case
-    from harness.jobs import token_job
-    from harness.run import _local_context
+    """The device plumbing of harness/jobs/logits.py is a no-op on the CPU: results equal a direct computation."""
+    from harness.cases.case import Case
+    from harness.jobs.logits import token_job
+    from harness.ranks.run import _local_context
     from impl.token_level import log_probs_and_entropy
 
     monkeypatch.delenv(device.ENV_VAR, raising=False)
@@ -137,7 +137,7 @@ def test_calibration_margin_and_report(tmp_path):
 def test_calibration_prediction_is_the_memory_properties_tracker():
     """The prediction side runs on fake CPU tensors, here as on a GPU machine."""
     from bench.gpu_calibration import predict
-    from harness.memory import measure_token_memory
+    from harness.memory.logits import measure_token_memory
     from harness.targets import load_target
 
     case = MemoryCase(rows=96, vocab_local=40, chunk_size=16)

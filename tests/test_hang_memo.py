@@ -2,20 +2,20 @@
 
 These tests assert behaviour (which exception, how many examples waited out
 a deadline), never wall times: speed is measured by bench/failure_timing.py.
-The injected failures are the adapters of tests/stand_ins/failure_targets.py.
+The injected failures are the adapters of tests/fakes/failure_targets.py.
 """
 
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from harness import deadline, hang_memo
-from harness.cases import Case
-from harness.checks import check_policy_loss
-from harness.pool import CollectiveHang, RankError, RankHang, get_pool
-from harness.rank_errors import hang_errors, is_collective_timeout
+from harness.cases.case import Case
+from harness.checks.parity import check_policy_loss
+from harness.ranks import deadline, hang_memo
+from harness.ranks.errors import hang_errors, is_collective_timeout
+from harness.ranks.pool import CollectiveHang, RankError, RankHang, get_pool
 
-STAND_INS = "tests/stand_ins/failure_targets.py"
+STAND_INS = "tests/fakes/failure_targets.py"
 CASE = Case(seed=3, vocab=8, tp=2, samples=((5, 3),), entropy_coef=0.01)
 
 

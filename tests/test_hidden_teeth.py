@@ -1,20 +1,20 @@
 """The hidden-path checks fail on stand-ins carrying the historic bugs, and pass on impl/.
 
-``tests/stand_ins/hidden_targets.py``: a backward that builds one_hot over the
+``tests/fakes/hidden_targets.py``: a backward that builds one_hot over the
 vocabulary (the one_hot regression's hidden-path case must name it), and a
 forward that writes ``hidden`` in place (the inputs-unmutated check must).
 """
 
 import pytest
 
-from harness.cases import Case
-from harness.hidden_cases import with_hidden_size
-from harness.hidden_checks import check_hidden_inputs_unmutated
-from harness.hidden_memory import HiddenMemoryCase, measure_hidden_memory, target_runner
-from harness.memory import int64_with_dimension
+from harness.cases.case import Case
+from harness.cases.hidden import with_hidden_size
+from harness.checks.hidden import check_hidden_inputs_unmutated
+from harness.memory.hidden import HiddenMemoryCase, measure_hidden_memory, target_runner
+from harness.memory.logits import int64_with_dimension
 from harness.targets import load_target
 
-STAND_INS = "tests/stand_ins/hidden_targets.py"
+STAND_INS = "tests/fakes/hidden_targets.py"
 SCALE = HiddenMemoryCase(rows=4096, hidden_size=256, vocab_local=18_992, with_entropy=False)
 
 

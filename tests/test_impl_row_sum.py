@@ -18,9 +18,9 @@ import torch
 
 import impl.row_stats as row_stats
 import impl.token_level as token_level
-from harness.cases import Case
-from harness.checks import check_token_backward, check_token_forward
-from harness.invariances import check_chunk_invariance
+from harness.cases.case import Case
+from harness.checks.invariances import check_chunk_invariance
+from harness.checks.parity import check_token_backward, check_token_forward
 
 WIDTHS = (1, 2, 3, 67, 131, 4099)
 

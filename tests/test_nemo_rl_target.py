@@ -1,6 +1,6 @@
 """The NeMo-RL adapter's seams, on stand-in checkouts written here (no network, no NeMo-RL checkout).
 
-``tests/stand_ins/nemo_rl/fixed`` follows NeMo-RL's signatures with correct
+``tests/fakes/nemo_rl/fixed`` follows NeMo-RL's signatures with correct
 arithmetic (and a CP all-gather whose backward runs on the CPU);
 ``one_hot`` is the same with BUGS.md #3 as NeMo-RL HEAD has it. The adapter must
 load both by path, map shard bounds, the entropy sign, ``cu_seqlens_padded`` and
@@ -11,18 +11,19 @@ CP 2), and the one_hot regression's check must fail the buggy one only.
 import pytest
 import torch
 
-from harness.cases import Case
-from harness.checks import (
+from harness.cases.case import Case
+from harness.checks.ownership import check_shared_logits
+from harness.checks.parity import (
     check_packed_backward,
     check_packed_forward,
     check_token_backward,
     check_token_forward,
 )
-from harness.memory import MemoryCase, int64_with_dimension, measure_token_memory
-from harness.ownership_checks import check_shared_logits
-from harness.targets import PackedInputs, load_target, packing
-from harness.targets.nemo_rl import PATH_VARIABLE, NemoRLTarget
-from tests.stand_ins.nemo_rl import targets as stand_ins
+from harness.memory.logits import MemoryCase, int64_with_dimension, measure_token_memory
+from harness.targets import PackedInputs, load_target
+from harness.targets.nemo_rl.token import PATH_VARIABLE, NemoRLTarget
+from harness.targets.upstream import packing
+from tests.fakes.nemo_rl import targets as stand_ins
 
 FIXED = f"{stand_ins.__file__}:fixed"
 ONE_HOT = f"{stand_ins.__file__}:one_hot"

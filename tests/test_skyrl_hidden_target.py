@@ -1,6 +1,6 @@
 """The SkyRL hidden-state adapter's seams, on the stand-in packages (no network, no SkyRL, no Triton).
 
-``tests/stand_ins/skyrl_fixed`` has a ``FusedLinearChunkedDistributedLogprob``
+``tests/fakes/skyrl_fixed`` has a ``FusedLinearChunkedDistributedLogprob``
 with upstream's signature and plain-autograd arithmetic that, like upstream,
 returns this rank's partial ``grad(hidden)``; ``skyrl_buggy``'s builds
 ``one_hot(target, V_local)`` in its backward (BUGS.md #3). The adapter must
@@ -15,22 +15,22 @@ import dataclasses
 import pytest
 import torch
 
-from harness.cases import Case
-from harness.hidden_cases import with_hidden_size
-from harness.hidden_checks import (
+from harness.cases.case import Case
+from harness.cases.hidden import with_hidden_size
+from harness.checks.hidden import (
     check_hidden_backward,
     check_hidden_chunk_invariance,
     check_hidden_forward,
     check_hidden_tp_consistency,
 )
-from harness.hidden_memory import REAL_SCALES, measure_hidden_memory, target_runner
-from harness.memory import int64_with_dimension
+from harness.memory.hidden import REAL_SCALES, measure_hidden_memory, target_runner
+from harness.memory.logits import int64_with_dimension
 from harness.targets import load_target
-from harness.targets.skyrl_hidden import SkyRLHiddenTarget, SkyRLHiddenTritonTarget
-from tests.stand_ins.skyrl_targets import HERE
+from harness.targets.skyrl.hidden import SkyRLHiddenTarget, SkyRLHiddenTritonTarget
+from tests.fakes.skyrl_targets import HERE
 
 FIXED_ROOT, BUGGY_ROOT = HERE / "skyrl_fixed", HERE / "skyrl_buggy"
-STAND_INS = "tests/stand_ins/skyrl_targets.py"
+STAND_INS = "tests/fakes/skyrl_targets.py"
 FIXED, BUGGY = f"{STAND_INS}:FixedHidden", f"{STAND_INS}:BuggyHidden"
 CASES = [
     with_hidden_size(

@@ -1,6 +1,6 @@
 """The SkyRL adapter's seams, on stand-in packages written here (no network, no upstream checkout).
 
-``tests/stand_ins/skyrl_fixed`` follows the upstream signatures with correct
+``tests/fakes/skyrl_fixed`` follows the upstream signatures with correct
 arithmetic (a packed entry point with CP, a PPO loss and a wrapper whose entropy gate the adapter reads);
 ``skyrl_buggy`` carries BUGS.md #2 and #3, ``skyrl_inverted_gate`` BUGS.md #1. The adapter must load
 both by path, answer the Megatron lookups, map shapes and shard bounds so the
@@ -11,20 +11,21 @@ checks fail the buggy one.
 import pytest
 import torch
 
-from harness.cases import Case
-from harness.checks import (
+from harness.cases.case import Case
+from harness.checks.ownership import check_shared_logits
+from harness.checks.parity import (
     check_packed_backward,
     check_packed_forward,
     check_policy_loss,
     check_token_backward,
     check_token_forward,
 )
-from harness.memory import MemoryCase, int64_with_dimension, measure_token_memory
-from harness.ownership_checks import check_shared_logits
-from harness.targets import load_target, megatron_stand_in
-from harness.targets.skyrl import PATH_VARIABLE, SkyRLTarget
+from harness.memory.logits import MemoryCase, int64_with_dimension, measure_token_memory
+from harness.targets import load_target
+from harness.targets.skyrl.token import PATH_VARIABLE, SkyRLTarget
+from harness.targets.upstream import megatron_stand_in
 
-STAND_INS = "tests/stand_ins/skyrl_targets.py"
+STAND_INS = "tests/fakes/skyrl_targets.py"
 FIXED, BUGGY, INVERTED = f"{STAND_INS}:Fixed", f"{STAND_INS}:Buggy", f"{STAND_INS}:InvertedGate"
 CASES = [
     Case(seed=1, vocab=12, samples=((6, 4), (5, 2)), chunk_size=3, with_entropy=True),

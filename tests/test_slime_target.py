@@ -1,6 +1,6 @@
-"""Self-tests of the slime adapter (harness/targets/slime.py) on stand-in checkouts: no network, no slime.
+"""Self-tests of the slime adapter (harness/targets/slime/adapter.py) on stand-in checkouts: no network, no slime.
 
-The stand-ins under tests/stand_ins/slime/ follow slime's function signatures with a
+The stand-ins under tests/fakes/slime/ follow slime's function signatures with a
 plain torch implementation (their README says which API each one has). They
 exercise the seams: loading from a path, feature detection of the older and
 newer APIs, the ``args`` Namespace, the mpu stand-in, UNSUPPORTED declarations,
@@ -12,8 +12,9 @@ import sys
 import pytest
 import torch
 
-from harness.cases import Case
-from harness.checks import (
+from harness.cases.case import Case
+from harness.checks.invariances import check_gate_invariance
+from harness.checks.parity import (
     POLICY_JOB,
     assert_entropy_gate,
     check_packed_backward,
@@ -22,11 +23,12 @@ from harness.checks import (
     check_token_backward,
     check_token_forward,
 )
-from harness.invariances import check_gate_invariance
-from harness.run import run_job
-from harness.targets import PackedInputs, load_target, megatron_stand_in, slime_stand_ins
-from harness.targets.slime import PATH_VARIABLE, SlimeTarget, revision, slime_root
-from tests.stand_ins.slime import targets as stand_ins
+from harness.ranks.run import run_job
+from harness.targets import PackedInputs, load_target
+from harness.targets.slime import stand_ins as slime_stand_ins
+from harness.targets.slime.adapter import PATH_VARIABLE, SlimeTarget, revision, slime_root
+from harness.targets.upstream import megatron_stand_in
+from tests.fakes.slime import targets as stand_ins
 
 FUSED = f"{stand_ins.__file__}:fused"
 SPLIT_INVERTED = f"{stand_ins.__file__}:split_inverted"

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from harness.cases import Case
-from harness.checks import check_packed_forward, check_token_forward
+from harness.cases.case import Case
+from harness.checks.parity import check_packed_forward, check_token_forward
 from harness.gate.verdicts import Run
 from harness.mutants.runner import ROOT
 from harness.targets import Unsupported, load_target
@@ -50,7 +50,7 @@ def test_path_adapter_loads_and_is_checked(adapter_file):
     with pytest.raises(AssertionError, match="log_probs") as info:
         check_token_forward(Case(seed=1, vocab=8, samples=((4, 2),)), target)
     notes = "\n".join(getattr(info.value, "__notes__", []))
-    assert "Replay: python -m harness.replay harness.checks:check_token_forward" in notes
+    assert "Replay: python -m harness.replay harness.checks.parity:check_token_forward" in notes
 
 
 def test_path_adapter_runs_on_tp_ranks(adapter_file):
@@ -85,7 +85,8 @@ def test_bad_target_specs_are_explained(spec, message):
 @pytest.mark.slow
 def test_replay_command_reproduces_failure_and_pass(adapter_file):
     case = Case(seed=4, vocab=8, samples=((5, 3),))
-    command = [sys.executable, "-m", "harness.replay", "harness.checks:check_token_forward", "--case", case.to_json()]
+    check = "harness.checks.parity:check_token_forward"
+    command = [sys.executable, "-m", "harness.replay", check, "--case", case.to_json()]
     failing = subprocess.run([*command, "--target", f"{adapter_file}:Skewed"], cwd=ROOT, capture_output=True, text=True)
     assert failing.returncode == 1 and "FAIL" in failing.stdout, failing.stdout + failing.stderr
     passing = subprocess.run([*command, "--target", "impl"], cwd=ROOT, capture_output=True, text=True)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from harness.tolerance import assert_identical, compare
+from harness.checks.tolerance import assert_identical, compare
 
 
 def test_error_within_naive_error_passes_and_beyond_fails():
@@ -49,7 +49,7 @@ def test_assert_identical_reports_first_difference():
 def test_hidden_logit_rounding_bounds_the_error_of_rounding_the_logits_once(dtype):
     """The hidden path's extra term is a true bound: log-probs and entropy of the logits rounded once to the
     input dtype (computed exactly otherwise) stay within it; fp32 inputs get none (the fp32 floor covers it)."""
-    from harness.tolerance import hidden_logit_rounding
+    from harness.checks.tolerance import hidden_logit_rounding
 
     generator = torch.Generator().manual_seed(7)
     for _ in range(20):

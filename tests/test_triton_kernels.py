@@ -23,8 +23,8 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from harness.device import device_type
 from harness.mutants.runner import ROOT
+from harness.ranks.device import device_type
 from harness.targets import load_target
 
 pytest.importorskip("triton")

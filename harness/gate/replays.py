@@ -41,7 +41,7 @@ def _first_line(exc: BaseException) -> str:
 
 def replay_one(check: str, case_json: str, target: str) -> Replayed:
     """Run ``check`` on the Case in this process; never raises."""
-    from harness.cases import Case
+    from harness.cases.case import Case
     from harness.targets import Unsupported
 
     module_name, _, function_name = check.partition(":")
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     parser.add_argument("--in", dest="source", required=True, help="JSON list of {check, case}")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    from harness.pool import shutdown_all
+    from harness.ranks.pool import shutdown_all
 
     items = json.loads(Path(args.source).read_text())
     try:

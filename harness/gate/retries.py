@@ -14,7 +14,7 @@ so two kinds of verdict are checked again before the gate decides:
   was a deadline missed under load and becomes ERROR ("did not reproduce").
   A replay that fails differently keeps the FAIL: the check failed either way.
   A hang whose report shows a rank that FINISHED the job without joining the
-  collective its peers waited in (``harness.rank_errors.DIVERGED``) is not
+  collective its peers waited in (``harness.ranks.errors.DIVERGED``) is not
   replayed: the ranks' collective sequences differed, which no load can
   cause, so it is reproduced by construction (and a replay would only wait
   out another deadline per hang: issue 13's "at most 2x a correct target").
@@ -27,7 +27,7 @@ from dataclasses import replace
 
 from harness.gate.replays import replay_in_subprocess
 from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, Run
-from harness.rank_errors import DIVERGED
+from harness.ranks.errors import DIVERGED
 
 REPLAY_TIMEOUT_S = 900.0
 

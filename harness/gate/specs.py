@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ROOT / ".packages"
 ADAPTERS = {
-    "skyrl": "harness.targets.skyrl:SkyRLTarget",
-    "slime": "harness.targets.slime:SlimeTarget",
-    "nemo_rl": "harness.targets.nemo_rl:NemoRLTarget",
+    "skyrl": "harness.targets.skyrl.token:SkyRLTarget",
+    "slime": "harness.targets.slime.adapter:SlimeTarget",
+    "nemo_rl": "harness.targets.nemo_rl.token:NemoRLTarget",
 }
 CHECKOUT_VARIABLES = {"skyrl": "LPH_SKYRL_PATH", "slime": "LPH_SLIME_PATH", "nemo_rl": "LPH_NEMO_RL_PATH"}
 PYPI = {"skyrl"}

@@ -1,0 +1,53 @@
+"""Hidden states and LM-head shards for a Case (the hidden-state entry point).
+
+A token-level Case (cp=1) describes the rows, vocabulary, TP size, dtype,
+chunking, temperature and flags; ``extra["hidden_size"]`` adds H. The values
+come from the Case's seed on generator streams of their own (so the existing
+quantities of a Case never change): ``hidden = randn(rows, H) * scale /
+sqrt(H)`` and ``W = randn(V, H)``, so the logits ``h @ W.T`` have about the
+Case's ``logit_scale``. Both are rounded to the Case's dtype before anyone
+(oracle, naive path, target) sees them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from harness.cases.case import Case
+
+_STREAM_HIDDEN, _STREAM_HEAD = 50, 51
+
+
+def hidden_size(case: Case) -> int:
+    size = case.extra.get("hidden_size")
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"a hidden-state Case needs extra={{'hidden_size': H}} with H >= 1, got {case.extra!r}")
+    return size
+
+
+def with_hidden_size(case: Case, size: int) -> Case:
+    return case.with_(extra={**case.extra, "hidden_size": int(size)})
+
+
+def _generator(case: Case, stream: int) -> torch.Generator:
+    return torch.Generator().manual_seed(case.seed * 7919 + stream)
+
+
+def global_hidden(case: Case) -> torch.Tensor:
+    """``[rows, H]`` hidden states in the Case's dtype (the same on every TP rank)."""
+    size = hidden_size(case)
+    values = torch.randn(case.rows, size, generator=_generator(case, _STREAM_HIDDEN)) * case.logit_scale
+    return (values / math.sqrt(size)).to(case.torch_dtype)
+
+
+def global_weight(case: Case) -> torch.Tensor:
+    """The full ``[V, H]`` LM head in the Case's dtype (what the TP ranks shard by rows)."""
+    return torch.randn(case.vocab, hidden_size(case), generator=_generator(case, _STREAM_HEAD)).to(case.torch_dtype)
+
+
+def rank_weight(case: Case, tp_rank: int) -> torch.Tensor:
+    """TP rank ``tp_rank``'s head shard ``[V_local, H]``: rows ``[r*V_local, (r+1)*V_local)``."""
+    width = case.vocab_local
+    return global_weight(case)[tp_rank * width : (tp_rank + 1) * width].contiguous()

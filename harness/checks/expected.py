@@ -1,0 +1,124 @@
+"""Parent-side references for a Case: float64 oracle and naive same-dtype results.
+
+The oracle (``precise=True``) runs the float64 functions of ``oracles/`` on
+the unsharded problem; the naive computation (``precise=False``) runs plain
+torch ``log_softmax`` in the Case's dtype. The tolerance policy bounds the
+target's error by a multiple of the naive one (FlashAttention's approach),
+so both are produced by the same code path here, differing only in the
+per-token functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.cases.case import Case
+from harness.cases.policy import EPS_CLIP, EPS_CLIP_HIGH, old_log_probs
+from oracles import layout, losses, token
+
+
+@dataclass
+class Reference:
+    """Per-token or per-sample values and the gradient of a loss w.r.t. the global logits."""
+
+    log_probs: object
+    entropy: object
+    grad: torch.Tensor
+    loss: torch.Tensor | None = None
+
+
+def _leaf(case: Case, precise: bool) -> torch.Tensor:
+    logits = case.global_logits()
+    return (logits.double() if precise else logits.clone()).requires_grad_()
+
+
+def _per_token(case: Case, precise: bool):
+    if precise:
+        return token.log_probs, token.entropy
+    return token.naive_log_probs, token.naive_entropy
+
+
+def _grad_of(loss: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    if not loss.requires_grad:
+        return torch.zeros_like(logits)
+    (grad,) = torch.autograd.grad(loss, logits)
+    return grad
+
+
+def token_reference(case: Case, precise: bool = True) -> Reference:
+    """Every row's log-prob/entropy and the gradient of ``sum(a*lp + b*H)``."""
+    logits = _leaf(case, precise)
+    log_probs_fn, entropy_fn = _per_token(case, precise)
+    log_probs = log_probs_fn(logits, case.row_targets(), case.temperature).double()
+    entropy = entropy_fn(logits, case.temperature).double() if case.with_entropy else None
+    a, b = case.row_probe_weights()
+    loss = (a * log_probs).sum() + ((b * entropy).sum() if entropy is not None else 0.0)
+    return Reference(log_probs.detach(), None if entropy is None else entropy.detach(), _grad_of(loss, logits))
+
+
+def _packed_values(case: Case, logits: torch.Tensor, precise: bool):
+    """Per-sample (log_probs, entropy) lists from the global logits (the oracle's rows and targets)."""
+    log_probs_fn, entropy_fn = _per_token(case, precise)
+    picked = losses.per_sample(logits, case.response_rows())
+    targets = layout.response_targets(case.tokens(), case.response_lengths)
+    log_probs = [log_probs_fn(z, y, case.temperature).double() for z, y in zip(picked, targets, strict=True)]
+    if not case.with_entropy:
+        return log_probs, None
+    return log_probs, [entropy_fn(z, case.temperature).double() for z in picked]
+
+
+def packed_reference(case: Case, precise: bool = True) -> Reference:
+    """Per-sample outputs and the gradient of the probe loss (MATH.md)."""
+    logits = _leaf(case, precise)
+    log_probs, entropy = _packed_values(case, logits, precise)
+    a, b = case.probe_weights()
+    loss = losses.probe_loss(log_probs, entropy, a, b if entropy is not None else None)
+    grad = _grad_of(loss, logits)
+    return Reference([v.detach() for v in log_probs], None if entropy is None else [v.detach() for v in entropy], grad)
+
+
+def policy_reference(case: Case, precise: bool = True) -> Reference:
+    """The PPO loss with entropy bonus and its gradient w.r.t. the global logits."""
+    logits = _leaf(case, precise)
+    log_probs, entropy = _packed_values(case, logits, precise)
+    loss = losses.policy_loss(
+        log_probs,
+        old_log_probs(case),
+        case.advantages(),
+        case.loss_masks(),
+        entropy,
+        eps_clip=EPS_CLIP,
+        eps_clip_high=EPS_CLIP_HIGH,
+        entropy_coef=case.entropy_coef,
+    )
+    grad = _grad_of(loss, logits)
+    return Reference(
+        [v.detach() for v in log_probs], None if entropy is None else [v.detach() for v in entropy], grad, loss.detach()
+    )
+
+
+def shared_logits_reference(case: Case) -> Reference:
+    """Oracle for ``harness.jobs.logits.shared_logits_job``: its five outputs and the gradient of their loss."""
+    logits = _leaf(case, True)
+    targets = case.row_targets()
+    log_probs = token.log_probs(logits, targets, case.temperature)
+    entropy = token.entropy(logits, case.temperature)
+    a, b = case.row_probe_weights()
+    loss = (
+        (a * log_probs).sum()
+        + (b * entropy).sum()
+        + (a * log_probs).sum()
+        + (a[1:] * log_probs[1:]).sum()
+        + (b[1:] * entropy[1:]).sum()
+    )
+    values = [log_probs.detach(), entropy.detach(), log_probs.detach(), log_probs[1:].detach(), entropy[1:].detach()]
+    return Reference(values, None, _grad_of(loss, logits))
+
+
+def entropy_bonus_grad(case: Case) -> torch.Tensor:
+    """d sum_of_sample_mean(H) / d logits in float64 (the gradient the entropy bonus adds, per unit coef)."""
+    logits = _leaf(case, True)
+    _, entropy = _packed_values(case.with_(with_entropy=True), logits, True)
+    return _grad_of(losses.sum_of_sample_mean(entropy, case.loss_masks()), logits)

@@ -1,0 +1,170 @@
+"""Checks of the hidden-state entry point, shared by properties, regressions and replay.
+
+Each ``check_hidden_*(case, target)`` takes a token-level Case (cp=1) with
+``extra["hidden_size"]`` (``harness.cases.hidden``), runs
+``harness.jobs.hidden:hidden_job`` on every TP rank through the rank pool,
+and compares with the float64 oracle (``oracles.hidden``) under the
+tolerance policy, extended by the matmul's own error
+(``harness.checks.tolerance.hidden_value_scale`` / ``hidden_gradient_scales``), or
+bit for bit where the computation promises it. Failures carry the Case and a
+replay command (``harness.checks.parity.replayable``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.cases.case import Case
+from harness.cases.hidden import global_hidden, global_weight, hidden_size
+from harness.checks.expected_hidden import hidden_reference
+from harness.checks.parity import replayable, require
+from harness.checks.tolerance import (
+    assert_close,
+    assert_identical,
+    hidden_gradient_scales,
+    hidden_logit_rounding,
+    hidden_value_scale,
+)
+from harness.ranks.run import run_job
+
+HIDDEN_JOB = "harness.jobs.hidden:hidden_job"
+
+
+def hidden_capabilities(case: Case) -> set[str]:
+    """What a target must declare to run ``case`` through the hidden-state entry point."""
+    if case.cp != 1:
+        raise ValueError(f"hidden-state checks take cp=1 cases, got cp={case.cp}")
+    hidden_size(case)
+    needed = {"hidden"} | ({"hidden_tp"} if case.tp > 1 else set())
+    if case.with_entropy:
+        needed.add("entropy")
+    if case.chunk_size is not None:
+        needed.add("chunking")
+    if case.temperature != 1.0:
+        needed.add("temperature")
+    return needed
+
+
+def replicated(results: list, key: str):
+    """An output every TP rank must return bit-identically (hidden is replicated); returns rank 0's."""
+    first = results[0][key]
+    for rank, result in enumerate(results[1:], start=1):
+        if first is None or result[key] is None:
+            assert first is None and result[key] is None, (
+                f"{key}: rank 0 returned {first!r}, rank {rank} {result[key]!r}"
+            )
+            continue
+        assert_identical(result[key], first, what=f"{key} on TP rank {rank} vs rank 0")
+    return first
+
+
+def assert_hidden_inputs_unmutated(results: list) -> None:
+    """BUGS.md #2 on this path: hidden and weight bit-identical, version counters unchanged, on every rank."""
+    for rank, result in enumerate(results):
+        for name in ("hidden", "weight"):
+            assert result[f"{name}_unchanged"], f"rank {rank}: the target modified {name}'s values"
+            assert result[f"{name}_version_delta"] == 0, (
+                f"rank {rank}: {name}'s version counter moved by {result[f'{name}_version_delta']} (an in-place write)"
+            )
+
+
+def _value_scale(case: Case) -> float:
+    return hidden_value_scale(global_hidden(case), global_weight(case), case.temperature)
+
+
+@replayable
+def check_hidden_forward(case: Case, target: str = "impl") -> None:
+    """Log-probs and entropy from hidden states match the float64 oracle; TP ranks agree bit for bit."""
+    require(target, hidden_capabilities(case))
+    results = run_job(HIDDEN_JOB, case, target)
+    ref, naive = hidden_reference(case), hidden_reference(case, precise=False)
+    scale = _value_scale(case)
+    rounding, entropy_rounding = hidden_logit_rounding(global_hidden(case), global_weight(case), case.temperature)
+    log_probs = replicated(results, "log_probs")
+    assert_close(log_probs, ref.log_probs, naive.log_probs, what="log_probs", scale=scale, rounding=rounding)
+    if case.with_entropy:
+        entropy = replicated(results, "entropy")
+        assert_close(entropy, ref.entropy, naive.entropy, what="entropy", scale=scale, rounding=entropy_rounding)
+    assert_hidden_inputs_unmutated(results)
+
+
+@replayable
+def check_hidden_backward(case: Case, target: str = "impl") -> None:
+    """grad(hidden) (summed over TP, identical on every rank) and each rank's grad(weight) shard match the oracle."""
+    require(target, hidden_capabilities(case))
+    results = run_job(HIDDEN_JOB, case, target)
+    ref, naive = hidden_reference(case), hidden_reference(case, precise=False)
+    a, b = case.row_probe_weights()
+    upstream = float(a.abs().max()) + (float(b.abs().max()) if case.with_entropy else 0.0)
+    hidden, weight = global_hidden(case), global_weight(case)
+    scale_hidden, scale_weight = hidden_gradient_scales(hidden, weight, ref.grad_logits, case.temperature, upstream)
+    assert_close(
+        replicated(results, "grad_hidden"),
+        ref.grad_hidden,
+        naive.grad_hidden,
+        what="grad(hidden)",
+        scale=scale_hidden,
+        out_dtype=case.torch_dtype,
+    )
+    assert_close(
+        torch.cat([r["grad_weight"] for r in results], dim=0),
+        ref.grad_weight,
+        naive.grad_weight,
+        what="grad(weight)",
+        scale=scale_weight,
+        out_dtype=case.torch_dtype,
+    )
+    assert_hidden_inputs_unmutated(results)
+
+
+@replayable
+def check_hidden_inputs_unmutated(case: Case, target: str = "impl") -> None:
+    """BUGS.md #2: forward+backward leaves hidden and the head shard untouched on every rank."""
+    require(target, hidden_capabilities(case))
+    assert_hidden_inputs_unmutated(run_job(HIDDEN_JOB, case, target))
+
+
+KEYS = ("log_probs", "entropy", "grad_hidden", "grad_weight")
+
+
+@replayable
+def check_hidden_chunk_invariance(case: Case, target: str = "impl") -> None:
+    """Chunking changes the working set, never a bit: values and both gradients, on every rank."""
+    require(target, hidden_capabilities(case) | {"chunking"})
+    chunked = run_job(HIDDEN_JOB, case, target)
+    whole = run_job(HIDDEN_JOB, case.with_(chunk_size=None), target)
+    for rank, (x, y) in enumerate(zip(chunked, whole)):
+        for key in KEYS:
+            if x[key] is not None or y[key] is not None:
+                assert_identical(x[key], y[key], what=f"rank {rank} {key}, chunk_size={case.chunk_size} vs one chunk")
+
+
+@replayable
+def check_hidden_gate_invariance(case: Case, target: str = "impl") -> None:
+    """Entropy values bit-identical with and without their gradient; log-probs and their gradients unaffected."""
+    require(target, hidden_capabilities(case) | {"entropy", "entropy_gate"})
+    case = case.with_(with_entropy=True)
+    on = run_job(HIDDEN_JOB, case, target, entropy_grad=True)
+    off = run_job(HIDDEN_JOB, case, target, entropy_grad=False)
+    for rank, (x, y) in enumerate(zip(on, off)):
+        for key in ("log_probs", "entropy"):
+            assert_identical(y[key], x[key], what=f"rank {rank} {key}, gate off vs on")
+        assert y["entropy_requires_grad"] is False, f"rank {rank}: entropy_grad=False returned entropy with a graph"
+        assert x["entropy_requires_grad"], f"rank {rank}: entropy_grad=True returned entropy without a graph"
+        assert y["log_probs_requires_grad"], f"rank {rank}: log-probs lost their graph with the gate off"
+
+
+@replayable
+def check_hidden_tp_consistency(case: Case, target: str = "impl") -> None:
+    """TP ranks return bit-identical log-probs, entropy and grad(hidden), and issue the same collectives.
+
+    ``hidden`` is replicated, so every rank must step it the same way; a rank
+    that returned its own partial ``g @ W_local`` (no TP sum) or summed in a
+    rank-dependent order differs here. ``run_job`` compares the collective
+    traces. Parity with the oracle at each tp is check_hidden_forward/backward's.
+    """
+    require(target, hidden_capabilities(case))
+    assert case.tp > 1, "TP consistency needs tp > 1"
+    results = run_job(HIDDEN_JOB, case, target)
+    for key in ("log_probs", "entropy", "grad_hidden"):
+        replicated(results, key)

@@ -1,0 +1,106 @@
+"""Who owns the logits' storage and graph: shared logits, a retained graph backpropagated twice, donation.
+
+Bug 2 (BUGS.md) is an in-place write into a tensor another node saved; the
+same mechanism hides behind donation (``donate_logits=True`` lets impl/
+write its gradient over the logits). These checks share one job shape
+(``harness.jobs.logits``) and one concern, the lifetime of the caller's buffer, so
+they live together, apart from the value checks of ``harness.checks.parity``.
+"""
+
+from __future__ import annotations
+
+from harness.cases.case import Case
+from harness.checks import expected
+from harness.checks.parity import (
+    assemble_grad,
+    assert_inputs_unmutated,
+    grad_scale,
+    replayable,
+    require,
+    required_capabilities,
+)
+from harness.checks.tolerance import assert_close, assert_identical, value_scale
+from harness.ranks.run import run_job
+
+SHARED_LOGITS_JOB = "harness.jobs.logits:shared_logits_job"
+
+
+@replayable
+def check_shared_logits(case: Case, target: str = "impl", *, backwards: int = 1) -> None:
+    """Bug 2: log-probs (chunked and not) and entropy on the same logits and an overlapping view.
+
+    One backward (``backwards=2``: one with ``retain_graph=True``, then a
+    second): no version-counter error, the logits bit-identical with an
+    unchanged version after the forward and after the backward(s), values and
+    every gradient equal to the oracle.
+    """
+    require(target, {"token", "entropy", "chunking"} | ({"temperature"} if case.temperature != 1.0 else set()))
+    assert case.rows >= 2, "the overlapping view logits[1:] needs at least two rows"
+    chunk_size = case.chunk_size or max(1, case.rows // 2)
+    results = run_job(SHARED_LOGITS_JOB, case, target, chunk_size=chunk_size, backwards=backwards)
+    for rank, result in enumerate(results):
+        assert result["after_forward"]["logits_unchanged"], f"rank {rank}: the forward modified the logits"
+        assert result["after_forward"]["logits_version_delta"] == 0, (
+            f"rank {rank}: the forward moved the logits' version counter by "
+            f"{result['after_forward']['logits_version_delta']}"
+        )
+    assert_inputs_unmutated(results)
+    ref = expected.shared_logits_reference(case)
+    scale = value_scale(case.global_logits(), case.temperature)
+    names = ("log_probs", "entropy", "chunked log_probs", "log_probs of logits[1:]", "entropy of logits[1:]")
+    for name, actual, want in zip(names, results[0]["values"], ref.log_probs, strict=True):
+        # The floor includes rounding to the dtype the target returns (an upstream
+        # entropy may stay in the logits' bf16); impl returns fp32.
+        assert_close(actual, want, want, what=name, scale=scale, out_dtype=actual.dtype)
+    a, b = case.row_probe_weights()
+    upstream = 3 * float(a.abs().max()) + 2 * float(b.abs().max())
+    labels = ("first backward", "second backward (retain_graph)")[:backwards]
+    for which, label in enumerate(labels):
+        grad = assemble_grad(case, [{"grad": r["grads"][which]} for r in results])
+        assert_close(
+            grad,
+            ref.grad,
+            ref.grad,
+            what=f"grad(logits), {label}",
+            scale=grad_scale(case, upstream),
+            out_dtype=case.torch_dtype,
+        )
+
+
+@replayable
+def check_second_backward(case: Case, target: str = "impl") -> None:
+    """Bug 2's re-entrant form: the same graph, retained, backpropagated twice gives the same gradient."""
+    check_shared_logits(case, target, backwards=2)
+
+
+# ---- donation ------------------------------------------------------------------------
+
+DONATION_JOB = "harness.jobs.logits:donation_job"
+
+
+@replayable
+def check_donation(case: Case, target: str = "impl") -> None:
+    """Donation gives the same values and gradient, bit for bit, or refuses loudly; never a silent wrong answer.
+
+    * donated vs plain: identical log-probs, entropy and gradient on every rank;
+    * a second backward (retain_graph) after donation raises;
+    * with another node that saved the logits, donation either raises or
+      returns exactly the gradient of the same graph without donation.
+    """
+    require(target, required_capabilities(case, "token") | {"donation", "entropy"})
+    results = run_job(DONATION_JOB, case, target)
+    for rank, result in enumerate(results):
+        plain, donated = result["plain"], result["donated"]
+        assert plain["error"] is None and donated["error"] is None, f"rank {rank}: {plain['error'] or donated['error']}"
+        for key in ("log_probs", "entropy", "grad"):
+            assert_identical(donated[key], plain[key], what=f"rank {rank} {key}, donated vs plain")
+        assert result["twice"]["error"] is not None, f"rank {rank}: a second backward after donation did not refuse"
+        for consumer in ("before", "after"):
+            reference_run, run = result[f"consumer_{consumer}"], result[f"donated_consumer_{consumer}"]
+            assert reference_run["error"] is None, f"rank {rank}: {reference_run['error']}"
+            if run["error"] is None:
+                assert_identical(
+                    run["grad"],
+                    reference_run["grad"],
+                    what=f"rank {rank} grad with another consumer {consumer}, donated vs plain",
+                )

@@ -1,0 +1,68 @@
+"""Rank-side job for the hidden-state entry point (``Target.hidden_log_probs``).
+
+Every rank rebuilds the Case's hidden states (replicated) and its own LM-head
+shard, calls the TARGET, runs the backward of the row probe loss with the
+Case's non-uniform weights, and returns CPU tensors: the outputs, both
+gradients, the ``requires_grad`` flags, whether ``hidden`` and ``weight`` were
+left bit-identical with unchanged version counters (BUGS.md #2), and the
+collective trace (compared across ranks by ``harness.ranks.run``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.cases.case import Case
+from harness.cases.hidden import global_hidden, rank_weight
+from harness.jobs.logits import _backward, _trace, on_host
+from harness.ranks.device import to_device
+from harness.targets import load_target
+
+
+def _state(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
+    return tensor.detach().clone(), tensor._version
+
+
+def _unchanged(name: str, tensor: torch.Tensor, state) -> dict:
+    before, version = state
+    return {
+        f"{name}_unchanged": bool(torch.equal(tensor.detach(), before)),
+        f"{name}_version_delta": tensor._version - version,
+    }
+
+
+def _grad(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.grad if tensor.grad is not None else torch.zeros_like(tensor)
+
+
+@on_host
+def hidden_job(payload: dict, ctx) -> dict:
+    """Log-probs/entropy of every row from hidden states; backward of the row probe loss."""
+    case = Case.from_json(payload["case"])
+    target = load_target(payload["target"])
+    hidden = to_device(global_hidden(case)).requires_grad_()
+    weight = to_device(rank_weight(case, ctx.tp_rank)).requires_grad_()
+    hidden_state, weight_state = _state(hidden), _state(weight)
+    log_probs, entropy = target.hidden_log_probs(
+        hidden,
+        weight,
+        to_device(case.row_targets()),
+        tp_group=ctx.tp_group,
+        chunk_size=case.chunk_size,
+        with_entropy=case.with_entropy,
+        entropy_grad=payload.get("entropy_grad", True),
+        temperature=case.temperature,
+    )
+    a, b = case.row_probe_weights()
+    _backward([log_probs, entropy], [a, b], case.noncontig_grads)
+    return {
+        "log_probs": log_probs.detach().clone(),
+        "entropy": None if entropy is None else entropy.detach().clone(),
+        "log_probs_requires_grad": bool(log_probs.requires_grad),
+        "entropy_requires_grad": None if entropy is None else bool(entropy.requires_grad),
+        "grad_hidden": _grad(hidden),
+        "grad_weight": _grad(weight),
+        "trace": _trace(ctx),
+        **_unchanged("hidden", hidden, hidden_state),
+        **_unchanged("weight", weight, weight_state),
+    }

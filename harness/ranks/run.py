@@ -1,0 +1,96 @@
+"""Run a rank-side job for a Case on every rank of its layout.
+
+Every distributed job's collective traces are compared across the ranks of
+each group (the universal property of DESIGN.md); a mismatch fails the check
+even when the mismatched collectives happened not to hang.
+
+World size 1 runs in this process (no process group: nothing can hang and
+nothing needs isolating), larger worlds go through the persistent rank pool
+of their size. Either way the caller gets one result per global rank, in rank
+order, and a hung or failing rank surfaces as an exception naming it.
+
+A pool job's deadline comes from ``harness.ranks.deadline`` (a multiple of the
+measured cost of the same job shape, floored and capped) unless the caller
+passes one; a hang is memoised per test and bounds shrinking
+(``harness.ranks.hang_memo``), so one hang-class bug costs seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from harness.cases import stats
+from harness.cases.case import Case
+from harness.ranks import deadline, hang_memo
+from harness.ranks.pool import RankContext, RankHang, get_pool
+from harness.ranks.process import layout_groups
+from harness.ranks.trace import compare_traces
+
+
+def _local_context() -> RankContext:
+    return RankContext(
+        rank=0, world_size=1, tp=1, cp=1, tp_rank=0, cp_rank=0, tp_group=None, cp_group=None, tracer=None
+    )
+
+
+def run_job(
+    job: str,
+    case: Case,
+    target: str = "impl",
+    *,
+    timeout_s: float | None = None,
+    compare_traces: bool = True,
+    **options,
+) -> list:
+    """Run ``job`` ('module:function') for ``case`` against ``target``; one result per rank.
+
+    ``compare_traces=False`` leaves the trace comparison to the caller (a check
+    that wants to report a more specific symptom first). ``timeout_s`` fixes
+    the deadline (self-tests); by default the deadline policy sizes it.
+    """
+    stats.record(case)
+    payload = {"case": case.to_json(), "target": target, **options}
+    if case.world_size == 1:
+        module_name, _, function_name = job.partition(":")
+        module = __import__(module_name, fromlist=[function_name])
+        return [getattr(module, function_name)(payload, _local_context())]
+    results = run_pool_job(job, payload, case, timeout_s)
+    if compare_traces:
+        assert_collectives_consistent(case, results)
+    return results
+
+
+def run_pool_job(job: str, payload: dict, case: Case, timeout_s: float | None = None) -> list:
+    """One job through the pool under the deadline policy and the per-test hang memo."""
+    key = hang_memo.memo_key(job, payload)
+    hang_memo.MEMO.before_run(key)
+    pool = get_pool(case.world_size)
+    pool.start()  # a (re)spawn is not part of the job's cost
+    shape = deadline.shape_of(job, case.tp, case.cp, case.rows, case.vocab)
+    limit = deadline.POLICY.deadline(shape) if timeout_s is None else timeout_s
+    warm, started = pool.jobs_run > 0, time.monotonic()
+    hung = None
+    try:
+        results = pool.run(job, payload, tp=case.tp, cp=case.cp, timeout_s=limit)
+    except RankHang as hang:
+        hung = hang
+    if hung is not None:
+        # Raised outside the except block: a memo hit has no exception context either, and Hypothesis
+        # compares the whole chain (a different chain on the final replay would read as Flaky).
+        hang_memo.MEMO.record(key, hung)
+        hang_memo.raise_hang(type(hung), str(hung))
+    if warm:  # a cold pool's first job pays the ranks' imports: not the shape's cost
+        deadline.POLICY.observe(shape, time.monotonic() - started)
+    return results
+
+
+def assert_collectives_consistent(case: Case, results: list) -> None:
+    """Universal property (BUGS.md #5): all ranks of each TP and CP group issued the same collectives."""
+    traces = {
+        rank: result["trace"] for rank, result in enumerate(results) if isinstance(result, dict) and "trace" in result
+    }
+    if len(traces) < 2:
+        return
+    tp_groups, cp_groups = layout_groups(case.world_size, case.tp, case.cp)
+    problems = compare_traces(traces, tp_groups + cp_groups)
+    assert not problems, "collective sequences differ across ranks (a hang in waiting):\n" + "\n".join(problems)

@@ -1,0 +1,1 @@
+"""The Liger-Kernel family: its fused linear cross entropy as a hidden-state target."""

@@ -1,0 +1,117 @@
+"""impl/ with one injected failure of each class, for the failure-timing table (bench/failure_timing.py).
+
+Each adapter wraps ``ImplTarget.policy_loss`` and breaks it in one way, on
+distributed examples only where the class is about ranks. Loaded as
+``tests/fakes/failure_targets.py:<Class>``. When ``LPH_FAILURE_STAMP``
+names a file, the first injected failure writes the time it happened there,
+so the timing script measures from the first failing example to the report.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dist_nn
+
+from harness.targets.impl_target import ImplTarget
+
+
+def _stamp() -> None:
+    path = os.environ.get("LPH_FAILURE_STAMP")
+    if path and not os.path.exists(path):
+        with open(path, "w") as handle:
+            handle.write(repr(time.time()))
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+class _Injected(ImplTarget):
+    def policy_loss(self, logits, inputs, **kwargs):
+        return self.inject(logits, kwargs, *super().policy_loss(logits, inputs, **kwargs))
+
+    def inject(self, logits, kwargs, loss, log_probs, entropy):
+        raise NotImplementedError
+
+
+class WrongValue(_Injected):
+    """The loss is off by 1e-3 (its gradient is right)."""
+
+    name = "impl-wrong-value"
+
+    def inject(self, logits, kwargs, loss, log_probs, entropy):
+        _stamp()
+        return loss + 1e-3, log_probs, entropy
+
+
+class WrongGradient(_Injected):
+    """The loss value is right; its gradient gets an extra 1e-3 on every logit."""
+
+    name = "impl-wrong-gradient"
+
+    def inject(self, logits, kwargs, loss, log_probs, entropy):
+        _stamp()
+        extra = logits.float().sum() * 1e-3
+        return loss + (extra - extra.detach()), log_probs, entropy
+
+
+class RaiseOnRank1(_Injected):
+    """Rank 1 raises before returning; its peers go on into backward collectives (or finish)."""
+
+    name = "impl-raise-on-rank1"
+
+    def inject(self, logits, kwargs, loss, log_probs, entropy):
+        if _rank() == 1:
+            _stamp()
+            raise RuntimeError("injected failure on rank 1")
+        return loss, log_probs, entropy
+
+
+class KillRank1(_Injected):
+    """Rank 1's process dies."""
+
+    name = "impl-kill-rank1"
+
+    def inject(self, logits, kwargs, loss, log_probs, entropy):
+        if _rank() == 1:
+            _stamp()
+            os._exit(3)
+        return loss, log_probs, entropy
+
+
+class HangForward(_Injected):
+    """Rank 0 alone issues an extra all-reduce in forward: it waits for peers that never join."""
+
+    name = "impl-hang-forward"
+
+    def inject(self, logits, kwargs, loss, log_probs, entropy):
+        if _distributed() and _rank() == 0:
+            _stamp()
+            dist.all_reduce(torch.ones(1, device=logits.device))
+        return loss, log_probs, entropy
+
+
+class HangBackward(_Injected):
+    """Every rank all-reduces in forward, but only rank 0's input carries a graph: only rank 0 all-reduces in backward.
+
+    The mechanism of BUGS.md #5 (a differentiable collective on some ranks only).
+    """
+
+    name = "impl-hang-backward"
+
+    def inject(self, logits, kwargs, loss, log_probs, entropy):
+        if not (_distributed() and loss.requires_grad):
+            return loss, log_probs, entropy
+        if _rank() == 0:
+            _stamp()
+        contribution = loss.reshape(1) * 0 if _rank() == 0 else loss.detach().reshape(1) * 0
+        reduced = dist_nn.all_reduce(contribution, group=None).sum()
+        return loss + reduced, log_probs, entropy
