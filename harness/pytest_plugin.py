@@ -25,8 +25,7 @@ from hypothesis.errors import Unsatisfiable
 
 from harness.cases import limits as case_limits
 from harness.cases import stats
-from harness.checks import figures
-from harness.checks.parity import UNSUPPORTED_EXAMPLES
+from harness.checks import record
 from harness.gate import render
 from harness.gate.render import Row
 from harness.gate.tiers import MARKER, SELF_TEST, TIERS, tier_of_item
@@ -48,35 +47,39 @@ from harness.ranks import hang_memo
 from harness.ranks.pool import shutdown_all
 from harness.targets import load_target
 
-_BASE = settings(
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-)
-# dev: quick local feedback. ci: derandomised, no example database (reproducible CI).
-# mutants: like ci but without shrinking (only the failure matters). thorough: >= 1000 random examples.
-settings.register_profile("dev", _BASE, max_examples=15)
-settings.register_profile("ci", _BASE, max_examples=80, derandomize=True, database=None)
-settings.register_profile(
-    "mutants", _BASE, max_examples=40, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate]
-)
-settings.register_profile("thorough", _BASE, max_examples=1000, phases=list(Phase))
-# interpreter: the Triton backend under Triton's CPU interpreter in `nox -s tests` (milliseconds per kernel op):
-# few derandomised examples per property, shrinking kept so a failure still reads small.
-settings.register_profile("interpreter", _BASE, max_examples=6, derandomize=True, database=None)
-# smoke: the gate's own end-to-end self-tests (a few derandomised examples, no shrinking).
-settings.register_profile(
-    "smoke", _BASE, max_examples=8, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate]
-)
+
+def register_profiles() -> None:
+    """The Hypothesis profiles (idempotent: registering a name again replaces it)."""
+    base = settings(
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    )
+    no_shrink = [Phase.explicit, Phase.generate]
+    # dev: quick local feedback. ci: derandomised, no example database (reproducible CI).
+    settings.register_profile("dev", base, max_examples=15)
+    settings.register_profile("ci", base, max_examples=80, derandomize=True, database=None)
+    # mutants: like ci but without shrinking (only the failure matters). thorough: >= 1000 random examples.
+    settings.register_profile("mutants", base, max_examples=40, derandomize=True, database=None, phases=no_shrink)
+    settings.register_profile("thorough", base, max_examples=1000, phases=list(Phase))
+    # interpreter: the Triton backend under Triton's CPU interpreter in `nox -s tests` (milliseconds per kernel
+    # op): few derandomised examples per property, shrinking kept so a failure still reads small.
+    settings.register_profile("interpreter", base, max_examples=6, derandomize=True, database=None)
+    # smoke: the gate's own end-to-end self-tests (a few derandomised examples, no shrinking).
+    settings.register_profile("smoke", base, max_examples=8, derandomize=True, database=None, phases=no_shrink)
 
 
-def _profile() -> str:
+def profile_name() -> str:
     if os.environ.get("HYPOTHESIS_PROFILE"):
         return os.environ["HYPOTHESIS_PROFILE"]
     return "ci" if os.environ.get("CI") else "dev"
 
 
-settings.load_profile(_profile())
+# Per-run and per-test state lives in pytest's stashes, never in module globals.
+VERDICTS = pytest.StashKey[dict]()  # config: node id -> Verdict (on the controller)
+STATS_DIR = pytest.StashKey[Path]()  # config: where xdist workers leave their case counts
+RECORD = pytest.StashKey[record.TestRecord]()  # item: figures and UNSUPPORTED examples of the test
+MEMO = pytest.StashKey[hang_memo.HangMemo]()  # item: the test's hung examples
 
 
 def pytest_addoption(parser):
@@ -103,24 +106,25 @@ def _is_worker(config) -> bool:
     return hasattr(config, "workerinput")
 
 
-_STATS_ENV = "LPH_STATS_DIR"
-
-
-def _stats_dir(config) -> Path:
-    return Path(os.environ[_STATS_ENV])
+_STATS_ENV = "LPH_STATS_DIR"  # xdist workers are processes: they find the controller's directory here
 
 
 def pytest_configure(config):
-    """The tier marker; a fresh per-session directory for case counts (xdist workers inherit it)."""
+    """Hypothesis profiles, the tier marker, the verdict store and a fresh directory for case counts."""
+    register_profiles()
+    settings.load_profile(profile_name())
     config.addinivalue_line("markers", f"{MARKER}(name): the check's gate tier, one of {', '.join(TIERS)}")
-    config._lph_verdicts = {}
+    config.stash[VERDICTS] = {}
     if not _is_worker(config):
         os.environ[_STATS_ENV] = tempfile.mkdtemp(prefix="lph-stats-")
+    config.stash[STATS_DIR] = Path(os.environ[_STATS_ENV])
+    config.pluginmanager.register(_VerdictCollector(config), "lph-verdicts")
 
 
 def pytest_unconfigure(config):
     if not _is_worker(config):
-        shutil.rmtree(os.environ.pop(_STATS_ENV, ""), ignore_errors=True)
+        os.environ.pop(_STATS_ENV, None)
+        shutil.rmtree(config.stash[STATS_DIR], ignore_errors=True)
 
 
 _REPLAY = re.compile(r"^(?:E\s+)?Replay: (.*)$", re.MULTILINE)
@@ -145,9 +149,11 @@ def pytest_collection_modifyitems(session, config, items):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    UNSUPPORTED_EXAMPLES.clear()
-    figures.reset()
-    hang_memo.reset()
+    """Each test gets its own record and hang memo, current while it runs."""
+    item.stash[RECORD] = record.TestRecord()
+    item.stash[MEMO] = hang_memo.HangMemo()
+    record.use(item.stash[RECORD])
+    hang_memo.use(item.stash[MEMO])
 
 
 @pytest.hookimpl(wrapper=True)
@@ -158,15 +164,19 @@ def pytest_runtest_makereport(item, call):
     ends in Hypothesis' Unsatisfiable: that is reported as UNSUPPORTED too.
     """
     report = yield
-    if call.when == "call" and figures.recorded():
-        report.user_properties.append(("figures", figures.recorded()))
-    if call.when != "call" or not UNSUPPORTED_EXAMPLES:
+    observed = item.stash.get(RECORD, None)
+    if call.when != "call" or observed is None:
         return report
-    name = next(iter(UNSUPPORTED_EXAMPLES))[0]
-    rejected = sum(UNSUPPORTED_EXAMPLES.values())
+    if observed.figures:
+        report.user_properties.append(("figures", {name: dict(entry) for name, entry in observed.figures.items()}))
+    unsupported = observed.unsupported
+    if not unsupported:
+        return report
+    name = next(iter(unsupported))[0]
+    rejected = sum(unsupported.values())
     if report.failed and call.excinfo is not None and call.excinfo.errisinstance(Unsatisfiable):
-        always = set.intersection(*(set(missing) for _, missing in UNSUPPORTED_EXAMPLES))
-        missing = sorted(always) or sorted({c for _, m in UNSUPPORTED_EXAMPLES for c in m})
+        always = set.intersection(*(set(missing) for _, missing in unsupported))
+        missing = sorted(always) or sorted({c for _, m in unsupported for c in m})
         report.outcome = "skipped"
         report.longrepr = (
             str(item.path),
@@ -174,7 +184,7 @@ def pytest_runtest_makereport(item, call):
             f"UNSUPPORTED: target {name!r} does not support {missing} (all {rejected} generated examples needed it)",
         )
         return report
-    needed = Counter(c for (_, missing), count in UNSUPPORTED_EXAMPLES.items() for c in missing for _ in range(count))
+    needed = Counter(c for (_, missing), count in unsupported.items() for c in missing for _ in range(count))
     detail = ", ".join(f"{c} ({n})" if n != rejected else c for c, n in needed.most_common())
     report.user_properties.append(("unsupported_examples", f"{rejected} generated examples needing {detail}"))
     return report
@@ -214,13 +224,16 @@ def _raw_verdict(report) -> Verdict | None:
     )
 
 
-def pytest_runtest_logreport(report):
-    verdict = _raw_verdict(report)
-    if verdict is not None:
-        _CONFIG[0]._lph_verdicts[report.nodeid] = verdict
+class _VerdictCollector:
+    """Collects every test's verdict into the run's config stash (on the xdist controller too)."""
 
+    def __init__(self, config):
+        self.config = config
 
-_CONFIG: list = []
+    def pytest_runtest_logreport(self, report):
+        verdict = _raw_verdict(report)
+        if verdict is not None:
+            self.config.stash[VERDICTS][report.nodeid] = verdict
 
 
 _ERROR = re.compile(r"^(?:E\s+|\s*\|\s+)((?:\w+\.)*\w*(?:Error|Exception|Hang)\b.*|Failed: .*)$", re.MULTILINE)
@@ -235,15 +248,10 @@ def _first_error_line(text: str) -> str:
     return lines[0].strip()[:240] if lines else ""
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session):
-    _CONFIG[:] = [session.config]
-
-
 def pytest_sessionfinish(session, exitstatus):
     shutdown_all()
     if _is_worker(session.config) and stats.counts():
-        stats.dump(_stats_dir(session.config))
+        stats.dump(session.config.stash[STATS_DIR])
 
 
 def raw_rows(verdicts) -> list[Row]:
@@ -259,12 +267,12 @@ def raw_rows(verdicts) -> list[Row]:
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if _is_worker(config):
         return
-    counts = stats.load_all(_stats_dir(config)) + stats.counts()
+    counts = stats.load_all(config.stash[STATS_DIR]) + stats.counts()
     if counts:
         terminalreporter.section("generated cases run, by layout")
         for key, count in sorted(counts.items()):
             terminalreporter.write_line(f"{key}: {count}")
-    verdicts = config._lph_verdicts
+    verdicts = config.stash[VERDICTS]
     if not verdicts:
         return
     target = config.getoption("--target")
@@ -278,7 +286,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if report_dir:
         path = Path(report_dir)
         layout = "\n".join(f"- {k}: {v}" for k, v in sorted(counts.items()))
-        meta = {"profile": _profile(), "layouts": dict(counts), "case_limits": case_limits.active()}
+        meta = {"profile": profile_name(), "layouts": dict(counts), "case_limits": case_limits.active()}
         Run(target=target, verdicts=dict(verdicts), meta=meta).save(path)
         body = render.markdown(rows, f"Verdicts for target `{target}`")
         (path / "report.md").write_text(f"{body}\n## Generated cases run, by layout\n\n{layout}\n")

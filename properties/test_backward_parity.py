@@ -1,6 +1,6 @@
 """Backward parity: every rank's gradient shard matches the float64 oracle.
 
-The probe loss ``sum a*lp + b*H`` (MATH.md) with random, non-uniform weights
+The probe loss ``sum a*lp + b*H`` (docs/math.md) with random, non-uniform weights
 (zero where masked), fed contiguous or as strided views, and the PPO policy
 loss with its entropy bonus; the oracle gradient is float64 autograd on the
 unsharded logits, and each TP rank must return its column slice of it.

@@ -3,7 +3,7 @@
 A table (OpInfo's ``error_inputs`` habit): each row builds one bad call on a
 small valid Case, and names the exception type and the word the message must
 carry. Upstream code silently returns a log-prob of 0 for a target outside
-every shard (BUGS.md); the contract here is a ValueError naming ``targets``.
+every shard (docs/bugs.md); the contract here is a ValueError naming ``targets``.
 """
 
 from collections.abc import Callable

@@ -5,7 +5,7 @@ most in a trainer: CP ranks that disagree (slice lengths, batch metadata,
 options such as the chunk size or the entropy flag), a CP group passed with
 no CP mode (or a CP mode with no group), a TP group whose ranks hold
 vocabulary shards of different widths, and a bad argument on ONE rank while
-its peers are fine (issue 13). Each row runs through the rank pool
+its peers are fine. Each row runs through the rank pool
 (harness/jobs/bad_inputs.py perturbs some ranks' inputs) and requires that
 every rank raised an error of the named type whose text names the argument;
 a hang ends as RankHang under the job deadline, a rank that returned values
@@ -30,9 +30,8 @@ import pytest
 
 from harness.cases.case import Case
 from harness.checks.parity import require
+from harness.jobs.bad_inputs import bad_input_job
 from harness.ranks.run import run_job
-
-BAD_INPUT_JOB = "harness.jobs.bad_inputs:bad_input_job"
 
 # Two samples, the first spanning both CP ranks' slices (8 + 4 tokens, 6 rows per rank).
 CP_CASE = Case(seed=61, vocab=16, cp=2, cp_mode="allgather", samples=((8, 6), (4, 2)), pad_multiple=3)
@@ -84,7 +83,7 @@ ROWS += [_on_zigzag(bad) for bad in ROWS if "cp_allgather" in bad.needs and bad.
 @pytest.mark.parametrize("bad", ROWS, ids=lambda bad: bad.row)
 def test_every_rank_raises_a_clear_error(bad, target):
     require(target, bad.needs)
-    results = run_job(BAD_INPUT_JOB, bad.case, target, compare_traces=False, row=bad.row.removesuffix("-zigzag"))
+    results = run_job(bad_input_job, bad.case, target, compare_traces=False, row=bad.row.removesuffix("-zigzag"))
     silent = [rank for rank, result in enumerate(results) if result["error"] is None]
     assert not silent, f"{bad.row}: rank(s) {silent} returned values instead of raising (a silent wrong answer)"
     for rank, result in enumerate(results):

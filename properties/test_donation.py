@@ -1,4 +1,4 @@
-"""Donation mode: the gradient written over the logits' own storage (DESIGN.md memory bounds).
+"""Donation mode: the gradient written over the logits' own storage (docs/design.md memory bounds).
 
 Same results bit for bit as without donation, or a loud refusal (a second
 backward; another node that saved the logits and runs later); never a silent

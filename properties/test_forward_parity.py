@@ -1,4 +1,4 @@
-"""Forward parity: log-probs and entropy match the float64 oracle (MATH.md, per-token quantities).
+"""Forward parity: log-probs and entropy match the float64 oracle (docs/math.md, per-token quantities).
 
 Token level (every logits row) and packed level (per-sample responses from
 thd/bshd layouts), under the tolerance policy, with TP ranks required to

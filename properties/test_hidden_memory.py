@@ -1,4 +1,4 @@
-"""The memory contract of the fused hidden-state path (issue 15), measured by the live-storage tracker.
+"""The memory contract of the fused hidden-state path, measured by the live-storage tracker.
 
 Peak live bytes of forward + backward (entropy gradient on) at most the
 inputs + their gradients + 4 chunks of fp32 logits ``[chunk, V_local]`` (+ the

@@ -1,4 +1,4 @@
-"""The hidden-state entry point (MATH.md, "Hidden states and a sharded LM head") against the float64 oracle.
+"""The hidden-state entry point (docs/math.md, "Hidden states and a sharded LM head") against the float64 oracle.
 
 ``hidden [rows, H]`` and this rank's LM-head shard ``[V_local, H]`` in, log-probs
 and entropy out, gradients into both. Through the rank pool, tp 1/2/4:

@@ -1,6 +1,6 @@
-"""Peak live memory stays within DESIGN.md's bounds, on generated shapes and at the historic scales.
+"""Peak live memory stays within docs/design.md's bounds, on generated shapes and at the historic scales.
 
-Units (MATH.md): ``logits_bytes = rows * V_local * element_size``; a chunk
+Units (docs/math.md): ``logits_bytes = rows * V_local * element_size``; a chunk
 working set is two fp32 ``[chunk, V_local]`` buffers; every row may also hold
 a few per-row vectors (``ROW_ALLOWANCE_BYTES``).
 
@@ -19,7 +19,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.checks import figures
+from harness.checks import record
 from harness.checks.parity import require
 from harness.memory.logits import (
     HISTORIC_SCALES,
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.tier("budget")
 
 def measured(report):
     """Record the figure a base-vs-PR gate compares (peak / logits bytes, on this case), then hand it back."""
-    figures.record(figures.PEAK_OVER_LOGITS, report.ratio, report.case)
+    record.figure(record.PEAK_OVER_LOGITS, report.ratio, report.case)
     return report
 
 
@@ -85,7 +85,7 @@ REAL_SCALE = {name: HISTORIC_SCALES[name] for name in ("slime-1951-tp1", "slime-
 
 @pytest.mark.parametrize("name", sorted(REAL_SCALE))
 def test_forward_backward_at_real_scale(name, target):
-    """DESIGN.md's budget at the scales that OOMed: 2x logits + a chunk, entropy gradient included.
+    """docs/design.md's budget at the scales that OOMed: 2x logits + a chunk, entropy gradient included.
 
     The one_hot regression checks that bug's mechanism; this is the whole
     budget, which an implementation can exceed without any one_hot (e.g. by

@@ -1,4 +1,4 @@
-"""Regression for BUGS.md #4: the allgather-CP re-grad (slime review of PR #1788/#2130, fixed by #2123).
+"""Regression for docs/bugs.md #4: the allgather-CP re-grad (slime review of PR #1788/#2130, fixed by #2123).
 
 The allgather redistribute pads each rank's piece with zeros and sums over CP
 ranks with a differentiable all-reduce. Ranks that held none of a sample made

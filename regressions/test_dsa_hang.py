@@ -1,4 +1,4 @@
-"""Regression for BUGS.md #5: the DSA training hang (slime #1822; again between fa3c990af and 6ad61127e).
+"""Regression for docs/bugs.md #5: the DSA training hang (slime #1822; again between fa3c990af and 6ad61127e).
 
 DeepSeek Sparse Attention models use allgather CP. With the entropy computed
 under no_grad, a sample lying wholly inside one CP rank's range left the other

@@ -1,4 +1,4 @@
-"""Regression for BUGS.md #2: in-place writes on saved logits (SkyRL #1648/#1650, verl #1672).
+"""Regression for docs/bugs.md #2: in-place writes on saved logits (SkyRL #1648/#1650, verl #1672).
 
 SkyRL's old ``_VocabParallelEntropy.backward`` subtracted from the logits it
 had saved and added the amount back ("borrow then restore"). Any other node
@@ -10,7 +10,7 @@ wrong entropy after calling it.
 
 Three named checks: one backward through several consumers of the same
 logits (the bug as it shipped); the same graph retained and backpropagated a
-second time (BUGS.md: "a second backward with retain_graph=True still
+second time (docs/bugs.md: "a second backward with retain_graph=True still
 correct", which fails if a backward overwrites the tensors its own node
 saved, even when no other node shares them); and the policy path leaving its
 logits untouched.

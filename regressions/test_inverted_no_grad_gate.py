@@ -1,4 +1,4 @@
-"""Regression for BUGS.md #1: the inverted entropy no_grad gate.
+"""Regression for docs/bugs.md #1: the inverted entropy no_grad gate.
 
 slime PR #1185 (upstream commit 0d3ada3a7, reverted by f57d56f23 in #1189)
 computed the entropy under ``no_grad() if entropy_coef else nullcontext()``:
@@ -23,12 +23,12 @@ from harness.cases.case import Case
 from harness.cases.strategies import cases
 from harness.checks.invariances import check_gate_invariance
 from harness.checks.parity import (
-    POLICY_JOB,
     assert_entropy_gate,
     check_entropy_bonus_gradient,
     check_policy_loss,
     require,
 )
+from harness.jobs.logits import policy_job
 from harness.ranks.run import run_job
 
 pytestmark = pytest.mark.tier("contract")
@@ -70,7 +70,7 @@ def test_entropy_values_identical_with_and_without_grad(case, target):
 def test_empty_response_gives_empty_outputs(coef, tp, target):
     case = Case(seed=24, vocab=4 * tp, tp=tp, samples=((3, 0), (1, 0)), entropy_coef=coef)
     require(target, {"policy_loss", "entropy"})
-    results = run_job(POLICY_JOB, case, target)
+    results = run_job(policy_job, case, target)
     for rank, result in enumerate(results):
         assert [v.numel() for v in result["log_probs"]] == [0, 0], f"rank {rank}: {result['log_probs']}"
         assert [v.numel() for v in result["entropy"]] == [0, 0], f"rank {rank}: {result['entropy']}"

@@ -1,4 +1,4 @@
-"""Regression for BUGS.md #3: the one_hot OOM in the chunked log-prob backward.
+"""Regression for docs/bugs.md #3: the one_hot OOM in the chunked log-prob backward.
 
 SkyRL's old ``ChunkedDistributedLogprob.backward`` built, per chunk,
 ``one_hot(masked_target, num_classes=V_local)`` (int64, 8 bytes an element)
@@ -10,7 +10,7 @@ under fake tensors (nothing is allocated) and no int64 tensor with a
 vocabulary-sized dimension may exist at any point.
 
 What this file checks is the bug's mechanism, on the log-prob path where it
-lived (the entropy has its own regression, BUGS.md #2). DESIGN.md's whole
+lived (the entropy has its own regression, docs/bugs.md #2). docs/design.md's whole
 memory budget (2x logits + a chunk, entropy gradient included) at the same
 scales is a property: ``properties/test_memory_bounds.py``. An implementation
 can exceed that budget without any one_hot, and a fixed upstream version
@@ -51,7 +51,7 @@ def test_no_vocab_sized_int64_in_log_prob_backward(name, target):
 
 
 def test_no_vocab_sized_int64_in_hidden_state_backward(target):
-    """The same mechanism on the hidden-state path (issue 15): NeMo-RL's ChunkedDistributedHiddenStatesToLogprobs
+    """The same mechanism on the hidden-state path: NeMo-RL's ChunkedDistributedHiddenStatesToLogprobs
     still builds one_hot in its backward. T=205,280, H=4096, V=151,936 at tp 8, chunk 1024, log-probs only."""
     require(target, {"hidden", "chunking"})
     case = dataclasses.replace(HIDDEN_REAL_SCALES["qwen-tp8-fp32"], with_entropy=False)

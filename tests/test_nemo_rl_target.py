@@ -2,7 +2,7 @@
 
 ``tests/fakes/nemo_rl/fixed`` follows NeMo-RL's signatures with correct
 arithmetic (and a CP all-gather whose backward runs on the CPU);
-``one_hot`` is the same with BUGS.md #3 as NeMo-RL HEAD has it. The adapter must
+``one_hot`` is the same with docs/bugs.md #3 as NeMo-RL HEAD has it. The adapter must
 load both by path, map shard bounds, the entropy sign, ``cu_seqlens_padded`` and
 the zigzag view so the fixed one passes the token and packed checks (TP 1/2,
 CP 2), and the one_hot regression's check must fail the buggy one only.

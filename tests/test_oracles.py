@@ -1,7 +1,7 @@
-"""Self-tests of the float64 oracles against independent computations (MATH.md).
+"""Self-tests of the float64 oracles against independent computations (docs/math.md).
 
 Independent means: torch's own float64 ``log_softmax``, finite differences,
-MATH.md's closed-form gradients, and numbers worked out by hand in comments.
+docs/math.md's closed-form gradients, and numbers worked out by hand in comments.
 """
 
 import math
@@ -82,7 +82,7 @@ def test_gradients_match_finite_differences(temperature):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_gradients_match_closed_forms(temperature):
-    # MATH.md: dl/dz_v = 1[v=t] - p_v; dH/dz_v = -p_v (log p_v + H); d/dlogits = (1/tau) d/dz.
+    # docs/math.md: dl/dz_v = 1[v=t] - p_v; dH/dz_v = -p_v (log p_v + H); d/dlogits = (1/tau) d/dz.
     logits, targets = _random()
     g = torch.Generator().manual_seed(1)
     g_l, g_h = torch.randn(5, generator=g, dtype=torch.float64), torch.randn(5, generator=g, dtype=torch.float64)

@@ -3,7 +3,7 @@
 ``tests/fakes/skyrl_fixed`` has a ``FusedLinearChunkedDistributedLogprob``
 with upstream's signature and plain-autograd arithmetic that, like upstream,
 returns this rank's partial ``grad(hidden)``; ``skyrl_buggy``'s builds
-``one_hot(target, V_local)`` in its backward (BUGS.md #3). The adapter must
+``one_hot(target, V_local)`` in its backward (docs/bugs.md #3). The adapter must
 load them by path, map shapes, shard bounds, temperature and chunking, and
 sum ``grad(hidden)`` over TP (the trainer's sequence-parallel seam) so the
 fixed one passes parity at one and two TP ranks; the one_hot regression's

@@ -2,7 +2,7 @@
 
 ``tests/fakes/skyrl_fixed`` follows the upstream signatures with correct
 arithmetic (a packed entry point with CP, a PPO loss and a wrapper whose entropy gate the adapter reads);
-``skyrl_buggy`` carries BUGS.md #2 and #3, ``skyrl_inverted_gate`` BUGS.md #1. The adapter must load
+``skyrl_buggy`` carries docs/bugs.md #2 and #3, ``skyrl_inverted_gate`` docs/bugs.md #1. The adapter must load
 both by path, answer the Megatron lookups, map shapes and shard bounds so the
 fixed one passes the checks at one and two TP ranks, and let the regressions'
 checks fail the buggy one.

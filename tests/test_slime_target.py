@@ -15,7 +15,6 @@ import torch
 from harness.cases.case import Case
 from harness.checks.invariances import check_gate_invariance
 from harness.checks.parity import (
-    POLICY_JOB,
     assert_entropy_gate,
     check_packed_backward,
     check_packed_forward,
@@ -23,6 +22,7 @@ from harness.checks.parity import (
     check_token_backward,
     check_token_forward,
 )
+from harness.jobs.logits import policy_job
 from harness.ranks.run import run_job
 from harness.targets import PackedInputs, load_target
 from harness.targets.slime import stand_ins as slime_stand_ins
@@ -270,9 +270,9 @@ def test_gate_regression_fails_on_the_inverted_gate():
     with pytest.raises(AssertionError, match="grad"):
         check_policy_loss(GATE_CASE, SPLIT_INVERTED)
     with pytest.raises(AssertionError, match=r"entropy.requires_grad=False but the gate .* is True"):
-        assert_entropy_gate(GATE_CASE, run_job(POLICY_JOB, GATE_CASE, SPLIT_INVERTED))
+        assert_entropy_gate(GATE_CASE, run_job(policy_job, GATE_CASE, SPLIT_INVERTED))
     with pytest.raises(AssertionError, match=r"entropy.requires_grad=True but the gate .* is False"):
         case = GATE_CASE.with_(entropy_coef=0.0)
-        assert_entropy_gate(case, run_job(POLICY_JOB, case, SPLIT_INVERTED))
+        assert_entropy_gate(case, run_job(policy_job, case, SPLIT_INVERTED))
     with pytest.raises(AssertionError, match="entropy_grad=False returned entropy that requires grad"):
         check_gate_invariance(GATE_CASE, SPLIT_INVERTED)

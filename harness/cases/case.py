@@ -174,7 +174,7 @@ class Case:
         return filler.to(self.torch_dtype)
 
     def rank_logits(self, tp_rank: int, cp_rank: int = 0) -> torch.Tensor:
-        """This rank's logits: its CP rows (MATH.md layouts) of its TP rank's vocabulary shard."""
+        """This rank's logits: its CP rows (docs/math.md layouts) of its TP rank's vocabulary shard."""
         logits = self.global_logits()
         if self.cp_mode != "none":
             rows = self.local_rows(cp_rank)

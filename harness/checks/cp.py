@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from harness.cases.case import Case
 from harness.checks.parity import (
-    PACKED_JOB,
-    POLICY_JOB,
     assert_entropy_gate,
     entropy_gate,
     replayable,
     require,
     required_capabilities,
 )
+from harness.jobs.logits import packed_job, policy_job
 from harness.ranks.run import assert_collectives_consistent, run_job
 
 
@@ -29,7 +28,7 @@ def check_cp_requires_grad(case: Case, target: str = "impl") -> None:
     """
     require(target, required_capabilities(case, "policy_loss"))
     # Forward only: the flags are the bug; the backward hang they cause is test_dsa_hang's.
-    results = run_job(POLICY_JOB, case, target, compare_traces=False, backward=False)
+    results = run_job(policy_job, case, target, compare_traces=False, backward=False)
     flags = {rank: (r["log_probs_requires_grad"], r["entropy_requires_grad"]) for rank, r in enumerate(results)}
     assert len({repr(f) for f in flags.values()}) == 1, f"requires_grad differs across ranks: {flags}"
     assert_entropy_gate(case, results, target)
@@ -45,5 +44,5 @@ def check_cp_collectives(case: Case, target: str = "impl") -> None:
     stuck rank and its last collective within seconds.
     """
     require(target, required_capabilities(case, "policy_loss"))
-    run_job(POLICY_JOB, case, target)
-    run_job(PACKED_JOB, case, target, entropy_grad=entropy_gate(case))
+    run_job(policy_job, case, target)
+    run_job(packed_job, case, target, entropy_grad=entropy_gate(case))

@@ -70,7 +70,7 @@ def _packed_values(case: Case, logits: torch.Tensor, precise: bool):
 
 
 def packed_reference(case: Case, precise: bool = True) -> Reference:
-    """Per-sample outputs and the gradient of the probe loss (MATH.md)."""
+    """Per-sample outputs and the gradient of the probe loss (docs/math.md)."""
     logits = _leaf(case, precise)
     log_probs, entropy = _packed_values(case, logits, precise)
     a, b = case.probe_weights()

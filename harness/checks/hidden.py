@@ -25,9 +25,8 @@ from harness.checks.tolerance import (
     hidden_logit_rounding,
     hidden_value_scale,
 )
+from harness.jobs.hidden import hidden_job
 from harness.ranks.run import run_job
-
-HIDDEN_JOB = "harness.jobs.hidden:hidden_job"
 
 
 def hidden_capabilities(case: Case) -> set[str]:
@@ -59,7 +58,7 @@ def replicated(results: list, key: str):
 
 
 def assert_hidden_inputs_unmutated(results: list) -> None:
-    """BUGS.md #2 on this path: hidden and weight bit-identical, version counters unchanged, on every rank."""
+    """docs/bugs.md #2 on this path: hidden and weight bit-identical, version counters unchanged, on every rank."""
     for rank, result in enumerate(results):
         for name in ("hidden", "weight"):
             assert result[f"{name}_unchanged"], f"rank {rank}: the target modified {name}'s values"
@@ -76,7 +75,7 @@ def _value_scale(case: Case) -> float:
 def check_hidden_forward(case: Case, target: str = "impl") -> None:
     """Log-probs and entropy from hidden states match the float64 oracle; TP ranks agree bit for bit."""
     require(target, hidden_capabilities(case))
-    results = run_job(HIDDEN_JOB, case, target)
+    results = run_job(hidden_job, case, target)
     ref, naive = hidden_reference(case), hidden_reference(case, precise=False)
     scale = _value_scale(case)
     rounding, entropy_rounding = hidden_logit_rounding(global_hidden(case), global_weight(case), case.temperature)
@@ -92,7 +91,7 @@ def check_hidden_forward(case: Case, target: str = "impl") -> None:
 def check_hidden_backward(case: Case, target: str = "impl") -> None:
     """grad(hidden) (summed over TP, identical on every rank) and each rank's grad(weight) shard match the oracle."""
     require(target, hidden_capabilities(case))
-    results = run_job(HIDDEN_JOB, case, target)
+    results = run_job(hidden_job, case, target)
     ref, naive = hidden_reference(case), hidden_reference(case, precise=False)
     a, b = case.row_probe_weights()
     upstream = float(a.abs().max()) + (float(b.abs().max()) if case.with_entropy else 0.0)
@@ -119,9 +118,9 @@ def check_hidden_backward(case: Case, target: str = "impl") -> None:
 
 @replayable
 def check_hidden_inputs_unmutated(case: Case, target: str = "impl") -> None:
-    """BUGS.md #2: forward+backward leaves hidden and the head shard untouched on every rank."""
+    """docs/bugs.md #2: forward+backward leaves hidden and the head shard untouched on every rank."""
     require(target, hidden_capabilities(case))
-    assert_hidden_inputs_unmutated(run_job(HIDDEN_JOB, case, target))
+    assert_hidden_inputs_unmutated(run_job(hidden_job, case, target))
 
 
 KEYS = ("log_probs", "entropy", "grad_hidden", "grad_weight")
@@ -131,8 +130,8 @@ KEYS = ("log_probs", "entropy", "grad_hidden", "grad_weight")
 def check_hidden_chunk_invariance(case: Case, target: str = "impl") -> None:
     """Chunking changes the working set, never a bit: values and both gradients, on every rank."""
     require(target, hidden_capabilities(case) | {"chunking"})
-    chunked = run_job(HIDDEN_JOB, case, target)
-    whole = run_job(HIDDEN_JOB, case.with_(chunk_size=None), target)
+    chunked = run_job(hidden_job, case, target)
+    whole = run_job(hidden_job, case.with_(chunk_size=None), target)
     for rank, (x, y) in enumerate(zip(chunked, whole)):
         for key in KEYS:
             if x[key] is not None or y[key] is not None:
@@ -144,8 +143,8 @@ def check_hidden_gate_invariance(case: Case, target: str = "impl") -> None:
     """Entropy values bit-identical with and without their gradient; log-probs and their gradients unaffected."""
     require(target, hidden_capabilities(case) | {"entropy", "entropy_gate"})
     case = case.with_(with_entropy=True)
-    on = run_job(HIDDEN_JOB, case, target, entropy_grad=True)
-    off = run_job(HIDDEN_JOB, case, target, entropy_grad=False)
+    on = run_job(hidden_job, case, target, entropy_grad=True)
+    off = run_job(hidden_job, case, target, entropy_grad=False)
     for rank, (x, y) in enumerate(zip(on, off)):
         for key in ("log_probs", "entropy"):
             assert_identical(y[key], x[key], what=f"rank {rank} {key}, gate off vs on")
@@ -165,6 +164,6 @@ def check_hidden_tp_consistency(case: Case, target: str = "impl") -> None:
     """
     require(target, hidden_capabilities(case))
     assert case.tp > 1, "TP consistency needs tp > 1"
-    results = run_job(HIDDEN_JOB, case, target)
+    results = run_job(hidden_job, case, target)
     for key in ("log_probs", "entropy", "grad_hidden"):
         replicated(results, key)

@@ -17,9 +17,6 @@ from __future__ import annotations
 
 from harness.cases.case import Case
 from harness.checks.parity import (
-    PACKED_JOB,
-    POLICY_JOB,
-    TOKEN_JOB,
     assert_dropped_zero,
     assert_packed_backward,
     assert_packed_forward,
@@ -33,6 +30,7 @@ from harness.checks.parity import (
     required_capabilities,
 )
 from harness.checks.tolerance import assert_identical
+from harness.jobs.logits import packed_job, policy_job, token_job
 from harness.ranks.run import run_job
 from harness.targets import load_target
 
@@ -63,8 +61,8 @@ def _assert_grads_identical(first: list, second: list, label: str) -> None:
 
 # level -> (job, forward check against the oracle, backward check against the oracle)
 _LEVELS = {
-    "packed": (PACKED_JOB, assert_packed_forward, assert_packed_backward),
-    "token": (TOKEN_JOB, assert_token_forward, assert_token_backward),
+    "packed": (packed_job, assert_packed_forward, assert_packed_backward),
+    "token": (token_job, assert_token_forward, assert_token_backward),
 }
 
 
@@ -149,8 +147,8 @@ def check_response_only(case: Case, target: str = "impl", *, exact: bool | None 
     """Response-only (and loss-mask-only) equal the full path on consumed positions (slime #2076)."""
     require(target, required_capabilities(case, "policy_loss") | {"response_only"})
     full_case, compact_case = case.with_(response_only=False, loss_mask_only=False), case.with_(response_only=True)
-    full = run_job(POLICY_JOB, full_case, target)
-    compact = run_job(POLICY_JOB, compact_case, target)
+    full = run_job(policy_job, full_case, target)
+    compact = run_job(policy_job, compact_case, target)
     consumed = consumed_positions(compact_case)
     keys = ("log_probs", "entropy") if case.with_entropy else ("log_probs",)
     for key in keys:

@@ -1,6 +1,6 @@
 """Who owns the logits' storage and graph: shared logits, a retained graph backpropagated twice, donation.
 
-Bug 2 (BUGS.md) is an in-place write into a tensor another node saved; the
+Bug 2 (docs/bugs.md) is an in-place write into a tensor another node saved; the
 same mechanism hides behind donation (``donate_logits=True`` lets impl/
 write its gradient over the logits). These checks share one job shape
 (``harness.jobs.logits``) and one concern, the lifetime of the caller's buffer, so
@@ -20,9 +20,8 @@ from harness.checks.parity import (
     required_capabilities,
 )
 from harness.checks.tolerance import assert_close, assert_identical, value_scale
+from harness.jobs.logits import donation_job, shared_logits_job
 from harness.ranks.run import run_job
-
-SHARED_LOGITS_JOB = "harness.jobs.logits:shared_logits_job"
 
 
 @replayable
@@ -37,7 +36,7 @@ def check_shared_logits(case: Case, target: str = "impl", *, backwards: int = 1)
     require(target, {"token", "entropy", "chunking"} | ({"temperature"} if case.temperature != 1.0 else set()))
     assert case.rows >= 2, "the overlapping view logits[1:] needs at least two rows"
     chunk_size = case.chunk_size or max(1, case.rows // 2)
-    results = run_job(SHARED_LOGITS_JOB, case, target, chunk_size=chunk_size, backwards=backwards)
+    results = run_job(shared_logits_job, case, target, chunk_size=chunk_size, backwards=backwards)
     for rank, result in enumerate(results):
         assert result["after_forward"]["logits_unchanged"], f"rank {rank}: the forward modified the logits"
         assert result["after_forward"]["logits_version_delta"] == 0, (
@@ -75,8 +74,6 @@ def check_second_backward(case: Case, target: str = "impl") -> None:
 
 # ---- donation ------------------------------------------------------------------------
 
-DONATION_JOB = "harness.jobs.logits:donation_job"
-
 
 @replayable
 def check_donation(case: Case, target: str = "impl") -> None:
@@ -88,7 +85,7 @@ def check_donation(case: Case, target: str = "impl") -> None:
       returns exactly the gradient of the same graph without donation.
     """
     require(target, required_capabilities(case, "token") | {"donation", "entropy"})
-    results = run_job(DONATION_JOB, case, target)
+    results = run_job(donation_job, case, target)
     for rank, result in enumerate(results):
         plain, donated = result["plain"], result["donated"]
         assert plain["error"] is None and donated["error"] is None, f"rank {rank}: {plain['error'] or donated['error']}"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections import Counter
 
 import torch
 from hypothesis import reject
@@ -20,14 +19,11 @@ from hypothesis.control import currently_in_test_context
 
 from harness.cases import policy
 from harness.cases.case import Case
-from harness.checks import expected
+from harness.checks import expected, record
 from harness.checks.tolerance import assert_close, assert_identical, gradient_scale, value_scale
+from harness.jobs.logits import packed_job, policy_job, token_job
 from harness.ranks.run import run_job
 from harness.targets import Unsupported, load_target
-
-TOKEN_JOB = "harness.jobs.logits:token_job"
-PACKED_JOB = "harness.jobs.logits:packed_job"
-POLICY_JOB = "harness.jobs.logits:policy_job"
 
 
 def replay_command(check: str, case: Case, target: str) -> str:
@@ -74,16 +70,11 @@ def required_capabilities(case: Case, level: str) -> set[str]:
     return needed
 
 
-# Per test: how many generated examples were rejected, by (target name, missing capabilities).
-# The pytest plugin resets it before a test and reports it after.
-UNSUPPORTED_EXAMPLES: Counter = Counter()
-
-
 def require(target: str, capabilities) -> None:
     """Stop a check the target cannot run: UNSUPPORTED in the verdict, never a silent pass.
 
     Inside a Hypothesis example the example is rejected and counted in
-    ``UNSUPPORTED_EXAMPLES``: the property goes on with the examples the
+    the running test's record (``harness.checks.record``): the property goes on with the examples the
     target does support, and the verdict table says how many were left out
     and why (a target without ``temperature`` is still checked on every
     example at temperature 1). If every example was rejected, the plugin
@@ -95,7 +86,7 @@ def require(target: str, capabilities) -> None:
     if not missing:
         return
     if currently_in_test_context():
-        UNSUPPORTED_EXAMPLES[(load_target(target).name, tuple(sorted(missing)))] += 1
+        record.current().unsupported[(load_target(target).name, tuple(sorted(missing)))] += 1
         reject()
     message = f"target {load_target(target).name!r} does not support {sorted(missing)}"
     if "pytest" in sys.modules:
@@ -216,7 +207,7 @@ def _assert_probe_grad(case: Case, results: list, ref, naive, a: list, b: list) 
 def check_token_forward(case: Case, target: str = "impl") -> None:
     """Log-probs and entropy of every row match the float64 oracle; TP ranks agree."""
     require(target, required_capabilities(case, "token"))
-    assert_token_forward(case, run_job(TOKEN_JOB, case, target))
+    assert_token_forward(case, run_job(token_job, case, target))
 
 
 def assert_token_forward(case: Case, results: list) -> None:
@@ -232,7 +223,7 @@ def assert_token_forward(case: Case, results: list) -> None:
 def check_token_backward(case: Case, target: str = "impl") -> None:
     """Every rank's gradient shard of ``sum(a*lp + b*H)`` matches the oracle's column slice."""
     require(target, required_capabilities(case, "token"))
-    assert_token_backward(case, run_job(TOKEN_JOB, case, target))
+    assert_token_backward(case, run_job(token_job, case, target))
 
 
 def assert_token_backward(case: Case, results: list) -> None:
@@ -265,7 +256,7 @@ def assert_dropped_zero(values: list, consumed: list, what: str) -> None:
 def check_packed_forward(case: Case, target: str = "impl") -> None:
     """Per-sample response log-probs/entropy match the oracle on the packed layout."""
     require(target, required_capabilities(case, "packed"))
-    assert_packed_forward(case, run_job(PACKED_JOB, case, target))
+    assert_packed_forward(case, run_job(packed_job, case, target))
 
 
 def assert_packed_forward(case: Case, results: list) -> None:
@@ -289,7 +280,7 @@ def assert_packed_forward(case: Case, results: list) -> None:
 def check_packed_backward(case: Case, target: str = "impl") -> None:
     """Every rank's gradient shard of the probe loss matches the oracle's column slice."""
     require(target, required_capabilities(case, "packed"))
-    assert_packed_backward(case, run_job(PACKED_JOB, case, target))
+    assert_packed_backward(case, run_job(packed_job, case, target))
 
 
 def assert_packed_backward(case: Case, results: list) -> None:
@@ -302,7 +293,7 @@ def assert_packed_backward(case: Case, results: list) -> None:
 
 
 def entropy_gate(case: Case) -> bool:
-    """MATH.md: the entropy keeps a graph iff it is computed and its coefficient is non-zero."""
+    """docs/math.md: the entropy keeps a graph iff it is computed and its coefficient is non-zero."""
     return case.with_entropy and case.entropy_coef != 0
 
 
@@ -352,7 +343,7 @@ def policy_upstream(case: Case) -> float:
 def check_policy_loss(case: Case, target: str = "impl") -> None:
     """The PPO loss and its gradient match the oracle; the entropy gate is honoured."""
     require(target, required_capabilities(case, "policy_loss"))
-    assert_policy_loss(case, run_job(POLICY_JOB, case, target), target)
+    assert_policy_loss(case, run_job(policy_job, case, target), target)
 
 
 def assert_policy_loss(case: Case, results: list, target: str) -> None:
@@ -378,8 +369,8 @@ def assert_policy_loss(case: Case, results: list, target: str) -> None:
 def check_entropy_bonus_gradient(case: Case, target: str = "impl") -> None:
     """grad(c) - grad(0) == -c * d(sum_of_sample_mean(H))/dz: the bonus really moves the gradient."""
     require(target, required_capabilities(case, "policy_loss") | {"entropy"})
-    with_bonus = assemble_grad(case, run_job(POLICY_JOB, case, target))
-    without = assemble_grad(case, run_job(POLICY_JOB, case.with_(entropy_coef=0.0), target))
+    with_bonus = assemble_grad(case, run_job(policy_job, case, target))
+    without = assemble_grad(case, run_job(policy_job, case.with_(entropy_coef=0.0), target))
     want = -case.entropy_coef * expected.entropy_bonus_grad(case)
     difference = with_bonus.double() - without.double()
     assert_close(
@@ -396,4 +387,4 @@ def check_entropy_bonus_gradient(case: Case, target: str = "impl") -> None:
 def check_inputs_unmutated(case: Case, target: str = "impl") -> None:
     """Bug 2: forward+backward of the policy loss leaves the logits untouched on every rank."""
     require(target, required_capabilities(case, "policy_loss"))
-    assert_inputs_unmutated(run_job(POLICY_JOB, case, target))
+    assert_inputs_unmutated(run_job(policy_job, case, target))

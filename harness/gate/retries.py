@@ -17,7 +17,7 @@ so two kinds of verdict are checked again before the gate decides:
   collective its peers waited in (``harness.ranks.errors.DIVERGED``) is not
   replayed: the ranks' collective sequences differed, which no load can
   cause, so it is reproduced by construction (and a replay would only wait
-  out another deadline per hang: issue 13's "at most 2x a correct target").
+  out another deadline per hang: a hang-class bug must cost at most about twice a correct target).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
   the tolerance policy, the entropy-gradient gate, inputs never written,
   collective consistency and hangs, and the five named regressions. A
   failure here is a wrong answer (or a stuck job) in a trainer.
-* ``budget``: this project's resource bounds (DESIGN.md memory bounds), what a
+* ``budget``: this project's resource bounds (docs/design.md memory bounds), what a
   trainer may reasonably choose differently.
 * ``hardening``: special values (-inf columns, huge logits, ties), the
   bad-input tables, and bit-exactness a target does not promise.

@@ -2,7 +2,7 @@
 
 The inputs that hurt most in a trainer need ranks: CP ranks that disagree
 (slice lengths, batch metadata, options), a CP group with no CP mode, a TP
-group whose ranks hold different vocabulary shards (issue 13). Each row
+group whose ranks hold different vocabulary shards (a hang, where one clear error was owed). Each row
 perturbs what SOME ranks pass, so every rank's own input is valid on its
 own, and calls the target on every rank. The job CATCHES the target's
 exception and returns its type and text per rank, so the parent can require

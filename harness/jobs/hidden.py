@@ -4,7 +4,7 @@ Every rank rebuilds the Case's hidden states (replicated) and its own LM-head
 shard, calls the TARGET, runs the backward of the row probe loss with the
 Case's non-uniform weights, and returns CPU tensors: the outputs, both
 gradients, the ``requires_grad`` flags, whether ``hidden`` and ``weight`` were
-left bit-identical with unchanged version counters (BUGS.md #2), and the
+left bit-identical with unchanged version counters (docs/bugs.md #2), and the
 collective trace (compared across ranks by ``harness.ranks.run``).
 """
 

@@ -79,7 +79,7 @@ def _backward(outputs: list, weights: list, noncontiguous: bool) -> None:
     EMPTY outputs are included, as a trainer's ``loss.backward()`` would
     include them: a CP rank whose zigzag view of a sample is empty still sits
     on the graph of the other ranks' collectives. Skipping them by size would
-    be a data-dependent collective skip, the hang class of BUGS.md #5.
+    be a data-dependent collective skip, the hang class of docs/bugs.md #5.
     """
     pairs = [
         (out, upstream_grad(w, noncontiguous))
@@ -143,7 +143,7 @@ def token_job(payload: dict, ctx) -> dict:
 
 @on_host
 def packed_job(payload: dict, ctx) -> dict:
-    """Packed level: per-sample outputs, backward of the probe loss of MATH.md."""
+    """Packed level: per-sample outputs, backward of the probe loss of docs/math.md."""
     case = Case.from_json(payload["case"])
     target = load_target(payload["target"])
     logits = _leaf_logits(case, ctx)

@@ -1,6 +1,6 @@
 """Peak live bytes of the hidden-state path, on real tensors or at real scale under fake tensors.
 
-The contract of a fused LM-head path (issue 15): peak live bytes at most
+The contract of a fused LM-head path: peak live bytes at most
 the inputs (``hidden``, ``weight``, targets) + their gradients + a small
 multiple of ONE chunk of fp32 logits ``[chunk, V_local]``, never anything
 proportional to ``rows x V_local``. Measured by the same live-storage tracker
@@ -22,7 +22,7 @@ import torch
 
 from harness.memory.logits import ROW_ALLOWANCE_BYTES, LiveStorageTracker, fake_mode
 
-CHUNKS_ALLOWED = 4  # issue 15's acceptance: below inputs + gradients + 4 chunks of logits
+CHUNKS_ALLOWED = 4  # the fused contract: below inputs + gradients + 4 chunks of logits
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def target_runner(target, case: HiddenMemoryCase):
     return run
 
 
-# issue 15's real scale: T=205,280 (slime #1951), H=4096, V=151,936 (Qwen2) at tp 8, chunk 1024.
+# The real scale: T=205,280 (slime #1951), H=4096, V=151,936 (Qwen2) at tp 8, chunk 1024.
 REAL_SCALES = {
     "qwen-tp8-fp32": HiddenMemoryCase(rows=205_280, hidden_size=4096, vocab_local=151_936 // 8),
     "qwen-tp8-bf16": HiddenMemoryCase(rows=205_280, hidden_size=4096, vocab_local=151_936 // 8, dtype="bfloat16"),

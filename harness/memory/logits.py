@@ -1,6 +1,6 @@
 """Peak live tensor bytes of a computation, on real tensors or under FakeTensorMode.
 
-The one_hot OOM (BUGS.md #3) had CORRECT gradients: only memory was wrong, so
+The one_hot OOM (docs/bugs.md #3) had CORRECT gradients: only memory was wrong, so
 value checks cannot see it. This tracker is a dispatch mode that registers the
 storage of every tensor an op returns (and the inputs handed to ``track``),
 counts its bytes while the storage lives (a weakref finalizer subtracts them
@@ -107,7 +107,7 @@ def int64_with_dimension(allocations: list, size: int) -> list[Allocation]:
 
 
 def logits_bytes(rows: int, vocab_local: int, dtype: torch.dtype) -> int:
-    """MATH.md's memory unit: ``rows * V_local * element_size``."""
+    """docs/math.md's memory unit: ``rows * V_local * element_size``."""
     return rows * vocab_local * torch.empty((), dtype=dtype).element_size()
 
 
@@ -150,14 +150,14 @@ class MemoryCase:
         return self.rows if self.chunk_size is None else min(self.chunk_size, self.rows)
 
     def bound(self, donated: bool = False) -> int:
-        """DESIGN.md: 2x logits (+ a chunk) with the backward, 1x logits (+ a chunk) forward only or donated."""
+        """docs/design.md: 2x logits (+ a chunk) with the backward, 1x logits (+ a chunk) forward only or donated."""
         copies = 2 if self.backward and not donated else 1
         return (
             copies * self.unit + chunk_working_set(self.chunk_rows, self.vocab_local) + self.rows * ROW_ALLOWANCE_BYTES
         )
 
 
-# The scales at which the historic OOMs hit (MATH.md "Memory units"), fp32,
+# The scales at which the historic OOMs hit (docs/math.md "Memory units"), fp32,
 # entropy with its gradient, slime's reference chunk of 1024 rows unless noted.
 HISTORIC_SCALES = {
     "slime-1951-tp1": MemoryCase(rows=205_280, vocab_local=76_032),

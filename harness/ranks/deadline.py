@@ -1,7 +1,7 @@
-"""Job deadlines that follow the job's measured cost (issue 13).
+"""Job deadlines that follow the job's measured cost, so a hang-class bug costs seconds.
 
 A small generated Case's job runs in milliseconds, yet a fixed 60 s deadline
-made every example that reproduces a hang-class bug (BUGS.md #5) wait 60 s,
+made every example that reproduces a hang-class bug (docs/bugs.md #5) wait 60 s,
 and Hypothesis' shrinker replays many: one such bug pushed the ``ci`` suite
 from 114 s to 34 min. So the deadline of a job is a multiple of what the
 same job SHAPE costs on this machine, measured on its successful runs:
@@ -99,7 +99,7 @@ class DeadlinePolicy:
         slowest job of any function. Taking the slowest of EVERY job made one
         slow hidden-state job set every unseen shape's deadline to the cold
         cap, and a hang-class bug whose first example hangs then waited 15 s
-        per property (issue 13, measured on ``tp_rank_without_targets_skips_stats_gather``).
+        per property (measured on ``tp_rank_without_targets_skips_stats_gather``).
         """
         job, _, _, bucket = shape
         kin = [seconds * 8.0 ** max(0, bucket - b) for (j, _, _, b), seconds in self.slowest.items() if j == job]

@@ -10,7 +10,7 @@ A rank blocked in a collective whose peer never joins raises the backend's
 own timeout once the job's collective timeout passes (gloo: "Timed out
 waiting ... for recv operation"; NCCL: the watchdog's "collective operation
 timeout"). That rank did not fail by itself, it waited for a peer that took
-another path: issue 13's hang-class bugs. ``CollectiveHang`` is therefore
+another path: the hang class of bugs. ``CollectiveHang`` is therefore
 a ``RankHang`` naming the waiting rank(s) and their last collective, not a
 ``RankError``. A rank that raised a real exception while a peer waited stays
 a ``RankError``: the exception is the cause, the wait only its consequence.

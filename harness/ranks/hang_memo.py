@@ -1,27 +1,24 @@
-"""A hang is a verdict, not something to shrink for minutes (issue 13).
+"""A hang is a verdict, not something to shrink for minutes.
 
 Once an example of a test hangs (``RankHang`` or its ``CollectiveHang``),
-each further hung example costs a deadline plus a pool respawn, and
-Hypothesis' shrinker would replay dozens. Two bounds, reset per test by the
-pytest plugin (``pytest_runtest_setup``):
+each further hung example costs a deadline plus a pool re-join, and
+Hypothesis' shrinker would replay dozens. So, per test (the pytest plugin
+gives each test item a fresh ``HangMemo`` and makes it current):
 
 * a memo of hung examples, keyed by (job, target, Case JSON, options): a
   replay of a known-hung example raises the same ``RankHang`` (same type,
   same message, raised from the same line) at once, without running. This
   also keeps Hypothesis' final replay of the reported example instant and
   consistent, so it is never reported Flaky;
-* a shrink budget (``SHRINK_BUDGET_S`` after the first hang): once spent,
-  NEW examples are rejected (Hypothesis ``reject()``) without running, so
-  generation and shrinking stop and Hypothesis reports the best hung example
-  found so far, with its Case and replay command (``harness.checks.parity``).
-  The budget is 0: the first hung example is the one reported. Shrinking a
-  hang means running smaller examples that almost all hang too, each
-  waiting out a whole deadline, so any budget costs about one more deadline
-  per property; measured on the hang mutant, a 10 s budget made each such
-  property cost 24-35 s and the whole ``ci`` suite 2.45x a correct target's
-  test time (docs/design.md, "Measured against the acceptance"). What a
-  hang report needs is in its message anyway: the stuck rank, its last
-  collective, the layout, the Case and the replay command.
+* no shrinking of a hang: once an example hung, NEW examples are rejected
+  (Hypothesis ``reject()``) without running, so generation and shrinking
+  stop and Hypothesis reports the first hung example, with its Case and
+  replay command. Shrinking a hang means running smaller examples that
+  almost all hang too, each waiting out a whole deadline; measured on the
+  hang mutant, a 10 s shrink budget made each such property cost 24-35 s
+  and the whole ``ci`` suite 2.45x a correct target's test time
+  (docs/design.md). What a hang report needs is in its message anyway: the
+  stuck rank, its last collective, the layout, the Case and the replay.
   Jobs that already ran in this test are never rejected: Hypothesis replays
   its failing examples at the end (a check may run several jobs, and the
   failure may be another check's assertion), and rejecting a replay that
@@ -34,14 +31,12 @@ is rejected: only memo hits short-cut.
 from __future__ import annotations
 
 import json
-import time
+from contextvars import ContextVar, Token
 
 from hypothesis import reject
 from hypothesis.control import currently_in_test_context
 
 from harness.ranks.errors import RankHang
-
-SHRINK_BUDGET_S = 0.0
 
 
 def memo_key(job: str, payload: dict) -> str:
@@ -50,41 +45,27 @@ def memo_key(job: str, payload: dict) -> str:
 
 
 class HangMemo:
-    """Per-test memory of hung examples and of when the first hang was seen."""
+    """One test's memory of its hung examples."""
 
-    def __init__(self, budget_s: float = SHRINK_BUDGET_S):
-        self.budget_s = budget_s
-        self.reset()
-
-    def reset(self) -> None:
+    def __init__(self):
         self.hung: dict[str, tuple[type, str]] = {}
         self.ran: set[str] = set()
-        self.first_hang_at: float | None = None
-        self.skipped_runs = 0
-        self.rejected = 0
-
-    @property
-    def budget_spent(self) -> bool:
-        return self.first_hang_at is not None and time.monotonic() - self.first_hang_at > self.budget_s
+        self.skipped_runs = 0  # memo hits: examples answered without running
 
     def before_run(self, key: str) -> None:
-        """Raise the memoised hang of ``key``; reject a new example once the budget is spent."""
+        """Raise the memoised hang of ``key``; reject a new example once this test has hung."""
         if key in self.hung:
             self.skipped_runs += 1
             kind, message = self.hung[key]
             raise_hang(kind, message, known=True)
         if key in self.ran:
             return  # ran before in this test and did not hang: Hypothesis' replays must see it run again
-        if self.budget_spent and currently_in_test_context():
-            self.rejected += 1
+        if self.hung and currently_in_test_context():
             reject()
         self.ran.add(key)
 
     def record(self, key: str, hang: RankHang) -> None:
-        """Remember ``hang`` for ``key``; the first hang of the test starts the shrink budget."""
         self.hung[key] = (type(hang), str(hang))
-        if self.first_hang_at is None:
-            self.first_hang_at = time.monotonic()
 
 
 def raise_hang(kind: type, message: str, known: bool = False) -> None:
@@ -95,9 +76,18 @@ def raise_hang(kind: type, message: str, known: bool = False) -> None:
     raise hang
 
 
-MEMO = HangMemo()
+_CURRENT: ContextVar[HangMemo | None] = ContextVar("lph_hang_memo", default=None)
 
 
-def reset() -> None:
-    """Called before every test by the pytest plugin: hangs and budgets are per test."""
-    MEMO.reset()
+def current() -> HangMemo:
+    """The running test's memo (outside pytest: one memo for the process)."""
+    memo = _CURRENT.get()
+    if memo is None:
+        memo = HangMemo()
+        _CURRENT.set(memo)
+    return memo
+
+
+def use(memo: HangMemo) -> Token:
+    """Make ``memo`` the running test's memo (the plugin calls this before each test)."""
+    return _CURRENT.set(memo)

@@ -173,10 +173,10 @@ class RankPool:
 
         On the CPU (gloo) the ranks leave their process groups and join fresh
         ones at a new rendezvous, in well under a second; a respawn would cost
-        every rank's torch import again, seconds per hung example on 2 cores
-        (issue 13). Anything short of every rank re-joining, or a GPU backend
-        (NCCL cannot be trusted to tear down after a timeout), falls back to
-        killing the pool, which the next job respawns.
+        every rank's torch import again, seconds per hung example on 2 cores.
+        Anything short of every rank re-joining, or a GPU backend (NCCL cannot
+        be trusted to tear down after a timeout), falls back to killing the
+        pool, which the next job respawns.
         """
         if device.device_type() != "cpu":
             self._reap(0.0)

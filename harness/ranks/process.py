@@ -136,7 +136,7 @@ def _rejoin(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float, ba
     After a collective timeout gloo closes its pairs, so the groups cannot be
     used again; the process itself is fine. Re-joining costs a rendezvous,
     where a respawn costs every rank's torch import (seconds on 2 cores):
-    this is what keeps a hang-class bug's every hung example cheap (issue 13).
+    this is what keeps a hang-class bug's every hung example cheap.
     """
     import torch.distributed as dist
 

@@ -1,7 +1,7 @@
 """Run a rank-side job for a Case on every rank of its layout.
 
 Every distributed job's collective traces are compared across the ranks of
-each group (the universal property of DESIGN.md); a mismatch fails the check
+each group (the universal property of docs/design.md); a mismatch fails the check
 even when the mismatched collectives happened not to hang.
 
 World size 1 runs in this process (no process group: nothing can hang and
@@ -18,6 +18,7 @@ passes one; a hang is memoised per test and bounds shrinking
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from harness.cases import stats
 from harness.cases.case import Case
@@ -33,8 +34,13 @@ def _local_context() -> RankContext:
     )
 
 
+def job_name(job: Callable) -> str:
+    """'module:function', how a rank process imports ``job`` (functions do not cross the process boundary)."""
+    return f"{job.__module__}:{job.__name__}"
+
+
 def run_job(
-    job: str,
+    job: Callable,
     case: Case,
     target: str = "impl",
     *,
@@ -42,7 +48,7 @@ def run_job(
     compare_traces: bool = True,
     **options,
 ) -> list:
-    """Run ``job`` ('module:function') for ``case`` against ``target``; one result per rank.
+    """Run the rank-side function ``job`` for ``case`` against ``target``; one result per rank.
 
     ``compare_traces=False`` leaves the trace comparison to the caller (a check
     that wants to report a more specific symptom first). ``timeout_s`` fixes
@@ -51,10 +57,8 @@ def run_job(
     stats.record(case)
     payload = {"case": case.to_json(), "target": target, **options}
     if case.world_size == 1:
-        module_name, _, function_name = job.partition(":")
-        module = __import__(module_name, fromlist=[function_name])
-        return [getattr(module, function_name)(payload, _local_context())]
-    results = run_pool_job(job, payload, case, timeout_s)
+        return [job(payload, _local_context())]
+    results = run_pool_job(job_name(job), payload, case, timeout_s)
     if compare_traces:
         assert_collectives_consistent(case, results)
     return results
@@ -63,7 +67,8 @@ def run_job(
 def run_pool_job(job: str, payload: dict, case: Case, timeout_s: float | None = None) -> list:
     """One job through the pool under the deadline policy and the per-test hang memo."""
     key = hang_memo.memo_key(job, payload)
-    hang_memo.MEMO.before_run(key)
+    memo = hang_memo.current()
+    memo.before_run(key)
     pool = get_pool(case.world_size)
     pool.start()  # a (re)spawn is not part of the job's cost
     shape = deadline.shape_of(job, case.tp, case.cp, case.rows, case.vocab)
@@ -77,7 +82,7 @@ def run_pool_job(job: str, payload: dict, case: Case, timeout_s: float | None = 
     if hung is not None:
         # Raised outside the except block: a memo hit has no exception context either, and Hypothesis
         # compares the whole chain (a different chain on the final replay would read as Flaky).
-        hang_memo.MEMO.record(key, hung)
+        memo.record(key, hung)
         hang_memo.raise_hang(type(hung), str(hung))
     if warm:  # a cold pool's first job pays the ranks' imports: not the shape's cost
         deadline.POLICY.observe(shape, time.monotonic() - started)
@@ -85,7 +90,7 @@ def run_pool_job(job: str, payload: dict, case: Case, timeout_s: float | None = 
 
 
 def assert_collectives_consistent(case: Case, results: list) -> None:
-    """Universal property (BUGS.md #5): all ranks of each TP and CP group issued the same collectives."""
+    """Universal property (docs/bugs.md #5): all ranks of each TP and CP group issued the same collectives."""
     traces = {
         rank: result["trace"] for rank, result in enumerate(results) if isinstance(result, dict) and "trace" in result
     }

@@ -1,4 +1,4 @@
-"""Record every torch.distributed collective a rank issues (BUGS.md #5, the hang class).
+"""Record every torch.distributed collective a rank issues (docs/bugs.md #5, the hang class).
 
 A collective that some ranks of a group issue and others do not is a hang in
 waiting: it may happen to pair with an unrelated collective and pass, or block

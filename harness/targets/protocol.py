@@ -7,7 +7,7 @@ points below. Checks never call an implementation directly: they ask the
 target, and a check that needs a capability the target does not declare is
 reported UNSUPPORTED (never a silent pass).
 
-Conventions the adapter maps its implementation onto (MATH.md):
+Conventions the adapter maps its implementation onto (docs/math.md):
 
 * logits are this rank's contiguous vocabulary shard ``[rows, V_local]`` of
   the TP group (``tp_group`` None means a single rank); targets are GLOBAL ids;
@@ -53,10 +53,10 @@ class PackedInputs:
         total_lengths: ``T_i`` per sample.
         response_lengths: ``R_i`` per sample.
         loss_masks: per sample, ``R_i`` float zeros/ones.
-        qkv_format: ``"thd"`` or ``"bshd"`` (MATH.md layouts).
+        qkv_format: ``"thd"`` or ``"bshd"`` (docs/math.md layouts).
         pad_multiple: the alignment the stream (thd) or each row (bshd) was padded to.
         cp_mode: ``"none"``, ``"zigzag"`` or ``"allgather"``; with context
-            parallelism the logits are this CP rank's rows (MATH.md) and the
+            parallelism the logits are this CP rank's rows (docs/math.md) and the
             per-sample outputs (and the policy loss's advantages and old
             log-probs) are this CP rank's zigzag view of each sample.
     """

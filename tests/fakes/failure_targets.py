@@ -102,7 +102,7 @@ class HangForward(_Injected):
 class HangBackward(_Injected):
     """Every rank all-reduces in forward, but only rank 0's input carries a graph: only rank 0 all-reduces in backward.
 
-    The mechanism of BUGS.md #5 (a differentiable collective on some ranks only).
+    The mechanism of docs/bugs.md #5 (a differentiable collective on some ranks only).
     """
 
     name = "impl-hang-backward"

@@ -4,10 +4,10 @@ Simple, obviously-written arithmetic (not upstream code): full logits, then
 the mechanism of a bug.
 
 * ``OneHotHidden``: unfused logits and a backward that places the target's
-  gradient with ``one_hot(targets, V_local)`` (BUGS.md #3; NeMo-RL's
+  gradient with ``one_hot(targets, V_local)`` (docs/bugs.md #3; NeMo-RL's
   ``ChunkedDistributedHiddenStatesToLogprobs`` backward has this mechanism).
 * ``InPlaceHidden``: correct values, but the forward scales ``hidden`` in
-  place and back (the borrow-then-restore class of BUGS.md #2).
+  place and back (the borrow-then-restore class of docs/bugs.md #2).
 """
 
 from __future__ import annotations

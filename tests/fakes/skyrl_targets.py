@@ -19,7 +19,7 @@ class Buggy(SkyRLTarget):
 
 
 class InvertedGate(SkyRLTarget):
-    """The fixed stand-in's Functions and loss, with a wrapper whose entropy gate is inverted (BUGS.md #1)."""
+    """The fixed stand-in's Functions and loss, with a wrapper whose entropy gate is inverted (docs/bugs.md #1)."""
 
     def __init__(self):
         super().__init__(root=HERE / "skyrl_inverted_gate")
@@ -31,7 +31,7 @@ class FixedHidden(SkyRLHiddenTarget):
 
 
 class BuggyHidden(SkyRLHiddenTarget):
-    """The fused Function whose backward builds one_hot over the vocabulary (BUGS.md #3)."""
+    """The fused Function whose backward builds one_hot over the vocabulary (docs/bugs.md #3)."""
 
     def __init__(self):
         super().__init__(root=HERE / "skyrl_buggy")

@@ -15,7 +15,7 @@ Capabilities ``hidden`` and ``chunking``: one rank only (its TP path expects
 sequence-parallel hidden states and returns a sequence-sharded gradient, not
 the replicated ``hidden`` of this protocol), no entropy, no temperature.
 Its backward builds ``one_hot(masked_target, num_classes=V_local)`` per chunk
-(the BUGS.md #3 mechanism, NeMo-RL #4114), which the one_hot regression's
+(the docs/bugs.md #3 mechanism, NeMo-RL #4114), which the one_hot regression's
 hidden-path case must report.
 """
 

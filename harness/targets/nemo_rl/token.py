@@ -34,7 +34,7 @@ Mapping NeMo-RL's conventions onto the harness's (docs/targets.md)
   group, cp_group=..., chunk_size=...)`` with unrolled targets (NeMo rolls each
   sequence itself). ``cu_seqlens_padded`` places sequence ``i`` at its start in
   the full stream, padded to ``2·cp·ceil(T_i / 2cp)`` under CP (NeMo's
-  load-balanced sharding is then MATH.md's zigzag layout), to ``T_i`` without;
+  load-balanced sharding is then docs/math.md's zigzag layout), to ``T_i`` without;
   the harness's end padding of the stream is no sequence's and is left out of
   the logits passed (a view: those rows get zero gradient). NeMo returns every
   sample's full vector on every CP rank (its ``AllGatherCPTensor``); the
@@ -53,7 +53,7 @@ Not declared (UNSUPPORTED in the verdict table), and why
   the trainer's stack at the top (pydantic configs, ``BatchedDataDict``, the
   DTensor parallelisation helpers and the x-token loss utilities): the
   harness's policy loss (PPO minus ``entropy_coef ·`` entropy, whose gate is
-  BUGS.md #1) has no NeMo counterpart to run;
+  docs/bugs.md #1) has no NeMo counterpart to run;
 * ``cp_zigzag`` on a CPU device where the revision's ``AllGatherCPTensor``
   backward moves its index with ``.cuda()`` from pinned memory (the HEAD of
   this writing does): that backward cannot run without CUDA, so under

@@ -18,10 +18,10 @@ What runs is SkyRL's own code, loaded from the same root as its model utilities:
   decide them: the argument of the ``torch.set_grad_enabled(...)`` around its
   entropy computation, and the condition of the ``if`` that builds
   ``entropy_loss_term``. Both are evaluated with ``loss_config`` bound to the
-  adapter's settings, so the gate the harness checks (BUGS.md #1) is the one
+  adapter's settings, so the gate the harness checks (docs/bugs.md #1) is the one
   written in SkyRL's file. In 0.3.0 both are ``loss_config.use_entropy_loss``.
 
-Mapping onto the harness's policy loss (MATH.md):
+Mapping onto the harness's policy loss (docs/math.md):
 
 * settings: ``policy_loss_type="regular"``, ``eps_clip_low`` / ``eps_clip_high``
   = the harness's ``eps_clip`` / ``eps_clip_high``, no KL loss, no rollout

@@ -40,7 +40,7 @@ Packed batches (where the installed version defines
   itself), ``cu_seqlens_padded``, ``unpacked_seqlen``, the shard bounds, the TP
   group, ``cp_group`` and ``chunk_size``. The mapping of thd and zigzag CP onto
   ``cu_seqlens_padded`` (each sequence padded to ``2·cp·ceil(T_i / 2cp)`` under
-  CP, its load-balanced chunks ``r`` and ``2cp−1−r`` on rank ``r``: MATH.md's
+  CP, its load-balanced chunks ``r`` and ``2cp−1−r`` on rank ``r``: docs/math.md's
   zigzag layout) is ``harness/targets/upstream/packing.py``, shared with NeMo-RL. SkyRL
   requires ``cu_seqlens_padded[-1]`` to cover every row it is given, so the
   harness's end padding is left out of the logits passed (a view; those rows

@@ -65,7 +65,7 @@ Mapping onto the harness's conventions (docs/targets.md)
   ``entropy_coef`` to 1.0 when ``with_entropy and b`` and to 0 otherwise (what
   a slime caller that wants or does not want the entropy gradient sets);
   ``policy_loss`` passes the harness's ``entropy_coef`` itself, so the gate
-  checked (BUGS.md #1) is slime's.
+  checked (docs/bugs.md #1) is slime's.
 * ``policy_loss`` runs slime's own ``policy_loss_function(args, batch, logits,
   sum_of_sample_mean)`` with ``sum_of_sample_mean`` from slime's
   ``get_sum_of_sample_mean`` (per-sample masked mean, summed; under CP each

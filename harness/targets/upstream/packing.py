@@ -9,13 +9,13 @@ rows ``[cu[i] // cp, cu[i+1] // cp)`` of its local stream). They roll each
 sequence's targets themselves and return ``[B, unpacked_seqlen − 1]``, row
 ``i`` holding the log-prob of token ``p + 1`` at column ``p``.
 
-That is MATH.md's zigzag layout with sequence ``i`` padded to ``2·cp·c_i``
+That is docs/math.md's zigzag layout with sequence ``i`` padded to ``2·cp·c_i``
 (``c_i = ceil(T_i / 2cp)``); without CP, to ``T_i`` itself. The harness's
 end padding of the stream lies outside every sequence; neither project has a
 place for it, so the adapters pass the logits without those rows (a view: the
 padding rows then get exactly zero gradient).
 
-Written here from MATH.md, not from ``oracles/`` (the adapter must not share
+Written here from docs/math.md, not from ``oracles/`` (the adapter must not share
 the oracle's layout code, or a layout bug would hide itself).
 """
 
@@ -65,7 +65,7 @@ def local_sequence_rows(inputs: PackedInputs, cp: int) -> int:
 
 
 def view_positions(inputs: PackedInputs, cp: int, cp_rank: int) -> list[list[int]]:
-    """Per sample, the predicting positions of this CP rank's zigzag view (MATH.md), in order."""
+    """Per sample, the predicting positions of this CP rank's zigzag view (docs/math.md), in order."""
     views = []
     for total, response in zip(inputs.total_lengths, inputs.response_lengths):
         first = total - response - 1

@@ -1,4 +1,4 @@
-"""Stand-in carrying BUGS.md #3 as NeMo-RL HEAD has it: a one_hot over ``V_local`` in the chunked backward.
+"""Stand-in carrying docs/bugs.md #3 as NeMo-RL HEAD has it: a one_hot over ``V_local`` in the chunked backward.
 
 Everything else is the correct stand-in beside it (executed from its file);
 only ``ChunkedDistributedLogprob``'s per-chunk gradient builds

@@ -1,4 +1,4 @@
-"""Stand-in for SkyRL's model utilities WITH the two historic bugs (BUGS.md #2 and #3), written here.
+"""Stand-in for SkyRL's model utilities WITH the two historic bugs (docs/bugs.md #2 and #3), written here.
 
 * ``ChunkedDistributedLogprob.backward`` builds ``one_hot(target, V_local)``
   (int64) per chunk to place the chosen token's gradient: bug 3, and the

@@ -91,7 +91,7 @@ class FusedLinearChunkedDistributedLogprob:
 
 
 def vocab_parallel_entropy(vocab_parallel_logits):
-    """``-sum p log p`` with the term of a ``-inf`` logit (``p = 0``) taken as 0 (MATH.md), value and gradient.
+    """``-sum p log p`` with the term of a ``-inf`` logit (``p = 0``) taken as 0 (docs/math.md), value and gradient.
 
     ``log p`` is replaced by 0 where it is ``-inf`` BEFORE the product, so
     neither ``0 * -inf`` in the forward nor ``0 * inf`` in the backward can

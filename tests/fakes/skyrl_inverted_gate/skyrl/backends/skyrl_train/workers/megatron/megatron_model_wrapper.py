@@ -1,4 +1,4 @@
-"""SkyRL's wrapper stand-in with BUGS.md #1: the entropy keeps its graph only when no bonus is asked for.
+"""SkyRL's wrapper stand-in with docs/bugs.md #1: the entropy keeps its graph only when no bonus is asked for.
 
 The adapter never executes this file; it reads the argument of the
 ``torch.set_grad_enabled`` around the entropy and the condition that adds the

@@ -1,0 +1,56 @@
+"""What one running test observed besides pass/fail: figures it measured and examples it left out.
+
+A budget check asserts a bound, but a gate comparing a pull request with its
+base also needs the figure itself: a PR that takes a 3x-logits peak to 4x is
+worse even though both exceed the 2x bound. And a property that rejects the
+examples its target cannot run (``require``) must say how many it left out
+and why, so a narrow target never reads as a full pass.
+
+The pytest plugin creates one ``TestRecord`` per test item (kept in the
+item's stash) and makes it current for that test (``use``); checks write to
+``current()``. Outside pytest (replay, bench) one record serves the process.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
+
+PEAK_OVER_LOGITS = "peak_over_logits"
+
+
+@dataclass
+class TestRecord:
+    # name -> {"value": float, "case": str}; the last record of a name wins.
+    figures: dict[str, dict] = field(default_factory=dict)
+    # (target name, missing capabilities) -> examples rejected for them.
+    unsupported: Counter = field(default_factory=Counter)
+
+    __test__ = False  # not a pytest test class, despite its name
+
+
+_CURRENT: ContextVar[TestRecord | None] = ContextVar("lph_test_record", default=None)
+
+
+def current() -> TestRecord:
+    record = _CURRENT.get()
+    if record is None:
+        record = TestRecord()
+        _CURRENT.set(record)
+    return record
+
+
+def use(record: TestRecord) -> Token:
+    """Make ``record`` the running test's record (the plugin calls this before each test)."""
+    return _CURRENT.set(record)
+
+
+def figure(name: str, value: float, case: object) -> None:
+    """Record ``value`` measured on ``case`` under ``name`` for the running test.
+
+    ``case`` is kept as text: two runs' figures are comparable only when they
+    were measured on the same case (a generated property's shrunk examples
+    may differ between a base and a PR).
+    """
+    current().figures[name] = {"value": float(value), "case": str(case)}
