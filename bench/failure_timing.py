@@ -1,4 +1,4 @@
-"""Wall time from the first failing example to the report, per injected failure class (issue 13).
+"""Wall time from the first failing example to the report, per injected failure class (hangs included).
 
 Runs one property (the CP/TP policy-loss parity, which meets every layout)
 under the ``ci`` profile against each adapter of

@@ -91,7 +91,7 @@ def load_skyrl() -> Callable | None:
     return run
 
 
-MEMORY_CHUNK = 1024  # slime's reference setting (MATH.md); the cache-sized speed chunk only lowers the working set
+MEMORY_CHUNK = 1024  # slime's reference setting (docs/math.md); the cache-sized speed chunk only lowers the working set
 
 
 def fused_reference_chunk(logits, targets):
