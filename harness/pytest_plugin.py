@@ -95,7 +95,7 @@ def pytest_addoption(parser):
 
 
 @pytest.fixture(scope="session")
-def target(request) -> str:
+def spec(request) -> str:
     """The target spec every property and regression checks; its declared ``case_limits`` bound the strategies."""
     spec = request.config.getoption("--target")
     case_limits.activate(getattr(load_target(spec), "case_limits", None))

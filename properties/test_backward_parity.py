@@ -20,39 +20,39 @@ from harness.checks.parity import check_packed_backward, check_policy_loss, chec
 @pytest.mark.tier("contract")
 @given(case=cases(cp_sizes=TOKEN_LEVEL))
 @example(case=Case(seed=5, vocab=8, tp=2, samples=((6, 4),), noncontig_grads=True))
-def test_token_backward_parity(case, target):
-    check_token_backward(case, target)
+def test_token_backward_parity(case, spec):
+    check_token_backward(case, spec)
 
 
 @pytest.mark.tier("hardening")
 @given(case=cases(cp_sizes=TOKEN_LEVEL, special=SPECIAL_VALUES))
 @example(case=Case(seed=5, vocab=8, tp=2, samples=((6, 4),), special=("neg_inf_columns",), noncontig_grads=True))
-def test_token_backward_parity_special_values(case, target):
-    check_token_backward(case, target)
+def test_token_backward_parity_special_values(case, spec):
+    check_token_backward(case, spec)
 
 
 @pytest.mark.tier("contract")
 @given(case=cases())
 @example(case=Case(seed=6, vocab=16, tp=4, samples=((5, 3), (4, 2)), chunk_size=1, temperature=0.7))
-def test_packed_backward_parity(case, target):
-    check_packed_backward(case, target)
+def test_packed_backward_parity(case, spec):
+    check_packed_backward(case, spec)
 
 
 @pytest.mark.tier("hardening")
 @given(case=cases(special=SPECIAL_VALUES))
-def test_packed_backward_parity_special_values(case, target):
-    check_packed_backward(case, target)
+def test_packed_backward_parity_special_values(case, spec):
+    check_packed_backward(case, spec)
 
 
 @pytest.mark.tier("contract")
 @given(case=cases())
 @example(case=Case(seed=7, vocab=16, tp=2, samples=((8, 6), (4, 2)), entropy_coef=0.01, mask_mode="mixed"))
 @example(case=Case(seed=8, vocab=8, samples=((3, 0),), entropy_coef=0.5))
-def test_policy_loss_parity(case, target):
-    check_policy_loss(case, target)
+def test_policy_loss_parity(case, spec):
+    check_policy_loss(case, spec)
 
 
 @pytest.mark.tier("hardening")
 @given(case=cases(special=SPECIAL_VALUES))
-def test_policy_loss_parity_special_values(case, target):
-    check_policy_loss(case, target)
+def test_policy_loss_parity_special_values(case, spec):
+    check_policy_loss(case, spec)

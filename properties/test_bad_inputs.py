@@ -153,10 +153,10 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("bad", BAD_INPUTS, ids=lambda bad: bad.name)
-def test_bad_input_raises_clear_error(bad, target):
+def test_bad_input_raises_clear_error(bad, spec):
     # A bad value of an option the target does not take is not the target's to refuse.
     optional = {"chunk_size": "chunking", "temperature": "temperature"}
-    require(target, {bad.level} | ({optional[bad.mentions]} if bad.mentions in optional else set()))
+    require(spec, {bad.level} | ({optional[bad.mentions]} if bad.mentions in optional else set()))
     with pytest.raises(bad.error) as info:
-        bad.call(load_target(target))
+        bad.call(load_target(spec))
     assert bad.mentions in str(info.value), f"the error must name {bad.mentions!r}; got: {info.value}"

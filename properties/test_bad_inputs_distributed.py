@@ -81,9 +81,9 @@ ROWS += [_on_zigzag(bad) for bad in ROWS if "cp_allgather" in bad.needs and bad.
 
 @pytest.mark.tier("hardening")
 @pytest.mark.parametrize("bad", ROWS, ids=lambda bad: bad.row)
-def test_every_rank_raises_a_clear_error(bad, target):
-    require(target, bad.needs)
-    results = run_job(bad_input_job, bad.case, target, compare_traces=False, row=bad.row.removesuffix("-zigzag"))
+def test_every_rank_raises_a_clear_error(bad, spec):
+    require(spec, bad.needs)
+    results = run_job(bad_input_job, bad.case, spec, compare_traces=False, row=bad.row.removesuffix("-zigzag"))
     silent = [rank for rank, result in enumerate(results) if result["error"] is None]
     assert not silent, f"{bad.row}: rank(s) {silent} returned values instead of raising (a silent wrong answer)"
     for rank, result in enumerate(results):

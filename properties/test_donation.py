@@ -17,5 +17,5 @@ pytestmark = pytest.mark.tier("contract")
 
 @given(case=cases(cp_sizes=TOKEN_LEVEL, max_samples=4, max_length=32))
 @example(case=Case(seed=61, vocab=12, tp=2, samples=((9, 4),), chunk_size=2))
-def test_donation_matches_or_refuses(case, target):
-    check_donation(case, target)
+def test_donation_matches_or_refuses(case, spec):
+    check_donation(case, spec)

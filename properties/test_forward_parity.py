@@ -24,26 +24,26 @@ QWEN_V = 151936  # Qwen2 vocabulary (SkyRL #1650)
 @given(case=cases(cp_sizes=TOKEN_LEVEL))
 @example(case=Case(seed=1, vocab=LLAMA_V, tp=2, samples=((9, 4),), chunk_size=3, logit_scale=5.0))
 @example(case=Case(seed=2, vocab=QWEN_V, tp=4, samples=((3, 1),), dtype="bfloat16"))
-def test_token_forward_parity(case, target):
-    check_token_forward(case, target)
+def test_token_forward_parity(case, spec):
+    check_token_forward(case, spec)
 
 
 @pytest.mark.tier("hardening")
 @given(case=cases(cp_sizes=TOKEN_LEVEL, special=SPECIAL_VALUES))
 @example(case=Case(seed=5, vocab=8, tp=2, samples=((6, 4),), special=("neg_inf_columns",)))
-def test_token_forward_parity_special_values(case, target):
-    check_token_forward(case, target)
+def test_token_forward_parity_special_values(case, spec):
+    check_token_forward(case, spec)
 
 
 @pytest.mark.tier("contract")
 @given(case=cases())
 @example(case=Case(seed=3, vocab=LLAMA_V, tp=2, samples=((7, 3), (5, 0), (2, 1)), pad_multiple=8))
 @example(case=Case(seed=4, vocab=12, samples=((1, 0),)))
-def test_packed_forward_parity(case, target):
-    check_packed_forward(case, target)
+def test_packed_forward_parity(case, spec):
+    check_packed_forward(case, spec)
 
 
 @pytest.mark.tier("hardening")
 @given(case=cases(special=SPECIAL_VALUES))
-def test_packed_forward_parity_special_values(case, target):
-    check_packed_forward(case, target)
+def test_packed_forward_parity_special_values(case, spec):
+    check_packed_forward(case, spec)

@@ -55,8 +55,8 @@ NEEDS = {"chunk_size 0": {"chunking"}, "temperature 0": {"temperature"}, "temper
 
 @pytest.mark.tier("hardening")
 @pytest.mark.parametrize("name", sorted(BAD))
-def test_hidden_bad_input_is_a_clear_error(name, target):
-    require(target, {"hidden"} | NEEDS.get(name, set()))
+def test_hidden_bad_input_is_a_clear_error(name, spec):
+    require(spec, {"hidden"} | NEEDS.get(name, set()))
     changes, error, mentions = BAD[name]
     with pytest.raises(error, match=mentions):
-        _call(load_target(target), **changes)
+        _call(load_target(spec), **changes)

@@ -24,10 +24,10 @@ def _capabilities(case: HiddenMemoryCase) -> set[str]:
 
 @pytest.mark.tier("budget")
 @pytest.mark.parametrize("name", sorted(REAL_SCALES))
-def test_hidden_forward_backward_at_real_scale(name, target):
+def test_hidden_forward_backward_at_real_scale(name, spec):
     case = REAL_SCALES[name]
-    require(target, _capabilities(case))
-    report = measure_hidden_memory(case, target_runner(load_target(target), case))
+    require(spec, _capabilities(case))
+    report = measure_hidden_memory(case, target_runner(load_target(spec), case))
     print(report)
     assert report.peak <= case.bound(), str(report)
 
@@ -47,7 +47,7 @@ def small_cases(draw):
 
 @pytest.mark.tier("budget")
 @given(case=small_cases())
-def test_hidden_generated_shapes_within_bound(case, target):
-    require(target, _capabilities(case))
-    report = measure_hidden_memory(case, target_runner(load_target(target), case), fake=False)
+def test_hidden_generated_shapes_within_bound(case, spec):
+    require(spec, _capabilities(case))
+    report = measure_hidden_memory(case, target_runner(load_target(spec), case), fake=False)
     assert report.peak <= case.bound(), str(report)

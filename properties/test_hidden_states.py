@@ -33,37 +33,37 @@ QWEN_V = 151936
 @pytest.mark.tier("contract")
 @given(case=hidden_cases())
 @example(case=with_hidden_size(Case(seed=2, vocab=QWEN_V, tp=4, samples=((3, 1),), dtype="bfloat16"), 16))
-def test_hidden_forward_parity(case, target):
-    check_hidden_forward(case, target)
+def test_hidden_forward_parity(case, spec):
+    check_hidden_forward(case, spec)
 
 
 @pytest.mark.tier("contract")
 @given(case=hidden_cases())
 @example(case=with_hidden_size(Case(seed=5, vocab=12, tp=2, samples=((300, 5), (9, 2)), chunk_size=7), 8))
-def test_hidden_backward_parity(case, target):
-    check_hidden_backward(case, target)
+def test_hidden_backward_parity(case, spec):
+    check_hidden_backward(case, spec)
 
 
 @pytest.mark.tier("contract")
 @given(case=hidden_cases(), chunk_size=st.sampled_from((1, 9, 256, 300, 513)))
 @example(case=with_hidden_size(Case(seed=6, vocab=8, tp=2, samples=((520, 3),)), 5), chunk_size=1)
-def test_hidden_chunk_invariance(case, chunk_size, target):
-    check_hidden_chunk_invariance(case.with_(chunk_size=chunk_size), target)
+def test_hidden_chunk_invariance(case, chunk_size, spec):
+    check_hidden_chunk_invariance(case.with_(chunk_size=chunk_size), spec)
 
 
 @pytest.mark.tier("contract")
 @given(case=hidden_cases(with_entropy=st.just(True)))
-def test_hidden_gate_invariance(case, target):
-    check_hidden_gate_invariance(case, target)
+def test_hidden_gate_invariance(case, spec):
+    check_hidden_gate_invariance(case, spec)
 
 
 @pytest.mark.tier("contract")
 @given(case=hidden_cases())
-def test_hidden_inputs_unmutated(case, target):
-    check_hidden_inputs_unmutated(case, target)
+def test_hidden_inputs_unmutated(case, spec):
+    check_hidden_inputs_unmutated(case, spec)
 
 
 @pytest.mark.tier("contract")
 @given(case=hidden_cases(tp=st.sampled_from((2, 4))))
-def test_hidden_tp_ranks_agree(case, target):
-    check_hidden_tp_consistency(case, target)
+def test_hidden_tp_ranks_agree(case, spec):
+    check_hidden_tp_consistency(case, spec)

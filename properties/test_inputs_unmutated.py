@@ -17,5 +17,5 @@ pytestmark = pytest.mark.tier("contract")
 
 
 @given(case=cases(with_entropy=st.just(True)), coef=st.sampled_from((0.01, -1.0)))
-def test_logits_unmutated_after_forward_and_backward(case, coef, target):
-    check_inputs_unmutated(case.with_(entropy_coef=coef), target)
+def test_logits_unmutated_after_forward_and_backward(case, coef, spec):
+    check_inputs_unmutated(case.with_(entropy_coef=coef), spec)

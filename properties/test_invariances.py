@@ -29,59 +29,59 @@ CHUNKS = st.integers(1, 9)
 
 @pytest.mark.tier("contract")
 @given(case=cases(), chunk_size=CHUNKS)
-def test_chunk_invariance(case, chunk_size, target):
-    check_chunk_invariance(case.with_(chunk_size=chunk_size), target)
+def test_chunk_invariance(case, chunk_size, spec):
+    check_chunk_invariance(case.with_(chunk_size=chunk_size), spec)
 
 
 @pytest.mark.tier("hardening")
 @given(case=cases(special=ANY_VALUES), chunk_size=CHUNKS)
-def test_chunk_invariance_bit_for_bit(case, chunk_size, target):
-    check_chunk_invariance(case.with_(chunk_size=chunk_size), target, exact=True)
+def test_chunk_invariance_bit_for_bit(case, chunk_size, spec):
+    check_chunk_invariance(case.with_(chunk_size=chunk_size), spec, exact=True)
 
 
 @pytest.mark.tier("contract")
 @given(case=cases(cp_sizes=TOKEN_LEVEL), chunk_size=CHUNKS)
-def test_token_chunk_invariance(case, chunk_size, target):
-    check_token_chunk_invariance(case.with_(chunk_size=chunk_size), target)
+def test_token_chunk_invariance(case, chunk_size, spec):
+    check_token_chunk_invariance(case.with_(chunk_size=chunk_size), spec)
 
 
 @pytest.mark.tier("hardening")
 @given(case=cases(cp_sizes=TOKEN_LEVEL, special=ANY_VALUES), chunk_size=CHUNKS)
-def test_token_chunk_invariance_bit_for_bit(case, chunk_size, target):
-    check_token_chunk_invariance(case.with_(chunk_size=chunk_size), target, exact=True)
+def test_token_chunk_invariance_bit_for_bit(case, chunk_size, spec):
+    check_token_chunk_invariance(case.with_(chunk_size=chunk_size), spec, exact=True)
 
 
 @pytest.mark.tier("contract")
 @given(case=cases(with_entropy=st.just(True)))
-def test_gate_invariance(case, target):
-    check_gate_invariance(case, target)
+def test_gate_invariance(case, spec):
+    check_gate_invariance(case, spec)
 
 
 @pytest.mark.tier("hardening")
 @given(case=cases(with_entropy=st.just(True), special=ANY_VALUES))
-def test_gate_invariance_bit_for_bit(case, target):
-    check_gate_invariance(case, target, exact=True)
+def test_gate_invariance_bit_for_bit(case, spec):
+    check_gate_invariance(case, spec, exact=True)
 
 
 @pytest.mark.tier("contract")
 @given(case=cases(cp_sizes=TOKEN_LEVEL, with_entropy=st.just(True)))
-def test_token_gate_invariance(case, target):
-    check_token_gate_invariance(case, target)
+def test_token_gate_invariance(case, spec):
+    check_token_gate_invariance(case, spec)
 
 
 @pytest.mark.tier("hardening")
 @given(case=cases(cp_sizes=TOKEN_LEVEL, with_entropy=st.just(True), special=ANY_VALUES))
-def test_token_gate_invariance_bit_for_bit(case, target):
-    check_token_gate_invariance(case, target, exact=True)
+def test_token_gate_invariance_bit_for_bit(case, spec):
+    check_token_gate_invariance(case, spec, exact=True)
 
 
 @pytest.mark.tier("contract")
 @given(case=cases(response_only=st.just(True)))
-def test_response_only_matches_full_path(case, target):
-    check_response_only(case, target)
+def test_response_only_matches_full_path(case, spec):
+    check_response_only(case, spec)
 
 
 @pytest.mark.tier("hardening")
 @given(case=cases(response_only=st.just(True), special=ANY_VALUES))
-def test_response_only_matches_full_path_bit_for_bit(case, target):
-    check_response_only(case, target, exact=True)
+def test_response_only_matches_full_path_bit_for_bit(case, spec):
+    check_response_only(case, spec, exact=True)

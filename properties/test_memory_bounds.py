@@ -65,17 +65,17 @@ def memory_cases(draw):
 
 
 @given(case=memory_cases())
-def test_generated_shapes_within_bound(case, target):
-    require(target, {"token", "chunking"} | ({"entropy"} if case.with_entropy else set()))
-    report = measured(measure_token_memory(case, load_target(target), fake=False))
+def test_generated_shapes_within_bound(case, spec):
+    require(spec, {"token", "chunking"} | ({"entropy"} if case.with_entropy else set()))
+    report = measured(measure_token_memory(case, load_target(spec), fake=False))
     assert report.peak <= case.bound(), str(report)
 
 
 @given(case=memory_cases())
-def test_donation_within_one_logits(case, target):
-    require(target, {"token", "chunking", "donation"} | ({"entropy"} if case.with_entropy else set()))
+def test_donation_within_one_logits(case, spec):
+    require(spec, {"token", "chunking", "donation"} | ({"entropy"} if case.with_entropy else set()))
     case = case.__class__(**{**case.__dict__, "backward": True})
-    report = measured(measure_token_memory(case, DonatingTarget(load_target(target)), fake=False))
+    report = measured(measure_token_memory(case, DonatingTarget(load_target(spec)), fake=False))
     bound = case.bound(donated=True)
     assert report.peak <= bound, f"{report}; donation bound {bound / case.unit:.4f} x"
 
@@ -84,42 +84,42 @@ REAL_SCALE = {name: HISTORIC_SCALES[name] for name in ("slime-1951-tp1", "slime-
 
 
 @pytest.mark.parametrize("name", sorted(REAL_SCALE))
-def test_forward_backward_at_real_scale(name, target):
+def test_forward_backward_at_real_scale(name, spec):
     """docs/design.md's budget at the scales that OOMed: 2x logits + a chunk, entropy gradient included.
 
     The one_hot regression checks that bug's mechanism; this is the whole
     budget, which an implementation can exceed without any one_hot (e.g. by
     concatenating per-chunk gradients into a second [rows, V_local] buffer).
     """
-    require(target, {"token", "entropy", "chunking"})
+    require(spec, {"token", "entropy", "chunking"})
     case = REAL_SCALE[name]
-    report = measured(measure_token_memory(case, load_target(target)))
+    report = measured(measure_token_memory(case, load_target(spec)))
     print(report)
     assert report.peak <= case.bound(), str(report)
 
 
 @pytest.mark.parametrize("name", sorted(REAL_SCALE))
-def test_forward_only_at_real_scale(name, target):
-    require(target, {"token", "entropy", "chunking"})
+def test_forward_only_at_real_scale(name, spec):
+    require(spec, {"token", "entropy", "chunking"})
     case = MemoryCase(**{**REAL_SCALE[name].__dict__, "backward": False})
-    report = measured(measure_token_memory(case, load_target(target)))
+    report = measured(measure_token_memory(case, load_target(spec)))
     print(report)
     assert report.peak <= case.bound(), str(report)
 
 
 @pytest.mark.parametrize("name", sorted(REAL_SCALE))
-def test_donation_at_real_scale(name, target):
-    require(target, {"token", "donation", "entropy", "chunking"})
+def test_donation_at_real_scale(name, spec):
+    require(spec, {"token", "donation", "entropy", "chunking"})
     case = REAL_SCALE[name]
-    report = measured(measure_token_memory(case, DonatingTarget(load_target(target))))
+    report = measured(measure_token_memory(case, DonatingTarget(load_target(spec))))
     print(report)
     assert report.peak <= case.bound(donated=True), f"{report}; donation bound {case.bound(True) / case.unit:.4f} x"
 
 
 @pytest.mark.parametrize("fraction", [0.1, 0.25, 0.5])
-def test_response_only_buffers_scale_with_kept_rows(fraction, target):
+def test_response_only_buffers_scale_with_kept_rows(fraction, spec):
     """slime #2076 at the #1951 scale: 160 samples of 1283 tokens, a fraction of them response."""
-    require(target, {"packed", "response_only", "entropy", "chunking"})
+    require(spec, {"packed", "response_only", "entropy", "chunking"})
     total, samples = 1283, 160
     response = int(total * fraction)
     case = MemoryCase(rows=total * samples, vocab_local=76_032)
@@ -134,7 +134,7 @@ def test_response_only_buffers_scale_with_kept_rows(fraction, target):
             pad_multiple=1,
         )
 
-    report = measured(measure_packed_memory(case, load_target(target), inputs, response_only=True))
+    report = measured(measure_packed_memory(case, load_target(spec), inputs, response_only=True))
     print(report)
     kept = response * samples
     bound = 2 * case.unit + chunk_working_set(min(case.chunk_rows, kept), case.vocab_local)

@@ -30,5 +30,5 @@ DSA_TRIGGER = Case(seed=41, vocab=16, cp=2, cp_mode="allgather", samples=((8, 6)
 @example(case=DSA_TRIGGER, coef=0.0)
 @example(case=DSA_TRIGGER.with_(cp_mode="zigzag", pad_multiple=1), coef=0.0)
 @example(case=Case(seed=42, vocab=8, tp=2, cp=2, cp_mode="allgather", samples=((3, 2), (9, 4))), coef=0.01)
-def test_requires_grad_equals_gate_on_every_cp_rank(case, coef, target):
-    check_cp_requires_grad(case.with_(entropy_coef=coef), target)
+def test_requires_grad_equals_gate_on_every_cp_rank(case, coef, spec):
+    check_cp_requires_grad(case.with_(entropy_coef=coef), spec)

@@ -42,5 +42,5 @@ EMPTY_RANK = Case(seed=52, vocab=16, cp=2, cp_mode="allgather", samples=((4, 2),
 @example(case=KNOWN_TRIGGER, coef=0.01)
 @example(case=EMPTY_RANK, coef=0.01)
 @example(case=EMPTY_RANK.with_(tp=2, vocab=16), coef=0.0)
-def test_collectives_identical_across_ranks_forward_and_backward(case, coef, target):
-    check_cp_collectives(case.with_(entropy_coef=coef, with_entropy=True), target)
+def test_collectives_identical_across_ranks_forward_and_backward(case, coef, spec):
+    check_cp_collectives(case.with_(entropy_coef=coef, with_entropy=True), spec)

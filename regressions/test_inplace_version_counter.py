@@ -43,18 +43,18 @@ MULTI_ROW = cases(
 @example(case=Case(seed=31, vocab=70, samples=((8, 5),), chunk_size=3))
 @example(case=Case(seed=32, vocab=16, tp=2, samples=((6, 3), (5, 2)), chunk_size=2, logit_scale=30.0))
 @example(case=Case(seed=33, vocab=8, tp=4, samples=((4, 3),), chunk_size=1))
-def test_shared_logits_and_overlapping_views_in_one_backward(case, target):
-    check_shared_logits(case, target)
+def test_shared_logits_and_overlapping_views_in_one_backward(case, spec):
+    check_shared_logits(case, spec)
 
 
 @given(case=MULTI_ROW)
 @example(case=Case(seed=31, vocab=70, samples=((8, 5),), chunk_size=3))
 @example(case=Case(seed=33, vocab=8, tp=4, samples=((4, 3),), chunk_size=1))
-def test_second_backward_through_retained_graph(case, target):
-    check_second_backward(case, target)
+def test_second_backward_through_retained_graph(case, spec):
+    check_second_backward(case, spec)
 
 
 @given(case=cases(with_entropy=st.just(True)), coef=st.sampled_from((0.01, 1.0)))
 @example(case=Case(seed=34, vocab=16, tp=2, samples=((7, 4),), chunk_size=2), coef=0.01)
-def test_policy_path_leaves_logits_untouched(case, coef, target):
-    check_inputs_unmutated(case.with_(entropy_coef=coef, with_entropy=True), target)
+def test_policy_path_leaves_logits_untouched(case, coef, spec):
+    check_inputs_unmutated(case.with_(entropy_coef=coef, with_entropy=True), spec)

@@ -46,10 +46,10 @@ GATE_CASES = cases(with_entropy=st.just(True), dtype=st.just("float32"), special
 @given(case=GATE_CASES, coef=COEFFICIENTS)
 @example(case=Case(seed=21, vocab=16, samples=((8, 6), (4, 2))), coef=0.01)
 @example(case=Case(seed=22, vocab=16, tp=2, samples=((8, 6), (4, 2))), coef=0.0)
-def test_requires_grad_equals_gate_and_gradient_matches_oracle(case, coef, target):
+def test_requires_grad_equals_gate_and_gradient_matches_oracle(case, coef, spec):
     """``entropy.requires_grad == (with_entropy and coef != 0)`` on every rank; grad_fn None when off;
     d(loss)/d(logits) equals the float64 oracle's."""
-    check_policy_loss(case.with_(entropy_coef=coef), target)
+    check_policy_loss(case.with_(entropy_coef=coef), spec)
 
 
 @given(
@@ -57,21 +57,21 @@ def test_requires_grad_equals_gate_and_gradient_matches_oracle(case, coef, targe
     coef=st.sampled_from((0.01, -0.5, 1.0)),
 )
 @example(case=Case(seed=23, vocab=16, samples=((8, 6),)), coef=0.01)
-def test_entropy_bonus_contributes_its_gradient(case, coef, target):
-    check_entropy_bonus_gradient(case.with_(entropy_coef=coef, mask_mode="ones"), target)
+def test_entropy_bonus_contributes_its_gradient(case, coef, spec):
+    check_entropy_bonus_gradient(case.with_(entropy_coef=coef, mask_mode="ones"), spec)
 
 
 @given(case=GATE_CASES)
-def test_entropy_values_identical_with_and_without_grad(case, target):
-    check_gate_invariance(case, target)
+def test_entropy_values_identical_with_and_without_grad(case, spec):
+    check_gate_invariance(case, spec)
 
 
 @given(coef=COEFFICIENTS, tp=st.sampled_from((1, 2)))
-def test_empty_response_gives_empty_outputs(coef, tp, target):
+def test_empty_response_gives_empty_outputs(coef, tp, spec):
     case = Case(seed=24, vocab=4 * tp, tp=tp, samples=((3, 0), (1, 0)), entropy_coef=coef)
-    require(target, {"policy_loss", "entropy"})
-    results = run_job(policy_job, case, target)
+    require(spec, {"policy_loss", "entropy"})
+    results = run_job(policy_job, case, spec)
     for rank, result in enumerate(results):
         assert [v.numel() for v in result["log_probs"]] == [0, 0], f"rank {rank}: {result['log_probs']}"
         assert [v.numel() for v in result["entropy"]] == [0, 0], f"rank {rank}: {result['entropy']}"
-    assert_entropy_gate(case, results, target)
+    assert_entropy_gate(case, results, spec)

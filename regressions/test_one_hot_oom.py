@@ -41,21 +41,21 @@ def _describe(allocations) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(HISTORIC_SCALES))
-def test_no_vocab_sized_int64_in_log_prob_backward(name, target):
-    require(target, {"token", "chunking"})
+def test_no_vocab_sized_int64_in_log_prob_backward(name, spec):
+    require(spec, {"token", "chunking"})
     case = dataclasses.replace(HISTORIC_SCALES[name], with_entropy=False)
-    report = measure_token_memory(case, load_target(target))
+    report = measure_token_memory(case, load_target(spec))
     print(report)
     one_hots = int64_with_dimension(report.allocations, case.vocab_local)
     assert not one_hots, f"{name}: a one_hot over the vocabulary: {_describe(one_hots)}; {report}"
 
 
-def test_no_vocab_sized_int64_in_hidden_state_backward(target):
+def test_no_vocab_sized_int64_in_hidden_state_backward(spec):
     """The same mechanism on the hidden-state path: NeMo-RL's ChunkedDistributedHiddenStatesToLogprobs
     still builds one_hot in its backward. T=205,280, H=4096, V=151,936 at tp 8, chunk 1024, log-probs only."""
-    require(target, {"hidden", "chunking"})
+    require(spec, {"hidden", "chunking"})
     case = dataclasses.replace(HIDDEN_REAL_SCALES["qwen-tp8-fp32"], with_entropy=False)
-    report = measure_hidden_memory(case, target_runner(load_target(target), case))
+    report = measure_hidden_memory(case, target_runner(load_target(spec), case))
     print(report)
     one_hots = int64_with_dimension(report.allocations, case.vocab_local)
     assert not one_hots, f"a one_hot over the vocabulary on the hidden-state path: {_describe(one_hots)}; {report}"

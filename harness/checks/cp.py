@@ -20,29 +20,29 @@ from harness.ranks.run import assert_collectives_consistent, run_job
 
 
 @replayable
-def check_cp_requires_grad(case: Case, target: str = "impl") -> None:
+def check_cp_requires_grad(case: Case, spec: str = "impl") -> None:
     """Bug 4: on every CP rank, ``requires_grad`` of each returned tensor equals the gate.
 
     The flags are gathered from all ranks and compared; a rank that holds none
     of a sample must not turn the gradient back on (slime #2123).
     """
-    require(target, required_capabilities(case, "policy_loss"))
+    require(spec, required_capabilities(case, "policy_loss"))
     # Forward only: the flags are the bug; the backward hang they cause is test_dsa_hang's.
-    results = run_job(policy_job, case, target, compare_traces=False, backward=False)
+    results = run_job(policy_job, case, spec, compare_traces=False, backward=False)
     flags = {rank: (r["log_probs_requires_grad"], r["entropy_requires_grad"]) for rank, r in enumerate(results)}
     assert len({repr(f) for f in flags.values()}) == 1, f"requires_grad differs across ranks: {flags}"
-    assert_entropy_gate(case, results, target)
+    assert_entropy_gate(case, results, spec)
     assert_collectives_consistent(case, results)
 
 
 @replayable
-def check_cp_collectives(case: Case, target: str = "impl") -> None:
+def check_cp_collectives(case: Case, spec: str = "impl") -> None:
     """Bug 5: forward AND backward issue the same collectives on every rank of each group.
 
     ``run_job`` compares the traces; the deadline policy (harness/ranks/deadline.py,
     the same for every check) turns a real hang into a failure naming the
     stuck rank and its last collective within seconds.
     """
-    require(target, required_capabilities(case, "policy_loss"))
-    run_job(policy_job, case, target)
-    run_job(packed_job, case, target, entropy_grad=entropy_gate(case))
+    require(spec, required_capabilities(case, "policy_loss"))
+    run_job(policy_job, case, spec)
+    run_job(packed_job, case, spec, entropy_grad=entropy_gate(case))

@@ -72,10 +72,10 @@ def _value_scale(case: Case) -> float:
 
 
 @replayable
-def check_hidden_forward(case: Case, target: str = "impl") -> None:
+def check_hidden_forward(case: Case, spec: str = "impl") -> None:
     """Log-probs and entropy from hidden states match the float64 oracle; TP ranks agree bit for bit."""
-    require(target, hidden_capabilities(case))
-    results = run_job(hidden_job, case, target)
+    require(spec, hidden_capabilities(case))
+    results = run_job(hidden_job, case, spec)
     ref, naive = hidden_reference(case), hidden_reference(case, precise=False)
     scale = _value_scale(case)
     rounding, entropy_rounding = hidden_logit_rounding(global_hidden(case), global_weight(case), case.temperature)
@@ -88,10 +88,10 @@ def check_hidden_forward(case: Case, target: str = "impl") -> None:
 
 
 @replayable
-def check_hidden_backward(case: Case, target: str = "impl") -> None:
+def check_hidden_backward(case: Case, spec: str = "impl") -> None:
     """grad(hidden) (summed over TP, identical on every rank) and each rank's grad(weight) shard match the oracle."""
-    require(target, hidden_capabilities(case))
-    results = run_job(hidden_job, case, target)
+    require(spec, hidden_capabilities(case))
+    results = run_job(hidden_job, case, spec)
     ref, naive = hidden_reference(case), hidden_reference(case, precise=False)
     a, b = case.row_probe_weights()
     upstream = float(a.abs().max()) + (float(b.abs().max()) if case.with_entropy else 0.0)
@@ -117,21 +117,21 @@ def check_hidden_backward(case: Case, target: str = "impl") -> None:
 
 
 @replayable
-def check_hidden_inputs_unmutated(case: Case, target: str = "impl") -> None:
+def check_hidden_inputs_unmutated(case: Case, spec: str = "impl") -> None:
     """docs/bugs.md #2: forward+backward leaves hidden and the head shard untouched on every rank."""
-    require(target, hidden_capabilities(case))
-    assert_hidden_inputs_unmutated(run_job(hidden_job, case, target))
+    require(spec, hidden_capabilities(case))
+    assert_hidden_inputs_unmutated(run_job(hidden_job, case, spec))
 
 
 KEYS = ("log_probs", "entropy", "grad_hidden", "grad_weight")
 
 
 @replayable
-def check_hidden_chunk_invariance(case: Case, target: str = "impl") -> None:
+def check_hidden_chunk_invariance(case: Case, spec: str = "impl") -> None:
     """Chunking changes the working set, never a bit: values and both gradients, on every rank."""
-    require(target, hidden_capabilities(case) | {"chunking"})
-    chunked = run_job(hidden_job, case, target)
-    whole = run_job(hidden_job, case.with_(chunk_size=None), target)
+    require(spec, hidden_capabilities(case) | {"chunking"})
+    chunked = run_job(hidden_job, case, spec)
+    whole = run_job(hidden_job, case.with_(chunk_size=None), spec)
     for rank, (x, y) in enumerate(zip(chunked, whole)):
         for key in KEYS:
             if x[key] is not None or y[key] is not None:
@@ -139,12 +139,12 @@ def check_hidden_chunk_invariance(case: Case, target: str = "impl") -> None:
 
 
 @replayable
-def check_hidden_gate_invariance(case: Case, target: str = "impl") -> None:
+def check_hidden_gate_invariance(case: Case, spec: str = "impl") -> None:
     """Entropy values bit-identical with and without their gradient; log-probs and their gradients unaffected."""
-    require(target, hidden_capabilities(case) | {"entropy", "entropy_gate"})
+    require(spec, hidden_capabilities(case) | {"entropy", "entropy_gate"})
     case = case.with_(with_entropy=True)
-    on = run_job(hidden_job, case, target, entropy_grad=True)
-    off = run_job(hidden_job, case, target, entropy_grad=False)
+    on = run_job(hidden_job, case, spec, entropy_grad=True)
+    off = run_job(hidden_job, case, spec, entropy_grad=False)
     for rank, (x, y) in enumerate(zip(on, off)):
         for key in ("log_probs", "entropy"):
             assert_identical(y[key], x[key], what=f"rank {rank} {key}, gate off vs on")
@@ -154,7 +154,7 @@ def check_hidden_gate_invariance(case: Case, target: str = "impl") -> None:
 
 
 @replayable
-def check_hidden_tp_consistency(case: Case, target: str = "impl") -> None:
+def check_hidden_tp_consistency(case: Case, spec: str = "impl") -> None:
     """TP ranks return bit-identical log-probs, entropy and grad(hidden), and issue the same collectives.
 
     ``hidden`` is replicated, so every rank must step it the same way; a rank
@@ -162,8 +162,8 @@ def check_hidden_tp_consistency(case: Case, target: str = "impl") -> None:
     rank-dependent order differs here. ``run_job`` compares the collective
     traces. Parity with the oracle at each tp is check_hidden_forward/backward's.
     """
-    require(target, hidden_capabilities(case))
+    require(spec, hidden_capabilities(case))
     assert case.tp > 1, "TP consistency needs tp > 1"
-    results = run_job(hidden_job, case, target)
+    results = run_job(hidden_job, case, spec)
     for key in ("log_probs", "entropy", "grad_hidden"):
         replicated(results, key)

@@ -37,8 +37,8 @@ from harness.targets import load_target
 BIT_EXACT = "bit_exact"
 
 
-def _exact(target: str, exact: bool | None) -> bool:
-    return BIT_EXACT in load_target(target).capabilities if exact is None else exact
+def _exact(spec: str, exact: bool | None) -> bool:
+    return BIT_EXACT in load_target(spec).capabilities if exact is None else exact
 
 
 def _assert_outputs_identical(case: Case, first: list, second: list, label: str, keys=("log_probs", "entropy")) -> None:
@@ -66,13 +66,13 @@ _LEVELS = {
 }
 
 
-def _chunk_invariance(case: Case, target: str, exact: bool | None, level: str) -> None:
+def _chunk_invariance(case: Case, spec: str, exact: bool | None, level: str) -> None:
     job, forward, backward = _LEVELS[level]
-    require(target, required_capabilities(case, level) | {"chunking"})
-    chunked = run_job(job, case, target)
-    whole = run_job(job, case.with_(chunk_size=None), target)
+    require(spec, required_capabilities(case, level) | {"chunking"})
+    chunked = run_job(job, case, spec)
+    whole = run_job(job, case.with_(chunk_size=None), spec)
     label = f"chunk_size={case.chunk_size} vs one chunk"
-    if _exact(target, exact):
+    if _exact(spec, exact):
         _assert_outputs_identical(case, chunked, whole, label)
         _assert_grads_identical(chunked, whole, label)
         return
@@ -101,13 +101,13 @@ def _assert_gate_flags(off: list, token_level: bool) -> None:
         assert not lost, f"rank {rank}: log-probs of sample(s) {lost} lost their graph with the gate off"
 
 
-def _gate_invariance(case: Case, target: str, exact: bool | None, level: str) -> None:
+def _gate_invariance(case: Case, spec: str, exact: bool | None, level: str) -> None:
     job, forward, _ = _LEVELS[level]
-    require(target, required_capabilities(case, level) | {"entropy", "entropy_gate"})
+    require(spec, required_capabilities(case, level) | {"entropy", "entropy_gate"})
     case = case.with_(with_entropy=True)
-    on = run_job(job, case, target, entropy_grad=True)
-    off = run_job(job, case, target, entropy_grad=False)
-    if _exact(target, exact):
+    on = run_job(job, case, spec, entropy_grad=True)
+    off = run_job(job, case, spec, entropy_grad=False)
+    if _exact(spec, exact):
         _assert_outputs_identical(case, on, off, "gate off vs on")
     else:
         forward(case, on)
@@ -116,46 +116,46 @@ def _gate_invariance(case: Case, target: str, exact: bool | None, level: str) ->
 
 
 @replayable
-def check_chunk_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
+def check_chunk_invariance(case: Case, spec: str = "impl", *, exact: bool | None = None) -> None:
     """Packed path: chunk_size=c and one chunk give the same values and gradient (bit for bit if ``exact``)."""
-    _chunk_invariance(case, target, exact, "packed")
+    _chunk_invariance(case, spec, exact, "packed")
 
 
 @replayable
-def check_token_chunk_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
+def check_token_chunk_invariance(case: Case, spec: str = "impl", *, exact: bool | None = None) -> None:
     """Token level: chunk_size=c and one chunk give the same values and gradient (bit for bit if ``exact``)."""
-    _chunk_invariance(case, target, exact, "token")
+    _chunk_invariance(case, spec, exact, "token")
 
 
 @replayable
-def check_gate_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
+def check_gate_invariance(case: Case, spec: str = "impl", *, exact: bool | None = None) -> None:
     """Packed path: entropy values do not depend on whether their gradient is kept; log-probs unaffected."""
-    _gate_invariance(case, target, exact, "packed")
+    _gate_invariance(case, spec, exact, "packed")
 
 
 @replayable
-def check_token_gate_invariance(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
+def check_token_gate_invariance(case: Case, spec: str = "impl", *, exact: bool | None = None) -> None:
     """Token level: entropy values do not depend on whether their gradient is kept; log-probs unaffected."""
-    _gate_invariance(case, target, exact, "token")
+    _gate_invariance(case, spec, exact, "token")
 
 
 # ---- response-only evaluation -------------------------------------------------------------
 
 
 @replayable
-def check_response_only(case: Case, target: str = "impl", *, exact: bool | None = None) -> None:
+def check_response_only(case: Case, spec: str = "impl", *, exact: bool | None = None) -> None:
     """Response-only (and loss-mask-only) equal the full path on consumed positions (slime #2076)."""
-    require(target, required_capabilities(case, "policy_loss") | {"response_only"})
+    require(spec, required_capabilities(case, "policy_loss") | {"response_only"})
     full_case, compact_case = case.with_(response_only=False, loss_mask_only=False), case.with_(response_only=True)
-    full = run_job(policy_job, full_case, target)
-    compact = run_job(policy_job, compact_case, target)
+    full = run_job(policy_job, full_case, spec)
+    compact = run_job(policy_job, compact_case, spec)
     consumed = consumed_positions(compact_case)
     keys = ("log_probs", "entropy") if case.with_entropy else ("log_probs",)
     for key in keys:
         assert_dropped_zero(gather_samples(case, compact, key), consumed, f"{key} (response-only)")
-    if not _exact(target, exact):
-        assert_policy_loss(full_case, full, target)
-        assert_policy_loss(compact_case, compact, target)
+    if not _exact(spec, exact):
+        assert_policy_loss(full_case, full, spec)
+        assert_policy_loss(compact_case, compact, spec)
         return
     for key in keys:
         full_values, compact_values = gather_samples(case, full, key), gather_samples(case, compact, key)

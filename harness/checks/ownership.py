@@ -25,7 +25,7 @@ from harness.ranks.run import run_job
 
 
 @replayable
-def check_shared_logits(case: Case, target: str = "impl", *, backwards: int = 1) -> None:
+def check_shared_logits(case: Case, spec: str = "impl", *, backwards: int = 1) -> None:
     """Bug 2: log-probs (chunked and not) and entropy on the same logits and an overlapping view.
 
     One backward (``backwards=2``: one with ``retain_graph=True``, then a
@@ -33,10 +33,10 @@ def check_shared_logits(case: Case, target: str = "impl", *, backwards: int = 1)
     unchanged version after the forward and after the backward(s), values and
     every gradient equal to the oracle.
     """
-    require(target, {"token", "entropy", "chunking"} | ({"temperature"} if case.temperature != 1.0 else set()))
+    require(spec, {"token", "entropy", "chunking"} | ({"temperature"} if case.temperature != 1.0 else set()))
     assert case.rows >= 2, "the overlapping view logits[1:] needs at least two rows"
     chunk_size = case.chunk_size or max(1, case.rows // 2)
-    results = run_job(shared_logits_job, case, target, chunk_size=chunk_size, backwards=backwards)
+    results = run_job(shared_logits_job, case, spec, chunk_size=chunk_size, backwards=backwards)
     for rank, result in enumerate(results):
         assert result["after_forward"]["logits_unchanged"], f"rank {rank}: the forward modified the logits"
         assert result["after_forward"]["logits_version_delta"] == 0, (
@@ -67,16 +67,16 @@ def check_shared_logits(case: Case, target: str = "impl", *, backwards: int = 1)
 
 
 @replayable
-def check_second_backward(case: Case, target: str = "impl") -> None:
+def check_second_backward(case: Case, spec: str = "impl") -> None:
     """Bug 2's re-entrant form: the same graph, retained, backpropagated twice gives the same gradient."""
-    check_shared_logits(case, target, backwards=2)
+    check_shared_logits(case, spec, backwards=2)
 
 
 # ---- donation ------------------------------------------------------------------------
 
 
 @replayable
-def check_donation(case: Case, target: str = "impl") -> None:
+def check_donation(case: Case, spec: str = "impl") -> None:
     """Donation gives the same values and gradient, bit for bit, or refuses loudly; never a silent wrong answer.
 
     * donated vs plain: identical log-probs, entropy and gradient on every rank;
@@ -84,8 +84,8 @@ def check_donation(case: Case, target: str = "impl") -> None:
     * with another node that saved the logits, donation either raises or
       returns exactly the gradient of the same graph without donation.
     """
-    require(target, required_capabilities(case, "token") | {"donation", "entropy"})
-    results = run_job(donation_job, case, target)
+    require(spec, required_capabilities(case, "token") | {"donation", "entropy"})
+    results = run_job(donation_job, case, spec)
     for rank, result in enumerate(results):
         plain, donated = result["plain"], result["donated"]
         assert plain["error"] is None and donated["error"] is None, f"rank {rank}: {plain['error'] or donated['error']}"

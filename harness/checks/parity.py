@@ -26,22 +26,22 @@ from harness.ranks.run import run_job
 from harness.targets import Unsupported, load_target
 
 
-def replay_command(check: str, case: Case, target: str) -> str:
-    return f"python -m harness.replay {check} --target {target} --case '{case.to_json()}'"
+def replay_command(check: str, case: Case, spec: str) -> str:
+    return f"python -m harness.replay {check} --target {spec} --case '{case.to_json()}'"
 
 
 def replayable(fn):
     """Attach the Case and its replay command to any failure of a check."""
 
     @functools.wraps(fn)
-    def wrapper(case: Case, target: str = "impl", **kwargs):
+    def wrapper(case: Case, spec: str = "impl", **kwargs):
         try:
-            return fn(case, target, **kwargs)
+            return fn(case, spec, **kwargs)
         except Unsupported:
             raise
         except BaseException as exc:
             exc.add_note(f"Case: {case.to_json()}")
-            exc.add_note(f"Replay: {replay_command(f'{fn.__module__}:{fn.__name__}', case, target)}")
+            exc.add_note(f"Replay: {replay_command(f'{fn.__module__}:{fn.__name__}', case, spec)}")
             raise
 
     return wrapper
@@ -70,7 +70,7 @@ def required_capabilities(case: Case, level: str) -> set[str]:
     return needed
 
 
-def require(target: str, capabilities) -> None:
+def require(spec: str, capabilities) -> None:
     """Stop a check the target cannot run: UNSUPPORTED in the verdict, never a silent pass.
 
     Inside a Hypothesis example the example is rejected and counted in
@@ -82,13 +82,13 @@ def require(target: str, capabilities) -> None:
     skip whose reason starts with ``UNSUPPORTED:``; elsewhere it raises
     Unsupported.
     """
-    missing = set(capabilities) - set(load_target(target).capabilities)
+    missing = set(capabilities) - set(load_target(spec).capabilities)
     if not missing:
         return
     if currently_in_test_context():
-        record.current().unsupported[(load_target(target).name, tuple(sorted(missing)))] += 1
+        record.current().unsupported[(load_target(spec).name, tuple(sorted(missing)))] += 1
         reject()
-    message = f"target {load_target(target).name!r} does not support {sorted(missing)}"
+    message = f"target {load_target(spec).name!r} does not support {sorted(missing)}"
     if "pytest" in sys.modules:
         sys.modules["pytest"].skip(f"UNSUPPORTED: {message}")
     raise Unsupported(message)
@@ -204,10 +204,10 @@ def _assert_probe_grad(case: Case, results: list, ref, naive, a: list, b: list) 
 
 
 @replayable
-def check_token_forward(case: Case, target: str = "impl") -> None:
+def check_token_forward(case: Case, spec: str = "impl") -> None:
     """Log-probs and entropy of every row match the float64 oracle; TP ranks agree."""
-    require(target, required_capabilities(case, "token"))
-    assert_token_forward(case, run_job(token_job, case, target))
+    require(spec, required_capabilities(case, "token"))
+    assert_token_forward(case, run_job(token_job, case, spec))
 
 
 def assert_token_forward(case: Case, results: list) -> None:
@@ -220,10 +220,10 @@ def assert_token_forward(case: Case, results: list) -> None:
 
 
 @replayable
-def check_token_backward(case: Case, target: str = "impl") -> None:
+def check_token_backward(case: Case, spec: str = "impl") -> None:
     """Every rank's gradient shard of ``sum(a*lp + b*H)`` matches the oracle's column slice."""
-    require(target, required_capabilities(case, "token"))
-    assert_token_backward(case, run_job(token_job, case, target))
+    require(spec, required_capabilities(case, "token"))
+    assert_token_backward(case, run_job(token_job, case, spec))
 
 
 def assert_token_backward(case: Case, results: list) -> None:
@@ -253,10 +253,10 @@ def assert_dropped_zero(values: list, consumed: list, what: str) -> None:
 
 
 @replayable
-def check_packed_forward(case: Case, target: str = "impl") -> None:
+def check_packed_forward(case: Case, spec: str = "impl") -> None:
     """Per-sample response log-probs/entropy match the oracle on the packed layout."""
-    require(target, required_capabilities(case, "packed"))
-    assert_packed_forward(case, run_job(packed_job, case, target))
+    require(spec, required_capabilities(case, "packed"))
+    assert_packed_forward(case, run_job(packed_job, case, spec))
 
 
 def assert_packed_forward(case: Case, results: list) -> None:
@@ -277,10 +277,10 @@ def assert_packed_forward(case: Case, results: list) -> None:
 
 
 @replayable
-def check_packed_backward(case: Case, target: str = "impl") -> None:
+def check_packed_backward(case: Case, spec: str = "impl") -> None:
     """Every rank's gradient shard of the probe loss matches the oracle's column slice."""
-    require(target, required_capabilities(case, "packed"))
-    assert_packed_backward(case, run_job(packed_job, case, target))
+    require(spec, required_capabilities(case, "packed"))
+    assert_packed_backward(case, run_job(packed_job, case, spec))
 
 
 def assert_packed_backward(case: Case, results: list) -> None:
@@ -297,7 +297,7 @@ def entropy_gate(case: Case) -> bool:
     return case.with_entropy and case.entropy_coef != 0
 
 
-def assert_entropy_gate(case: Case, results: list, target: str = "impl") -> None:
+def assert_entropy_gate(case: Case, results: list, spec: str = "impl") -> None:
     """Bug 1: ``requires_grad`` of every returned, non-empty entropy equals the gate, on every rank.
 
     Gate on (``with_entropy and entropy_coef != 0``): the entropy must carry
@@ -308,7 +308,7 @@ def assert_entropy_gate(case: Case, results: list, target: str = "impl") -> None
     across CP ranks is bug 4's check (``check_cp_requires_grad``).
     """
     gate = entropy_gate(case)
-    gated = "entropy_gate" in load_target(target).capabilities
+    gated = "entropy_gate" in load_target(spec).capabilities
     for rank, result in enumerate(results):
         flags = result["entropy_requires_grad"]
         if flags is None:
@@ -340,18 +340,18 @@ def policy_upstream(case: Case) -> float:
 
 
 @replayable
-def check_policy_loss(case: Case, target: str = "impl") -> None:
+def check_policy_loss(case: Case, spec: str = "impl") -> None:
     """The PPO loss and its gradient match the oracle; the entropy gate is honoured."""
-    require(target, required_capabilities(case, "policy_loss"))
-    assert_policy_loss(case, run_job(policy_job, case, target), target)
+    require(spec, required_capabilities(case, "policy_loss"))
+    assert_policy_loss(case, run_job(policy_job, case, spec), spec)
 
 
-def assert_policy_loss(case: Case, results: list, target: str) -> None:
+def assert_policy_loss(case: Case, results: list, spec: str) -> None:
     ref, naive = expected.policy_reference(case), expected.policy_reference(case, precise=False)
     scale = value_scale(case.global_logits(), case.temperature) * policy_upstream(case) * max(len(case.samples), 1)
     # Under context parallelism each CP rank returns its share; the shares add up to the batch's loss.
     # The gate first: an inverted one (bug 1) is then named as such, not as a gradient mismatch.
-    assert_entropy_gate(case, results, target)
+    assert_entropy_gate(case, results, spec)
     loss = sum(_replicated(group, "loss") for group in _cp_groups(case, results))
     assert_close(loss, ref.loss, naive.loss, what="policy loss", scale=scale)
     assert_close(
@@ -366,11 +366,11 @@ def assert_policy_loss(case: Case, results: list, target: str) -> None:
 
 
 @replayable
-def check_entropy_bonus_gradient(case: Case, target: str = "impl") -> None:
+def check_entropy_bonus_gradient(case: Case, spec: str = "impl") -> None:
     """grad(c) - grad(0) == -c * d(sum_of_sample_mean(H))/dz: the bonus really moves the gradient."""
-    require(target, required_capabilities(case, "policy_loss") | {"entropy"})
-    with_bonus = assemble_grad(case, run_job(policy_job, case, target))
-    without = assemble_grad(case, run_job(policy_job, case.with_(entropy_coef=0.0), target))
+    require(spec, required_capabilities(case, "policy_loss") | {"entropy"})
+    with_bonus = assemble_grad(case, run_job(policy_job, case, spec))
+    without = assemble_grad(case, run_job(policy_job, case.with_(entropy_coef=0.0), spec))
     want = -case.entropy_coef * expected.entropy_bonus_grad(case)
     difference = with_bonus.double() - without.double()
     assert_close(
@@ -384,7 +384,7 @@ def check_entropy_bonus_gradient(case: Case, target: str = "impl") -> None:
 
 
 @replayable
-def check_inputs_unmutated(case: Case, target: str = "impl") -> None:
+def check_inputs_unmutated(case: Case, spec: str = "impl") -> None:
     """Bug 2: forward+backward of the policy loss leaves the logits untouched on every rank."""
-    require(target, required_capabilities(case, "policy_loss"))
-    assert_inputs_unmutated(run_job(policy_job, case, target))
+    require(spec, required_capabilities(case, "policy_loss"))
+    assert_inputs_unmutated(run_job(policy_job, case, spec))

@@ -122,7 +122,7 @@ ROWS = {
 def bad_input_job(payload: dict, ctx) -> dict:
     """Run one row on this rank; return the error it raised (type and text) or that it raised none."""
     case = Case.from_json(payload["case"])
-    target = load_target(payload["target"])
+    target = load_target(payload["spec"])
     try:
         ROWS[payload["row"]](target, case, ctx)
     except Exception as exc:  # the row's expected outcome: reported, judged by the parent

@@ -39,7 +39,7 @@ def _grad(tensor: torch.Tensor) -> torch.Tensor:
 def hidden_job(payload: dict, ctx) -> dict:
     """Log-probs/entropy of every row from hidden states; backward of the row probe loss."""
     case = Case.from_json(payload["case"])
-    target = load_target(payload["target"])
+    target = load_target(payload["spec"])
     hidden = to_device(global_hidden(case)).requires_grad_()
     weight = to_device(rank_weight(case, ctx.tp_rank)).requires_grad_()
     hidden_state, weight_state = _state(hidden), _state(weight)

@@ -1,6 +1,6 @@
 """Rank-side jobs: what every rank runs for one Case, against one target.
 
-A job receives ``{"case": json, "target": spec, ...}`` and a RankContext
+A job receives ``{"case": json, "spec": target spec, ...}`` and a RankContext
 (rank, TP/CP groups, tracer), rebuilds its own inputs from the Case, calls
 the TARGET (never ``impl/`` directly), runs the backward of the probe (or
 policy) loss with the Case's non-uniform upstream weights, and returns CPU
@@ -117,7 +117,7 @@ def _trace(ctx):
 def token_job(payload: dict, ctx) -> dict:
     """Token level: log-probs/entropy of every row, backward of the row probe loss."""
     case = Case.from_json(payload["case"])
-    target = load_target(payload["target"])
+    target = load_target(payload["spec"])
     logits = _leaf_logits(case, ctx)
     before, version = logits.detach().clone(), logits._version
     log_probs, entropy = target.token_log_probs(
@@ -145,7 +145,7 @@ def token_job(payload: dict, ctx) -> dict:
 def packed_job(payload: dict, ctx) -> dict:
     """Packed level: per-sample outputs, backward of the probe loss of docs/math.md."""
     case = Case.from_json(payload["case"])
-    target = load_target(payload["target"])
+    target = load_target(payload["spec"])
     logits = _leaf_logits(case, ctx)
     before, version = logits.detach().clone(), logits._version
     log_probs, entropy = target.packed_log_probs(
@@ -179,7 +179,7 @@ def packed_job(payload: dict, ctx) -> dict:
 def policy_job(payload: dict, ctx) -> dict:
     """Policy path: the PPO loss with entropy bonus; the target decides the entropy gate."""
     case = Case.from_json(payload["case"])
-    target = load_target(payload["target"])
+    target = load_target(payload["spec"])
     logits = _leaf_logits(case, ctx)
     before, version = logits.detach().clone(), logits._version
     loss, log_probs, entropy = target.policy_loss(
@@ -226,7 +226,7 @@ def shared_logits_job(payload: dict, ctx) -> dict:
     tensors breaks only the second backward.
     """
     case = Case.from_json(payload["case"])
-    target = load_target(payload["target"])
+    target = load_target(payload["spec"])
     logits = _leaf_logits(case, ctx)
     before, version = logits.detach().clone(), logits._version
     targets = to_device(case.row_targets())
@@ -297,7 +297,7 @@ def _donation_run(case: Case, ctx, target, donate: bool, consumer: str | None = 
 def donation_job(payload: dict, ctx) -> dict:
     """Donation (writing the gradient over the logits) against the same computation without it."""
     case = Case.from_json(payload["case"])
-    target = load_target(payload["target"])
+    target = load_target(payload["spec"])
     scenarios = {
         "plain": _donation_run(case, ctx, target, donate=False),
         "donated": _donation_run(case, ctx, target, donate=True),

@@ -42,7 +42,7 @@ def job_name(job: Callable) -> str:
 def run_job(
     job: Callable,
     case: Case,
-    target: str = "impl",
+    spec: str = "impl",
     *,
     timeout_s: float | None = None,
     compare_traces: bool = True,
@@ -55,7 +55,7 @@ def run_job(
     the deadline (self-tests); by default the deadline policy sizes it.
     """
     stats.record(case)
-    payload = {"case": case.to_json(), "target": target, **options}
+    payload = {"case": case.to_json(), "spec": spec, **options}
     if case.world_size == 1:
         return [job(payload, _local_context())]
     results = run_pool_job(job_name(job), payload, case, timeout_s)
