@@ -37,7 +37,8 @@ from pathlib import Path
 
 import torch
 
-from harness.memory.logits import LiveStorageTracker, MemoryCase, measure_token_memory
+from harness.memory.logits import MemoryCase, measure_token_memory, token_forward_backward
+from harness.memory.tracker import LiveStorageTracker
 from harness.ranks import device
 from harness.targets import load_target
 
@@ -62,26 +63,6 @@ def predict(case: MemoryCase, target) -> int:
     return measure_token_memory(case, target, fake=True).peak
 
 
-def _forward_backward(case: MemoryCase, target, logits: torch.Tensor, targets: torch.Tensor) -> None:
-    """The body of ``harness.memory.logits.measure_token_memory``, on tensors already placed."""
-    with torch.set_grad_enabled(case.backward):
-        log_probs, entropy = target.token_log_probs(
-            logits,
-            targets,
-            tp_group=None,
-            chunk_size=case.chunk_size,
-            with_entropy=case.with_entropy,
-            entropy_grad=case.entropy_grad,
-            temperature=1.0,
-        )
-        if case.backward:
-            loss = log_probs.sum()
-            if entropy is not None and entropy.requires_grad:
-                loss = loss + entropy.sum()
-            loss.backward()
-        del log_probs, entropy
-
-
 def measure_cuda(case: MemoryCase, target, dev: torch.device) -> dict:
     """Peak bytes on ``dev`` (inputs included) by the allocator's statistics, and by the tracker on real tensors."""
     results = {}
@@ -97,10 +78,10 @@ def measure_cuda(case: MemoryCase, target, dev: torch.device) -> dict:
         if method == "tracker_on_cuda":
             tracker = LiveStorageTracker().track(logits, targets)
             with tracker:
-                _forward_backward(case, target, logits, targets)
+                token_forward_backward(case, target, logits, targets)
             results[method] = tracker.peak
         else:
-            _forward_backward(case, target, logits, targets)
+            token_forward_backward(case, target, logits, targets)
             torch.cuda.synchronize(dev)
             results[method] = torch.cuda.max_memory_allocated(dev) - before_inputs
         del logits, targets

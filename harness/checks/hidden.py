@@ -17,7 +17,7 @@ import torch
 from harness.cases.case import Case
 from harness.cases.hidden import global_hidden, global_weight, hidden_size
 from harness.checks.expected_hidden import hidden_reference
-from harness.checks.parity import replayable, require
+from harness.checks.parity import option_capabilities, replayable, replicated, require
 from harness.checks.tolerance import (
     assert_close,
     assert_identical,
@@ -34,27 +34,7 @@ def hidden_capabilities(case: Case) -> set[str]:
     if case.cp != 1:
         raise ValueError(f"hidden-state checks take cp=1 cases, got cp={case.cp}")
     hidden_size(case)
-    needed = {"hidden"} | ({"hidden_tp"} if case.tp > 1 else set())
-    if case.with_entropy:
-        needed.add("entropy")
-    if case.chunk_size is not None:
-        needed.add("chunking")
-    if case.temperature != 1.0:
-        needed.add("temperature")
-    return needed
-
-
-def replicated(results: list, key: str):
-    """An output every TP rank must return bit-identically (hidden is replicated); returns rank 0's."""
-    first = results[0][key]
-    for rank, result in enumerate(results[1:], start=1):
-        if first is None or result[key] is None:
-            assert first is None and result[key] is None, (
-                f"{key}: rank 0 returned {first!r}, rank {rank} {result[key]!r}"
-            )
-            continue
-        assert_identical(result[key], first, what=f"{key} on TP rank {rank} vs rank 0")
-    return first
+    return {"hidden"} | ({"hidden_tp"} if case.tp > 1 else set()) | option_capabilities(case)
 
 
 def assert_hidden_inputs_unmutated(results: list) -> None:

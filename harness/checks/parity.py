@@ -47,19 +47,25 @@ def replayable(fn):
     return wrapper
 
 
-def required_capabilities(case: Case, level: str) -> set[str]:
-    """What a target must support to run ``case`` at ``level`` (token/packed/policy_loss)."""
-    if level == "token" and case.cp != 1:
-        raise ValueError(f"token-level checks take cp=1 cases (context parallelism is per sample), got cp={case.cp}")
-    needed = {level}
-    if case.cp_mode != "none":
-        needed.add(f"cp_{case.cp_mode}")
+def option_capabilities(case: Case) -> set[str]:
+    """The capabilities a Case's per-call options need at every entry point."""
+    needed = set()
     if case.with_entropy:
         needed.add("entropy")
     if case.chunk_size is not None:
         needed.add("chunking")
     if case.temperature != 1.0:
         needed.add("temperature")
+    return needed
+
+
+def required_capabilities(case: Case, level: str) -> set[str]:
+    """What a target must support to run ``case`` at ``level`` (token/packed/policy_loss)."""
+    if level == "token" and case.cp != 1:
+        raise ValueError(f"token-level checks take cp=1 cases (context parallelism is per sample), got cp={case.cp}")
+    needed = {level} | option_capabilities(case)
+    if case.cp_mode != "none":
+        needed.add(f"cp_{case.cp_mode}")
     if level != "token":
         if case.qkv_format == "bshd":
             needed.add("bshd")
@@ -120,7 +126,7 @@ def assemble_grad(case: Case, results: list, key: str = "grad") -> torch.Tensor:
     return full
 
 
-def _replicated(results: list, key: str):
+def replicated(results: list, key: str):
     """A per-rank output that every rank in ``results`` must return identically; returns the first's."""
     first = results[0][key]
     for rank, result in enumerate(results[1:], start=1):
@@ -140,7 +146,7 @@ def gather_samples(case: Case, results: list, key: str):
 
     Every response position must be returned by exactly one CP rank.
     """
-    per_cp = [_replicated(group, key) for group in _cp_groups(case, results)]
+    per_cp = [replicated(group, key) for group in _cp_groups(case, results)]
     if per_cp[0] is None:
         assert all(values is None for values in per_cp), f"{key}: returned by some CP ranks only"
         return None
@@ -213,9 +219,9 @@ def check_token_forward(case: Case, spec: str = "impl") -> None:
 def assert_token_forward(case: Case, results: list) -> None:
     ref, naive = expected.token_reference(case), expected.token_reference(case, precise=False)
     scale = value_scale(case.global_logits(), case.temperature)
-    assert_close(_replicated(results, "log_probs"), ref.log_probs, naive.log_probs, what="log_probs", scale=scale)
+    assert_close(replicated(results, "log_probs"), ref.log_probs, naive.log_probs, what="log_probs", scale=scale)
     if case.with_entropy:
-        assert_close(_replicated(results, "entropy"), ref.entropy, naive.entropy, what="entropy", scale=scale)
+        assert_close(replicated(results, "entropy"), ref.entropy, naive.entropy, what="entropy", scale=scale)
     assert_inputs_unmutated(results)
 
 
@@ -352,7 +358,7 @@ def assert_policy_loss(case: Case, results: list, spec: str) -> None:
     # Under context parallelism each CP rank returns its share; the shares add up to the batch's loss.
     # The gate first: an inverted one (bug 1) is then named as such, not as a gradient mismatch.
     assert_entropy_gate(case, results, spec)
-    loss = sum(_replicated(group, "loss") for group in _cp_groups(case, results))
+    loss = sum(replicated(group, "loss") for group in _cp_groups(case, results))
     assert_close(loss, ref.loss, naive.loss, what="policy loss", scale=scale)
     assert_close(
         assemble_grad(case, results),

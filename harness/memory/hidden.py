@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.memory.logits import ROW_ALLOWANCE_BYTES, LiveStorageTracker, fake_mode
+from harness.memory.logits import ROW_ALLOWANCE_BYTES
+from harness.memory.tracker import LiveStorageTracker, fake_mode
 
 CHUNKS_ALLOWED = 4  # the fused contract: below inputs + gradients + 4 chunks of logits
 

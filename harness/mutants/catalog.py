@@ -29,7 +29,7 @@ class Mutant:
 MUTANTS = (
     Mutant(
         name="inverted_no_grad_gate",
-        bug="BUGS.md #1 (slime PR #1185): the entropy is detached exactly when its coefficient is non-zero",
+        bug="docs/bugs.md #1 (slime PR #1185): the entropy is detached exactly when its coefficient is non-zero",
         module="impl.policy_loss",
         original="return bool(with_entropy) and entropy_coef != 0",
         replacement="return bool(with_entropy) and entropy_coef == 0",
@@ -37,7 +37,7 @@ MUTANTS = (
     ),
     Mutant(
         name="borrow_restore_saved_logits",
-        bug="BUGS.md #2 (SkyRL #1648): the backward subtracts from the saved logits in place, then adds back",
+        bug="docs/bugs.md #2 (SkyRL #1648): the backward subtracts from the saved logits in place, then adds back",
         module="impl.token_level",
         original=(
             "        log_p = _shifted_rows("
@@ -54,7 +54,8 @@ MUTANTS = (
     ),
     Mutant(
         name="forward_shifts_logits_in_place",
-        bug="BUGS.md #2 (verl #1672, Megatron cross-entropy): the forward writes its shifted logits over the input",
+        bug="docs/bugs.md #2 (verl #1672, Megatron cross-entropy): the forward writes its shifted logits over the "
+        "input",
         module="impl.token_level",
         original="        return torch.sub(chunk, shift, out=out)\n",
         replacement=(
@@ -65,7 +66,7 @@ MUTANTS = (
     ),
     Mutant(
         name="one_hot_backward",
-        bug="BUGS.md #3 (SkyRL #1650, NeMo-RL #4114): the chunked backward builds an int64 one_hot over the "
+        bug="docs/bugs.md #3 (SkyRL #1650, NeMo-RL #4114): the chunked backward builds an int64 one_hot over the "
         "vocabulary plus a float copy to place the target gradient",
         module="impl.token_level",
         original="        grad_chunk.scatter_add_(1, scatter_index[start:end], target_grad[start:end])\n",
@@ -77,7 +78,7 @@ MUTANTS = (
     ),
     Mutant(
         name="redistribute_zeros_require_grad",
-        bug="BUGS.md #4/#5 (slime #1788): a rank holding none of a sample pads with requires_grad=True zeros",
+        bug="docs/bugs.md #4/#5 (slime #1788): a rank holding none of a sample pads with requires_grad=True zeros",
         module="impl.context_parallel",
         original="    full = values.new_zeros(total_responses).index_copy(0, held_flat.to(values.device), values)\n",
         replacement=(
@@ -92,7 +93,7 @@ MUTANTS = (
     ),
     Mutant(
         name="empty_cp_rank_skips_graph",
-        bug="BUGS.md #5 (hang class): a CP rank holding no response row returns graph-free values, "
+        bug="docs/bugs.md #5 (hang class): a CP rank holding no response row returns graph-free values, "
         "so only the other ranks all-reduce in backward",
         module="impl.context_parallel",
         original=(
@@ -111,7 +112,7 @@ MUTANTS = (
     ),
     Mutant(
         name="tp_rank_without_targets_skips_stats_gather",
-        bug="BUGS.md #5, hang class, another mechanism: a TP rank whose vocabulary shard holds none of the "
+        bug="docs/bugs.md #5, hang class, another mechanism: a TP rank whose vocabulary shard holds none of the "
         "targets skips the statistics all-gather in FORWARD ('nothing to add'), so its peers wait in it",
         module="impl.token_level",
         original="        stats = sum_in_rank_order(stats, tp_group)\n",
@@ -123,7 +124,8 @@ MUTANTS = (
     ),
     Mutant(
         name="no_cp_agreement",
-        bug="issue 13: CP ranks never compare their call's metadata, so ranks given different slices, "
+        bug="no metadata agreement (impl/agreement.py, the guard against ranks called inconsistently): "
+        "CP ranks never compare their call's metadata, so ranks given different slices, "
         "lengths or options compute silently wrong values or hang",
         module="impl.context_parallel",
         original='    agree(cp_group, "cp_group", fields, local_error=local_error, device=device, fix=CP_CALL_FIXES)\n',
@@ -132,7 +134,8 @@ MUTANTS = (
     ),
     Mutant(
         name="no_tp_agreement",
-        bug="issue 13: TP ranks never compare their call's metadata, so shards of different widths or "
+        bug="no metadata agreement (impl/agreement.py, the guard against ranks called inconsistently): "
+        "TP ranks never compare their call's metadata, so shards of different widths or "
         "different entropy flags meet in a mismatched all-gather",
         module="impl.token_level",
         original=(
@@ -150,7 +153,8 @@ MUTANTS = (
     ),
     Mutant(
         name="cp_group_without_mode_accepted",
-        bug="issue 13: a CP group of size > 1 with cp_mode='none' is accepted: every CP rank treats its "
+        bug="no metadata agreement (impl/agreement.py, the guard against ranks called inconsistently): "
+        "a CP group of size > 1 with cp_mode='none' is accepted: every CP rank treats its "
         "share as the whole batch",
         module="impl.context_parallel",
         original=(
@@ -163,7 +167,8 @@ MUTANTS = (
     ),
     Mutant(
         name="cp_mode_without_group_accepted",
-        bug="issue 13: a CP mode without a CP group (None) is accepted: each rank runs the layout as cp=1",
+        bug="no metadata agreement (impl/agreement.py, the guard against ranks called inconsistently): "
+        "a CP mode without a CP group (None) is accepted: each rank runs the layout as cp=1",
         module="impl.context_parallel",
         original='        if cp_mode != "none":\n            _validate(logits, batch, cp_mode, loss_mask_only)\n',
         replacement='        if cp_mode == "no such mode":\n',
@@ -177,9 +182,9 @@ MUTANTS = (
 TRITON_MUTANTS = (
     Mutant(
         name="triton_entropy_term_dropped",
-        bug="BUGS.md #1 in the kernel: the Triton backward reads its entropy flag inverted and launches the "
+        bug="docs/bugs.md #1 in the kernel: the Triton backward reads its entropy flag inverted and launches the "
         "gradient kernel without the entropy term exactly when an entropy gradient arrives (coef != 0)",
-        module="impl.triton_backend",
+        module="impl.triton.launch",
         original="    entropy_term = entropy is not None  # an entropy gradient arrived: "
         "the gate is on and the loss uses the entropy\n",
         replacement="    entropy_term = entropy is None  # inverted\n",
@@ -188,9 +193,9 @@ TRITON_MUTANTS = (
     ),
     Mutant(
         name="triton_forward_stores_shifted_logits",
-        bug="BUGS.md #2 in the kernel (verl #1672, Megatron cross-entropy): the forward kernel stores its "
+        bug="docs/bugs.md #2 in the kernel (verl #1672, Megatron cross-entropy): the forward kernel stores its "
         "shifted tile back over the input logits; a Triton store bumps no version counter",
-        module="impl.triton_kernels",
+        module="impl.triton.kernels",
         original="        probs = tl.exp(shifted)\n",
         replacement=(
             "        tl.store(base + cols.to(tl.int64)[None, :] * stride_col, "
@@ -202,9 +207,9 @@ TRITON_MUTANTS = (
     ),
     Mutant(
         name="triton_backward_writes_over_logits",
-        bug="BUGS.md #2 in the kernel: the backward writes the gradient over the logits although they were not "
+        bug="docs/bugs.md #2 in the kernel: the backward writes the gradient over the logits although they were not "
         "donated ('saves a [rows, V] buffer'), corrupting every other reader of them",
-        module="impl.triton_backend",
+        module="impl.triton.launch",
         original=(
             "    grad_logits = gradient_buffer(logits, row_index, donate)\n    source = None if donate else logits\n"
         ),
@@ -214,9 +219,9 @@ TRITON_MUTANTS = (
     ),
     Mutant(
         name="triton_rank_without_targets_skips_max",
-        bug="BUGS.md #5, hang class, in the Triton backend's TP combination: a TP rank whose shard holds none of "
+        bug="docs/bugs.md #5, hang class, in the Triton backend's TP combination: a TP rank whose shard holds none of "
         "the targets skips the row-max all-reduce ('its max changes nothing'), so its peers wait in it",
-        module="impl.triton_backend",
+        module="impl.triton.launch",
         original="    all_reduce_max(global_max, tp_group)\n",
         replacement=(
             "    if bool(in_shard.any()):  # no target in this shard: 'its max changes nothing'\n"

@@ -1,16 +1,16 @@
-"""``impl-triton``: ``impl/`` with its token-level passes on the Triton kernels (``impl.triton_backend``).
+"""``impl-triton``: ``impl/`` with its token-level passes on the Triton kernels (``impl.triton``).
 
 On CUDA tensors the kernels are compiled for the GPU. On the CPU (the CI
 machines) they run under Triton's interpreter: the target sets
 ``TRITON_INTERPRET=1`` when it is loaded, before anything imports
-``impl.triton_kernels`` (Triton reads it when the kernels are defined), and
+``impl.triton.kernels`` (Triton reads it when the kernels are defined), and
 rank processes, which load the target themselves and inherit the variable,
 do the same. Two declared differences from ``impl``, both reported, never
 hidden:
 
 * no ``hidden``/``hidden_tp``: the hidden-state path (``impl.hidden_states``)
   has no Triton backend, so its checks read UNSUPPORTED for this target;
-* under the interpreter, ``case_limits`` (``harness.case_limits``): generated
+* under the interpreter, ``case_limits`` (``harness.cases.limits``): generated
   cases have at most 3 samples of up to 24 tokens and 48 vocabulary columns
   per TP rank (the interpreter costs milliseconds per kernel op); explicit
   examples, real vocabularies included, still run in full.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-from harness.device import device_type
+from harness.ranks.device import device_type
 from harness.targets.impl_target import ImplTarget
 from harness.targets.protocol import CAPABILITIES
 from impl.backend import TRITON, interpreting
@@ -34,9 +34,9 @@ def _interpret_on_cpu() -> bool:
     if device_type() != "cpu":
         return interpreting()
     if not interpreting():
-        if "impl.triton_kernels" in sys.modules:
+        if "impl.triton.kernels" in sys.modules:
             raise RuntimeError(
-                "impl-triton on CPU needs TRITON_INTERPRET=1 before impl.triton_kernels is imported, and this "
+                "impl-triton on CPU needs TRITON_INTERPRET=1 before impl.triton.kernels is imported, and this "
                 "process already imported it without: set TRITON_INTERPRET=1 in the environment"
             )
         os.environ["TRITON_INTERPRET"] = "1"

@@ -1,0 +1,106 @@
+"""Peak live tensor bytes of a computation, on real tensors or under FakeTensorMode.
+
+The one_hot OOM (docs/bugs.md #3) had CORRECT gradients: only memory was wrong, so
+value checks cannot see it. This tracker is a dispatch mode that registers the
+storage of every tensor an op returns (and the inputs handed to ``track``),
+counts its bytes while the storage lives (a weakref finalizer subtracts them
+when it is freed) and keeps the peak. Storage Python objects are preserved by
+torch, so views of a live storage are not counted twice.
+
+Under ``FakeTensorMode`` nothing is allocated, so the historic scales
+(T=205,280 x V=76,032, 58 GiB of fp32 logits) are measured on a CPU in well
+under a second. Fake tensors must stay on the CPU device: a fake CUDA tensor
+aborts the CPU build of torch.
+
+Every allocation is also logged (op, shape, dtype, bytes), so a check can
+assert that no int64 tensor with a vocabulary-sized dimension ever existed.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+@dataclass(frozen=True)
+class Allocation:
+    op: str
+    shape: tuple
+    dtype: torch.dtype
+    nbytes: int
+
+
+@dataclass
+class LiveStorageTracker(TorchDispatchMode):
+    """Peak bytes of live tensor storage while the mode is active (see module docstring)."""
+
+    current: int = 0
+    peak: int = 0
+    allocations: list = field(default_factory=list)
+    _live: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        super().__init__()
+
+    def track(self, *tensors: torch.Tensor) -> LiveStorageTracker:
+        """Count tensors that exist before the computation (its inputs) as live."""
+        for tensor in tensors:
+            self._register(tensor, "input")
+        return self
+
+    def _free(self, key: int) -> None:
+        self.current -= self._live.pop(key, 0)
+
+    def _register(self, tensor: torch.Tensor, op: str) -> None:
+        storage = tensor.untyped_storage()
+        key = id(storage)
+        if key in self._live:
+            return
+        nbytes = _upper_bound(storage.nbytes())
+        self._live[key] = nbytes
+        self.current += nbytes
+        self.peak = max(self.peak, self.current)
+        self.allocations.append(Allocation(op, tuple(tensor.shape), tensor.dtype, nbytes))
+        weakref.finalize(storage, self._free, key)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for value in tree_flatten(out)[0]:
+            if isinstance(value, torch.Tensor):
+                self._register(value, str(func.overloadpacket.__name__))
+        return out
+
+
+def _upper_bound(value) -> int:
+    """A concrete byte count; for a data-dependent size (masked_select under fake tensors) its upper bound.
+
+    Fake tensors give ops like ``masked_select`` an unbacked symbolic size whose
+    value range torch bounds by the input's element count. Counting that
+    bound over-estimates the peak, never under-estimates it.
+    """
+    if isinstance(value, int):
+        return value
+    node = value.node
+    if not node.expr.free_symbols:
+        return int(node.expr)
+    upper = node.shape_env.bound_sympy(node.expr).upper
+    if not upper.is_finite:
+        raise ValueError(f"cannot bound the data-dependent size {node.expr} of a tracked tensor")
+    return int(upper)
+
+
+def fake_mode():
+    """FakeTensorMode that also traces data-dependent output shapes (SkyRL's backward uses masked_select)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    return FakeTensorMode(shape_env=ShapeEnv(allow_dynamic_output_shape_ops=True))
+
+
+def int64_with_dimension(allocations: list, size: int) -> list[Allocation]:
+    """Allocations (inputs excluded) of int64 tensors with a dimension of ``size``: a one_hot over the vocabulary."""
+    return [a for a in allocations if a.dtype == torch.int64 and size in a.shape and a.op != "input"]
