@@ -1,4 +1,4 @@
-"""Every entry point of the harness (README.md lists what each session does).
+"""Every entry point of the harness (docs/usage.md, "Sessions", says what each one does).
 
 Virtualenvs are reused between runs; torch is pinned to the CPU wheel the
 machines carry (2.13.0) so no session ever pulls a multi-GB CUDA build.

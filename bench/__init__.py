@@ -1,1 +1,1 @@
-"""Speed and memory benchmarks (``nox -s bench``); see bench/README in README.md."""
+"""Speed and memory benchmarks (``nox -s bench``); docs/usage.md says what each table measures."""

@@ -11,11 +11,11 @@ its tensors from its seed), printing PASS or the failure.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import traceback
 
 from harness.cases.case import Case
+from harness.names import resolve
 from harness.ranks.pool import shutdown_all
 
 
@@ -25,8 +25,7 @@ def main(argv=None) -> int:
     parser.add_argument("--case", required=True, help="the Case as JSON (printed by the failing check)")
     parser.add_argument("--target", default="impl", help="target spec (default: impl)")
     args = parser.parse_args(argv)
-    module_name, _, function_name = args.check.partition(":")
-    check = getattr(importlib.import_module(module_name), function_name)
+    check = resolve(args.check)
     case = Case.from_json(args.case)
     print(f"replaying {args.check} on target {args.target}\ncase: {case}")
     try:

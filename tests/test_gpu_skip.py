@@ -1,6 +1,6 @@
 """The GPU path without a GPU: device choice logic, the CPU default unchanged, and the clean skips.
 
-``nox -s gpu`` (README, "GPU") needs CUDA for its real work; what can be
+``nox -s gpu`` (docs/usage.md, "GPU") needs CUDA for its real work; what can be
 checked anywhere is checked here: ``harness.ranks.device``'s backend and device
 choice as a pure function of the device count, that ``LPH_DEVICE`` unset
 leaves every tensor where it was, that the GPU scripts skip with a clear

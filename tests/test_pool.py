@@ -13,6 +13,7 @@ import time
 import pytest
 
 from harness.jobs import selftest
+from harness.names import name_of
 from harness.ranks import pool as pool_module
 from harness.ranks.pool import (
     CollectiveHang,
@@ -24,11 +25,10 @@ from harness.ranks.pool import (
     shutdown_all,
 )
 from harness.ranks.process import factorisations, layout_groups
-from harness.ranks.run import job_name
 
 pytestmark = pytest.mark.slow
 
-WHOAMI = job_name(selftest.whoami)
+WHOAMI = name_of(selftest.whoami)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_raising_rank_is_named_and_pool_survives(pool2):
     _ranks(pool2)
     pids = pool2.pids
     with pytest.raises(RankError, match=r"rank\(s\) \[1\][\s\S]*ValueError: planted failure on rank 1") as info:
-        pool2.run(job_name(selftest.raise_on), {"rank": 1}, tp=2, cp=1)
+        pool2.run(name_of(selftest.raise_on), {"rank": 1}, tp=2, cp=1)
     # Verdict tables show the first line only: it must carry the rank's exception.
     assert (
         str(info.value).splitlines()[0].endswith("failed on rank(s) [1]: rank 1: ValueError: planted failure on rank 1")
@@ -92,7 +92,7 @@ def test_raising_rank_is_named_and_pool_survives(pool2):
 
 def test_raising_rank_with_stuck_peer_names_both(pool2):
     with pytest.raises(RankError) as info:
-        pool2.run(job_name(selftest.raise_while_peer_waits), {"rank": 1}, tp=2, cp=1, timeout_s=30)
+        pool2.run(name_of(selftest.raise_while_peer_waits), {"rank": 1}, tp=2, cp=1, timeout_s=30)
     message = str(info.value)
     assert "rank(s) [1]" in message and "ValueError: planted failure on rank 1" in message
     assert "rank 0 stuck; last collective: broadcast group=(0, 1) shape=(2,) float32 forward" in message
@@ -104,7 +104,7 @@ def test_skipped_collective_fails_fast_naming_stuck_rank(pool2):
     _ranks(pool2)
     start = time.monotonic()
     with pytest.raises(RankHang) as info:
-        pool2.run(job_name(selftest.skip_collective), {"rank": 1}, tp=2, cp=1, timeout_s=3)
+        pool2.run(name_of(selftest.skip_collective), {"rank": 1}, tp=2, cp=1, timeout_s=3)
     elapsed = time.monotonic() - start
     print(f"hang reported and pool killed in {elapsed:.1f} s")
     message = str(info.value)
@@ -119,11 +119,11 @@ def test_collective_timeout_rejoins_fresh_groups_without_a_respawn(pool2):
     _ranks(pool2)
     pids = pool2.pids
     with pytest.raises(CollectiveHang, match=r"the ranks joined fresh process groups \(no respawn\)"):
-        pool2.run(job_name(selftest.skip_collective), {"rank": 1}, tp=2, cp=1, timeout_s=3)
+        pool2.run(name_of(selftest.skip_collective), {"rank": 1}, tp=2, cp=1, timeout_s=3)
     assert pool2.alive and pool2.pids == pids, "a collective timeout must not cost a respawn on gloo"
     _check_every_factorisation(pool2, 2)  # every group works again, world and subgroups
     with pytest.raises(CollectiveHang):  # and a second timeout on the re-joined groups is handled alike
-        pool2.run(job_name(selftest.skip_collective), {"rank": 0}, tp=2, cp=1, timeout_s=3)
+        pool2.run(name_of(selftest.skip_collective), {"rank": 0}, tp=2, cp=1, timeout_s=3)
     assert pool2.pids == pids
     assert _ranks(pool2) == [0, 1]
 
@@ -133,15 +133,15 @@ def test_a_failed_rejoin_falls_back_to_a_respawn(pool2, monkeypatch):
     pids = pool2.pids
     monkeypatch.setattr(pool_module, "REJOIN_TIMEOUT_S", 0.0)  # no rank can answer the rejoin in time
     with pytest.raises(CollectiveHang, match="the pool was killed and will respawn on the next job"):
-        pool2.run(job_name(selftest.skip_collective), {"rank": 1}, tp=2, cp=1, timeout_s=3)
+        pool2.run(name_of(selftest.skip_collective), {"rank": 1}, tp=2, cp=1, timeout_s=3)
     assert not pool2.alive, "ranks that did not re-join are killed, never reused"
     assert _ranks(pool2) == [0, 1] and pool2.pids != pids
 
 
 def test_dying_rank_is_named_and_pool_respawns(pool2):
     with pytest.raises(RankError, match=r"rank\(s\) \[1\][\s\S]*--- rank 1 ---\nrank process exited with code 3"):
-        pool2.run(job_name(selftest.die_on), {"rank": 1}, tp=2, cp=1)
-    assert pool2.run(job_name(selftest.die_on), {"rank": -1}, tp=2, cp=1) == [0, 1]
+        pool2.run(name_of(selftest.die_on), {"rank": 1}, tp=2, cp=1)
+    assert pool2.run(name_of(selftest.die_on), {"rank": -1}, tp=2, cp=1) == [0, 1]
 
 
 def test_many_small_jobs(pool2):

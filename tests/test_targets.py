@@ -129,3 +129,17 @@ def test_property_whose_every_example_needs_a_missing_capability_is_unsupported(
     assert "UNSUPPORTED   needs packed: 1 checks" in table, table
     (verdict,) = Run.load(tmp_path).verdicts.values()
     assert verdict.outcome == "UNSUPPORTED" and "does not support ['packed'] (all " in verdict.reason, verdict
+
+
+def test_a_replay_line_from_before_the_checks_package_still_resolves():
+    """Reports written when the checks were one module name ``harness.checks:check_...``: they still replay."""
+    from harness.checks import invariances, parity
+    from harness.names import resolve
+
+    assert resolve("harness.checks:check_token_forward") is parity.check_token_forward
+    assert resolve("harness.checks:check_chunk_invariance") is invariances.check_chunk_invariance
+    assert resolve("harness.checks.parity:check_token_forward") is parity.check_token_forward
+    with pytest.raises(AttributeError, match="no attribute 'check_nothing'"):
+        resolve("harness.checks:check_nothing")
+    with pytest.raises(ValueError, match="module:attr"):
+        resolve("harness.checks.parity")

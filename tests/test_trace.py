@@ -3,8 +3,8 @@
 import pytest
 
 from harness.jobs import selftest
+from harness.names import name_of
 from harness.ranks.pool import RankHang, RankPool
-from harness.ranks.run import job_name
 from harness.ranks.trace import CollectiveRecord, compare_traces, describe
 
 
@@ -22,7 +22,7 @@ def _fields(records) -> list[tuple]:
 @pytest.mark.slow
 def test_forward_and_backward_collectives_are_recorded(pool2):
     """The differentiable all_reduce is recorded, then its inner plain call, then the one its backward issues."""
-    traces = pool2.run(job_name(selftest.forward_and_backward_collectives), None, tp=2, cp=1)
+    traces = pool2.run(name_of(selftest.forward_and_backward_collectives), None, tp=2, cp=1)
     for records in traces:
         assert _fields(records) == [
             ("all_reduce", "MAX", (0, 1), (4, 3), "float32", "forward"),
@@ -37,7 +37,7 @@ def test_forward_and_backward_collectives_are_recorded(pool2):
 def test_world_barrier_gather_and_backward_scatter_are_recorded(pool2):
     """group=None resolves to the world; a tensorless call has shape () and no dtype; gloo's nn.all_gather
     backward scatters, recorded as backward; a second install() does not double-record."""
-    traces = pool2.run(job_name(selftest.assorted_collectives), None, tp=2, cp=1)
+    traces = pool2.run(name_of(selftest.assorted_collectives), None, tp=2, cp=1)
     for records in traces:
         assert _fields(records) == [
             ("barrier", "", (0, 1), (), "", "forward"),
@@ -53,7 +53,7 @@ def test_world_barrier_gather_and_backward_scatter_are_recorded(pool2):
 def test_collective_on_one_rank_hangs_and_is_named(pool2):
     """A throwaway mutant of the hang class: only rank 0 issues the differentiable all-reduce."""
     with pytest.raises(RankHang) as info:
-        pool2.run(job_name(selftest.backward_collective_on_rank0), None, tp=2, cp=1, timeout_s=3)
+        pool2.run(name_of(selftest.backward_collective_on_rank0), None, tp=2, cp=1, timeout_s=3)
     assert "rank 0 stuck; last collective: all_reduce[SUM] group=(0, 1) shape=(3,) float32 forward" in str(info.value)
 
 

@@ -11,7 +11,6 @@ environment (one rank pool, many Cases): ``python -m harness.gate.replays``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import subprocess
@@ -42,11 +41,11 @@ def _first_line(exc: BaseException) -> str:
 def replay_one(check: str, case_json: str, target: str) -> Replayed:
     """Run ``check`` on the Case in this process; never raises."""
     from harness.cases.case import Case
+    from harness.names import resolve
     from harness.targets import Unsupported
 
-    module_name, _, function_name = check.partition(":")
     try:
-        function = getattr(importlib.import_module(module_name), function_name)
+        function = resolve(check)
         function(Case.from_json(case_json), target)
     except (KeyboardInterrupt, SystemExit):
         raise

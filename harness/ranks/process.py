@@ -11,7 +11,6 @@ are the contract between the two sides: Megatron order, ``rank = cp_rank * tp
 
 from __future__ import annotations
 
-import importlib
 import os
 import pickle
 import signal
@@ -147,8 +146,9 @@ def _rejoin(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float, ba
 
 def _load(cache: dict, path: str):
     if path not in cache:
-        module_name, _, function_name = path.partition(":")
-        cache[path] = getattr(importlib.import_module(module_name), function_name)
+        from harness.names import resolve
+
+        cache[path] = resolve(path)
     return cache[path]
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from harness.cases import stats
 from harness.cases.case import Case
+from harness.names import name_of
 from harness.ranks import deadline, hang_memo
 from harness.ranks.pool import RankContext, RankHang, get_pool
 from harness.ranks.process import layout_groups
@@ -32,11 +33,6 @@ def _local_context() -> RankContext:
     return RankContext(
         rank=0, world_size=1, tp=1, cp=1, tp_rank=0, cp_rank=0, tp_group=None, cp_group=None, tracer=None
     )
-
-
-def job_name(job: Callable) -> str:
-    """'module:function', how a rank process imports ``job`` (functions do not cross the process boundary)."""
-    return f"{job.__module__}:{job.__name__}"
 
 
 def run_job(
@@ -58,7 +54,7 @@ def run_job(
     payload = {"case": case.to_json(), "spec": spec, **options}
     if case.world_size == 1:
         return [job(payload, _local_context())]
-    results = run_pool_job(job_name(job), payload, case, timeout_s)
+    results = run_pool_job(name_of(job), payload, case, timeout_s)
     if compare_traces:
         assert_collectives_consistent(case, results)
     return results

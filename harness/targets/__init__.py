@@ -15,6 +15,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
+from harness.names import resolve
 from harness.targets.protocol import CAPABILITIES, PackedInputs, Target, Unsupported
 
 __all__ = ["CAPABILITIES", "PackedInputs", "Target", "Unsupported", "load_target"]
@@ -35,12 +36,14 @@ def _load_attr(spec: str):
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module
         module_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(location)
+        try:
+            return getattr(module, attr)
+        except AttributeError:
+            raise AttributeError(f"--target {spec!r}: {location} has no attribute {attr!r}") from None
     try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise AttributeError(f"--target {spec!r}: {location} has no attribute {attr!r}") from None
+        return resolve(spec)
+    except AttributeError as exc:
+        raise AttributeError(f"--target {exc}") from None
 
 
 @cache

@@ -1,0 +1,44 @@
+"""One way to name a function across process and report boundaries: ``'package.module:attr'``.
+
+Rank processes import their job by this name (functions do not cross a spawn),
+replay lines name the check they rerun by it, and the gate re-runs a check
+from a verdict by it. Every stage resolves names here, so the format and its
+errors are the same everywhere. (Target specs also accept ``path/to/file.py:attr``
+and are resolved by ``harness.targets``.)
+
+Replay lines written before the checks became the package ``harness.checks``
+name ``harness.checks:check_...``; ``resolve`` still finds those checks in the
+package's modules, so an old report's replay line keeps working.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+# Modules a name written as ``harness.checks:NAME`` may now live in.
+_CHECKS_MODULES = (
+    "harness.checks.parity",
+    "harness.checks.cp",
+    "harness.checks.ownership",
+    "harness.checks.invariances",
+    "harness.checks.hidden",
+)
+
+
+def name_of(function: Callable) -> str:
+    """``'module:function'`` of a module-level function."""
+    return f"{function.__module__}:{function.__name__}"
+
+
+def resolve(name: str):
+    """The object ``'package.module:attr'`` names; a clear error for a malformed or unknown name."""
+    module_name, sep, attr = name.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{name!r}: expected 'package.module:attr'")
+    candidates = _CHECKS_MODULES if module_name == "harness.checks" else (module_name,)
+    for candidate in candidates:
+        found = getattr(importlib.import_module(candidate), attr, None)
+        if found is not None:
+            return found
+    raise AttributeError(f"{name!r}: {module_name} has no attribute {attr!r}")
