@@ -123,7 +123,8 @@ class Case:
     def response_rows(self) -> list[list[int]]:
         return layout.response_rows(self.total_lengths, self.response_lengths, self.qkv_format, self.pad_multiple)
 
-    def _generator(self, stream: int) -> torch.Generator:
+    def generator(self, stream: int) -> torch.Generator:
+        """The independent stream ``stream`` of this Case's values (the one seed formula)."""
         return torch.Generator().manual_seed(self.seed * 7919 + stream)
 
     # ---- values ------------------------------------------------------------
@@ -131,7 +132,7 @@ class Case:
         """Masked vocabulary entries (at least one column always stays finite)."""
         if "neg_inf_columns" not in self.special or self.vocab < 2:
             return []
-        g = self._generator(_STREAM_LOGITS + 100)
+        g = self.generator(_STREAM_LOGITS + 100)
         count = max(1, self.vocab // 4)
         return sorted(torch.randperm(self.vocab, generator=g)[:count].tolist())
 
@@ -141,7 +142,7 @@ class Case:
 
     def global_logits(self) -> torch.Tensor:
         """The full ``[rows, V]`` logits in the case's dtype (what every rank shards)."""
-        g = self._generator(_STREAM_LOGITS)
+        g = self.generator(_STREAM_LOGITS)
         logits = torch.randn(self.rows, self.vocab, generator=g) * self.logit_scale
         if "ties" in self.special and self.vocab >= 2:
             logits[:, 1::2] = logits[:, 0:1]
@@ -166,7 +167,7 @@ class Case:
 
     def _filler(self, rows: int) -> torch.Tensor:
         """Logits of padding rows (nothing is predicted from them; their gradient must be 0)."""
-        g = self._generator(_STREAM_FILLER)
+        g = self.generator(_STREAM_FILLER)
         filler = torch.randn(rows, self.vocab, generator=g) * self.logit_scale
         columns = self.neg_inf_columns()
         if columns:
@@ -193,18 +194,18 @@ class Case:
 
     def tokens(self) -> list[torch.Tensor]:
         """Each sample's full token ids (never a masked vocabulary entry)."""
-        g = self._generator(_STREAM_TOKENS)
+        g = self.generator(_STREAM_TOKENS)
         allowed = self.allowed_token_ids()
         return [allowed[torch.randint(0, allowed.numel(), (total,), generator=g)] for total in self.total_lengths]
 
     def row_targets(self) -> torch.Tensor:
         """Token-level targets, one global id per logits row."""
-        g = self._generator(_STREAM_ROW_TARGETS)
+        g = self.generator(_STREAM_ROW_TARGETS)
         allowed = self.allowed_token_ids()
         return allowed[torch.randint(0, allowed.numel(), (self.rows,), generator=g)]
 
     def loss_masks(self) -> list[torch.Tensor]:
-        g = self._generator(_STREAM_MASKS)
+        g = self.generator(_STREAM_MASKS)
         masks = []
         for response in self.response_lengths:
             if self.mask_mode == "ones":
@@ -217,7 +218,7 @@ class Case:
 
     def probe_weights(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Non-uniform probe-loss weights ``a`` (log-probs) and ``b`` (entropy), 0 where masked."""
-        g = self._generator(_STREAM_PROBE)
+        g = self.generator(_STREAM_PROBE)
         a, b = [], []
         for mask in self.loss_masks():
             a.append(torch.randn(mask.numel(), generator=g, dtype=torch.float64) * mask)
@@ -226,19 +227,19 @@ class Case:
 
     def row_probe_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Token-level probe weights, one pair per logits row."""
-        g = self._generator(_STREAM_PROBE + 100)
+        g = self.generator(_STREAM_PROBE + 100)
         return (
             torch.randn(self.rows, generator=g, dtype=torch.float64),
             torch.randn(self.rows, generator=g, dtype=torch.float64),
         )
 
     def advantages(self) -> list[torch.Tensor]:
-        g = self._generator(_STREAM_POLICY)
+        g = self.generator(_STREAM_POLICY)
         return [torch.randn(response, generator=g, dtype=torch.float64) for response in self.response_lengths]
 
     def old_log_prob_offsets(self) -> list[torch.Tensor]:
         """``old_log_probs = reference log-probs + offset``: ratios near 1, some clipped, none overflowing."""
-        g = self._generator(_STREAM_POLICY + 100)
+        g = self.generator(_STREAM_POLICY + 100)
         return [
             (torch.rand(response, generator=g, dtype=torch.float64) - 0.5) * 0.8 for response in self.response_lengths
         ]

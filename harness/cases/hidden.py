@@ -31,20 +31,16 @@ def with_hidden_size(case: Case, size: int) -> Case:
     return case.with_(extra={**case.extra, "hidden_size": int(size)})
 
 
-def _generator(case: Case, stream: int) -> torch.Generator:
-    return torch.Generator().manual_seed(case.seed * 7919 + stream)
-
-
 def global_hidden(case: Case) -> torch.Tensor:
     """``[rows, H]`` hidden states in the Case's dtype (the same on every TP rank)."""
     size = hidden_size(case)
-    values = torch.randn(case.rows, size, generator=_generator(case, _STREAM_HIDDEN)) * case.logit_scale
+    values = torch.randn(case.rows, size, generator=case.generator(_STREAM_HIDDEN)) * case.logit_scale
     return (values / math.sqrt(size)).to(case.torch_dtype)
 
 
 def global_weight(case: Case) -> torch.Tensor:
     """The full ``[V, H]`` LM head in the Case's dtype (what the TP ranks shard by rows)."""
-    return torch.randn(case.vocab, hidden_size(case), generator=_generator(case, _STREAM_HEAD)).to(case.torch_dtype)
+    return torch.randn(case.vocab, hidden_size(case), generator=case.generator(_STREAM_HEAD)).to(case.torch_dtype)
 
 
 def rank_weight(case: Case, tp_rank: int) -> torch.Tensor:

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from harness.cases import case as case_module
 from harness.cases import limits as case_limits
 from harness.cases.case import Case
 from oracles import layout
 
 TP_SIZES = (1, 2, 4)
 CP_SIZES = (1, 2, 4)
-CP_MODES = ("zigzag", "allgather")
+CP_MODES = tuple(mode for mode in case_module.CP_MODES if mode != "none")
 MAX_WORLD = 4
 TOKEN_LEVEL = (1,)  # cp_sizes for token-level checks: context parallelism is a packed-path notion
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = tuple(case_module.DTYPES)
 CHUNK_MODES = ("none", "one", "ragged", "equal", "beyond")
-SPECIALS = ("ties", "neg_inf_columns", "huge_offset")
+SPECIALS = case_module.SPECIALS
 # Tier split (docs/gate.md): contract properties draw finite inputs only; their
 # hardening twins draw at least one special value; determinism checks draw both.
 FINITE = st.just([])

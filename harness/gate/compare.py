@@ -24,13 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.gate.decision import Decision, Entry, entry, row
-from harness.gate.replays import Replayed, replay_in_subprocess
+from harness.gate.replays import REPLAY_TIMEOUT_S, Replayed, replay_in_subprocess
 from harness.gate.tiers import TIERS
 from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, UNSUPPORTED, Run, Verdict
 
 NEW_FAIL, FIXED, STILL_FAILING, IMPROVED = "NEW FAIL", "FIXED", "STILL FAILING", "IMPROVED"
 BUDGET_MARGIN = 0.05  # relative change of a measured figure that counts as worse / improved
-REPLAY_TIMEOUT_S = 900.0
 
 
 @dataclass

@@ -24,11 +24,13 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.gate.specs import ADAPTERS
 from harness.gate.verdicts import FAIL, Run
+
+FAMILIES = tuple(ADAPTERS)
 
 EXPECTATIONS_DIR = Path(__file__).resolve().parents[2] / "expectations"
 TO_EXPLAIN = "TO EXPLAIN: "
-FAMILIES = ("slime", "skyrl", "nemo_rl")
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,11 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness import ROOT
 from harness.gate.verdicts import failure_kind
 
-ROOT = Path(__file__).resolve().parents[2]
+# One subprocess replaying a side's counterexamples: generous, a hang replay waits out its deadlines.
+REPLAY_TIMEOUT_S = 900.0
 
 
 @dataclass

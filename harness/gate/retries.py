@@ -25,11 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from harness.gate.replays import replay_in_subprocess
+from harness.gate.replays import REPLAY_TIMEOUT_S, replay_in_subprocess
 from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, Run
 from harness.ranks.errors import DIVERGED
-
-REPLAY_TIMEOUT_S = 900.0
 
 
 def confirm_hangs(run: Run, target: str, env: dict, *, replay=replay_in_subprocess) -> list[str]:

@@ -25,10 +25,9 @@ from pathlib import Path
 
 from harness.gate import compare as comparison
 from harness.gate import expectations, retries, single, specs
-from harness.gate.tiers import CONTRACT, TIERS, parse_tiers
+from harness.gate.tiers import CHECK_DIRECTORIES, CONTRACT, TIERS, parse_tiers
 from harness.gate.verdicts import Run
 
-SUITE = ["properties", "regressions"]
 PYTEST_OK = (0, 1)  # all passed / some checks failed: both are verdicts; anything else is a broken run
 
 
@@ -54,7 +53,7 @@ def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -
     stale = out / "verdicts.json"
     stale.unlink(missing_ok=True)
     selected, others = _split_args(pytest_args)
-    command = [sys.executable, "-m", "pytest", *(selected or SUITE), "--target", resolved.target]
+    command = [sys.executable, "-m", "pytest", *(selected or CHECK_DIRECTORIES), "--target", resolved.target]
     command += [f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", "-o", "junit_family=xunit2", *others]
     env = {**os.environ, **resolved.env}
     if "HYPOTHESIS_PROFILE" not in env and not env.get("CI"):

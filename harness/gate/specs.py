@@ -20,8 +20,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from harness import ROOT
+
 PACKAGES = ROOT / ".packages"
+# The upstream families the gate knows by name (SPEC ``family==X`` / ``family=PATH``); their expectation files are
+# ``expectations/<family>.toml``.
 ADAPTERS = {
     "skyrl": "harness.targets.skyrl.token:SkyRLTarget",
     "slime": "harness.targets.slime.adapter:SlimeTarget",

@@ -14,12 +14,10 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
+from harness import ROOT
 from harness.mutants.catalog import MUTANTS, Mutant
 from harness.mutants.loader import ENV_VAR
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
