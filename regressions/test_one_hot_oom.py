@@ -26,7 +26,8 @@ import pytest
 from harness.checks.parity import require
 from harness.memory.hidden import REAL_SCALES as HIDDEN_REAL_SCALES
 from harness.memory.hidden import measure_hidden_memory, target_runner
-from harness.memory.logits import HISTORIC_SCALES, int64_with_dimension, measure_token_memory
+from harness.memory.logits import HISTORIC_SCALES, measure_token_memory
+from harness.memory.tracker import int64_with_dimension
 from harness.targets import load_target
 
 pytestmark = pytest.mark.tier("contract")

@@ -11,7 +11,7 @@ from harness.cases.case import Case
 from harness.cases.hidden import with_hidden_size
 from harness.checks.hidden import check_hidden_inputs_unmutated
 from harness.memory.hidden import HiddenMemoryCase, measure_hidden_memory, target_runner
-from harness.memory.logits import int64_with_dimension
+from harness.memory.tracker import int64_with_dimension
 from harness.targets import load_target
 
 STAND_INS = "tests/fakes/hidden_targets.py"

@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from harness.memory.logits import LiveStorageTracker, MemoryCase, int64_with_dimension, measure_token_memory
+from harness.memory.logits import MemoryCase, measure_token_memory
+from harness.memory.tracker import LiveStorageTracker, int64_with_dimension
 from harness.targets import load_target
 
 

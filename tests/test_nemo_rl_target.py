@@ -19,7 +19,8 @@ from harness.checks.parity import (
     check_token_backward,
     check_token_forward,
 )
-from harness.memory.logits import MemoryCase, int64_with_dimension, measure_token_memory
+from harness.memory.logits import MemoryCase, measure_token_memory
+from harness.memory.tracker import int64_with_dimension
 from harness.targets import PackedInputs, load_target
 from harness.targets.nemo_rl.token import PATH_VARIABLE, NemoRLTarget
 from harness.targets.upstream import packing

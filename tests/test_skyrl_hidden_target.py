@@ -24,7 +24,7 @@ from harness.checks.hidden import (
     check_hidden_tp_consistency,
 )
 from harness.memory.hidden import REAL_SCALES, measure_hidden_memory, target_runner
-from harness.memory.logits import int64_with_dimension
+from harness.memory.tracker import int64_with_dimension
 from harness.targets import load_target
 from harness.targets.skyrl.hidden import SkyRLHiddenTarget, SkyRLHiddenTritonTarget
 from tests.fakes.skyrl_targets import HERE

@@ -20,7 +20,8 @@ from harness.checks.parity import (
     check_token_backward,
     check_token_forward,
 )
-from harness.memory.logits import MemoryCase, int64_with_dimension, measure_token_memory
+from harness.memory.logits import MemoryCase, measure_token_memory
+from harness.memory.tracker import int64_with_dimension
 from harness.targets import load_target
 from harness.targets.skyrl.token import PATH_VARIABLE, SkyRLTarget
 from harness.targets.upstream import megatron_stand_in
