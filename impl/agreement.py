@@ -1,4 +1,4 @@
-"""Ranks of a group agree on their call's metadata before any other collective (issue 13).
+"""Ranks of a group agree on their call's metadata before any other collective: a mismatch fails, never hangs.
 
 Each rank validates only what it holds. Ranks of a TP or CP group that
 disagree about the call (CP ranks given different slice lengths, batch
@@ -6,7 +6,7 @@ metadata or options such as the chunk size or the entropy flag; TP ranks
 holding vocabulary shards of different widths; one rank failing its local
 checks) would otherwise issue different collectives, or collectives of
 different shapes: a hang, a crash inside the backend, or a silently wrong
-value on some ranks (BUGS.md #5 is the hang of this class).
+value on some ranks (docs/bugs.md #5 is the hang of this class).
 
 So every rank of the group issues ONE all-gather of a small int64
 fingerprint, unconditionally and first: a local-error flag, then one code

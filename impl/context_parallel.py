@@ -1,4 +1,4 @@
-"""Context parallelism for the packed path: zigzag and allgather layouts (MATH.md).
+"""Context parallelism for the packed path: zigzag and allgather layouts (docs/math.md).
 
 Both layouts hand back, on every CP rank, the ZIGZAG VIEW of each sample's
 response: with ``c_i = ceil(T_i / (2 cp))``, CP rank ``r`` returns the
@@ -16,7 +16,7 @@ lies in chunk ``r`` and then in chunk ``2 cp - 1 - r`` of that sample.
   entropy-gradient gate), never by which rank happens to hold rows: every
   rank builds its contribution the same way, a rank with no rows included,
   so ``requires_grad`` and the collective sequence are identical on all
-  ranks (BUGS.md #4 and #5: ``requires_grad=True`` zeros on the ranks that
+  ranks (docs/bugs.md #4 and #5: ``requires_grad=True`` zeros on the ranks that
   held nothing re-enabled the gradient on some ranks only and hung training).
 """
 
@@ -28,10 +28,10 @@ import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
 
-from impl.agreement import agree
-from impl.batch import PackedBatch, PackedOutput
-from impl.row_stats import tp_world
-from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy
+from .agreement import agree
+from .batch import PackedBatch, PackedOutput
+from .row_stats import tp_world
+from .token_level import log_probs_and_entropy as token_log_probs_and_entropy
 
 CP_MODES = ("zigzag", "allgather")
 

@@ -1,6 +1,6 @@
 """Log-probs and entropy from hidden states and a vocab-sharded LM head, without ``[rows, V_local]`` logits.
 
-``z = hidden @ weight.T / temperature`` (MATH.md, "Hidden states and a sharded
+``z = hidden @ weight.T / temperature`` (docs/math.md, "Hidden states and a sharded
 LM head"): ``hidden [rows, H]`` is replicated over the TP group, ``weight
 [V_local, H]`` is this rank's head shard (vocabulary ids ``[r*V_local,
 (r+1)*V_local)``). The fused path computes the logits one block of
@@ -10,14 +10,15 @@ of ``grad_hidden``), so a trainer no longer pays for the full logits; the
 chunk is the unit of the backward's TP sum. Decisions, and the bugs behind them:
 
 * **The token-level statistics, computed per block.** Each block's logits
-  go through the same per-row statistics as ``impl.token_level``
-  (``sum exp``, ``sum exp * shift``, the target's shifted logit, ``0 log 0
-  = 0`` by the same clamp). Only the shift differs: the forward sees each
+  go through the same per-row statistics as ``impl.token_level``, the
+  same code (``impl.row_stats``: ``sum exp``, ``sum exp * shift``, the
+  target's shifted logit, ``0 log 0 = 0`` by the same clamp; the outputs,
+  the backward's ``dL/dz`` and the rank-order TP sums). Only the shift differs: the forward sees each
   block's logits once, so it shifts by the rank-local row max and rescales
   the statistics to the global max after the MAX all-reduce (one ``exp`` per
   row). Two forward collectives per call, as on the logits path: the MAX
   all-reduce and the rank-order all-gather of the stacked statistics; their
-  number and shapes never depend on the data (the hang class of BUGS.md #5).
+  number and shapes never depend on the data (the hang class of docs/bugs.md #5).
 * **Matmuls in fixed row blocks.** A BLAS matmul does not give a row the
   same bits when the number of rows in the call changes (measured on this
   CPU for every dtype: ``h[i:i+1] @ W.T`` differs from row ``i`` of ``h @ W.T``).
@@ -31,7 +32,7 @@ chunk is the unit of the backward's TP sum. Decisions, and the bugs behind them:
   ``z``, turns it into ``dL/dz`` in place exactly as the token-level
   backward does (``-p * (g_lp + g_H (log p + H))`` plus ``g_lp`` at the target
   column with ``scatter_add_``: no one_hot, no ``[rows, V]`` integer tensor,
-  BUGS.md #3), then ``grad_hidden[chunk] = g @ W`` and ``grad_weight += g.T @ h``.
+  docs/bugs.md #3), then ``grad_hidden[chunk] = g @ W`` and ``grad_weight += g.T @ h``.
 * **grad_hidden is summed over TP in rank order.** Each rank holds one
   column block of the sum ``sum_r g_r W_r``; per chunk the ranks all-gather
   their fp32 partials and add them in rank order, so every rank returns the
@@ -43,25 +44,27 @@ chunk is the unit of the backward's TP sum. Decisions, and the bugs behind them:
   fp32, and ``grad_weight`` accumulates in an fp32 ``[V_local, H]`` buffer
   (bf16 accumulation over thousands of chunks would lose the gradient); it is
   returned in the weight's dtype. Outputs are fp32.
-* **Inputs are never written** (BUGS.md #2): only private buffers are
+* **Inputs are never written** (docs/bugs.md #2): only private buffers are
   modified in place; the entropy gate only marks the entropy output
-  non-differentiable, so its values are bit-identical either way (BUGS.md #1).
+  non-differentiable, so its values are bit-identical either way (docs/bugs.md #1).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
-from impl.row_stats import (
-    LOG_ZERO_FLOOR,
+from .row_stats import (
     all_reduce_max,
+    backward_terms,
+    exp_sums,
+    finish,
+    grad_of_log_p,
     rescale_to_global_max,
-    row_sum,
+    shard_targets,
     sum_in_rank_order,
     tp_world,
 )
-from impl.validation import validate_hidden_inputs
+from .validation import validate_hidden_inputs
 
 # Rows per matmul call (see the module docstring: the unit a row's bits depend on). Large enough for an
 # efficient GEMM on a CPU (the weight is re-read once per block), small enough that chunk sizes stay fine-grained.
@@ -112,9 +115,7 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
         rows = hidden.shape[0]
         _, tp_rank = tp_world(tp_group)
 
-        local_targets = targets - tp_rank * v_local
-        in_shard = (local_targets >= 0) & (local_targets < v_local)
-        gather_index = local_targets.clamp(0, v_local - 1).unsqueeze(1)
+        in_shard, gather_index = shard_targets(targets, tp_rank, v_local)
 
         stats = torch.zeros(rows, 3 if with_entropy else 2, dtype=torch.float32, device=hidden.device)
         local_max = torch.empty(rows, dtype=torch.float32, device=hidden.device)
@@ -124,20 +125,13 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
             torch.amax(logits, dim=1, out=local_max[start:end])
             shifted = logits.sub_(local_max[start:end].unsqueeze(1))
             stats[start:end, 1] = shifted.gather(1, gather_index[start:end]).squeeze(1)
-            # Without entropy the shifted logits are not needed again: exp in place saves a pass over a second buffer.
-            probs = torch.exp(shifted, out=workspace[1, : end - start]) if with_entropy else shifted.exp_()
-            if with_entropy:
-                stats[start:end, 2] = row_sum(shifted.clamp_(min=LOG_ZERO_FLOOR).mul_(probs))
-            stats[start:end, 0] = row_sum(probs)
+            exp_sums(stats[start:end], shifted, workspace[1, : end - start], with_entropy)
         del workspace
         global_max = local_max.clone()
         all_reduce_max(global_max, tp_group)
         rescale_to_global_max(stats, local_max, global_max, in_shard)
         stats = sum_in_rank_order(stats, tp_group)
-
-        log_sum_exp = stats[:, 0].log()
-        log_probs = stats[:, 1] - log_sum_exp
-        entropy = log_sum_exp - stats[:, 2] / stats[:, 0] if with_entropy else None
+        log_probs, entropy = finish(stats, with_entropy)
 
         ctx.save_for_backward(hidden, weight, targets, global_max, stats)
         ctx.chunk_size, ctx.temperature, ctx.tp_group, ctx.tp_rank = chunk_size, temperature, tp_group, tp_rank
@@ -149,21 +143,9 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
     def backward(ctx, grad_log_probs, grad_entropy):
         hidden, weight, targets, global_max, stats = ctx.saved_tensors
         v_local, rows = weight.shape[0], hidden.shape[0]
-        temperature, tp_group = ctx.temperature, ctx.tp_group
-        tp_size, _ = tp_world(tp_group)
-        log_sum_exp = stats[:, 0].log()
-        shift = global_max + log_sum_exp
-        if grad_log_probs is None:
-            grad_log_probs = torch.zeros(rows, dtype=torch.float32, device=hidden.device)
-        grad_log_probs = grad_log_probs.float()
-        entropy = None
-        if grad_entropy is not None and stats.shape[1] == 3:
-            entropy = log_sum_exp - stats[:, 2] / stats[:, 0]
-            grad_entropy = grad_entropy.float()
-
-        local_targets = targets - ctx.tp_rank * v_local
-        in_shard = (local_targets >= 0) & (local_targets < v_local)
-        scatter_index = local_targets.clamp(0, v_local - 1).unsqueeze(1)
+        temperature = ctx.temperature
+        shift, grad_log_probs, grad_entropy, entropy = backward_terms(stats, global_max, grad_log_probs, grad_entropy)
+        in_shard, scatter_index = shard_targets(targets, ctx.tp_rank, v_local)
         target_grad = torch.where(in_shard, grad_log_probs, 0.0).unsqueeze(1)
 
         want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
@@ -192,7 +174,7 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
                 if want_weight:
                     weight_acc.addmm_(grad_z.t(), hidden[block_start:block_end].float())
             if want_hidden:
-                grad_hidden[start:end].copy_(_sum_partials_in_rank_order(partial, tp_size, tp_group))
+                grad_hidden[start:end].copy_(sum_in_rank_order(partial, ctx.tp_group))
         del workspace
         grad_weight = None
         if want_weight:
@@ -205,19 +187,13 @@ def _block_logits_grad(
 ) -> torch.Tensor:
     """``dL/dz`` of the block ``[start, end)`` (``/ temperature`` included), recomputed in the private workspace.
 
-    ``dL/dz = p * (-g_H * log p - (g_lp + g_H * H)) + g_lp * 1[v=t]``, as in
-    ``impl.token_level``: no one_hot, the target's term added with ``scatter_add_``.
+    ``impl.row_stats.grad_of_log_p``, as in ``impl.token_level``: no one_hot,
+    the target's term added with ``scatter_add_``.
     """
     log_p = _block_logits(hidden, weight, start, end, temperature, workspace[0, : end - start])
     log_p.sub_(shift[start:end].unsqueeze(1))
-    if entropy is None:  # log p is not needed again: exp in place (one buffer, one pass fewer)
-        probs = log_p.exp_()
-        neg_coef = g_lp[start:end].neg().unsqueeze(1)
-    else:
-        probs = torch.exp(log_p, out=workspace[1, : end - start])
-        offset = (g_lp[start:end] + g_h[start:end] * entropy[start:end]).unsqueeze(1)
-        neg_coef = log_p.clamp_(min=LOG_ZERO_FLOOR).mul_(g_h[start:end].neg().unsqueeze(1)).sub_(offset)
-    grad_z = probs.mul_(neg_coef)
+    block_grads = [None if grad is None else grad[start:end] for grad in (g_lp, g_h, entropy)]
+    grad_z = grad_of_log_p(log_p, workspace[1, : end - start], *block_grads)
     grad_z.scatter_add_(1, scatter_index[start:end], target_grad[start:end])
     if temperature != 1.0:
         grad_z.div_(temperature)
@@ -230,18 +206,6 @@ def _mm_into(grad_z: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> N
         torch.mm(grad_z, weight, out=out)
     else:
         out.copy_(torch.mm(grad_z.to(weight.dtype), weight))
-
-
-def _sum_partials_in_rank_order(partial: torch.Tensor, tp_size: int, tp_group) -> torch.Tensor:
-    """``sum_r partial_r`` over the TP group, added in rank order (the same bits on every rank, any chunking)."""
-    if tp_size == 1:
-        return partial
-    parts = [torch.empty_like(partial) for _ in range(tp_size)]
-    dist.all_gather(parts, partial, group=tp_group)
-    total = parts[0]
-    for part in parts[1:]:
-        total.add_(part)
-    return total
 
 
 def hidden_log_probs_and_entropy(

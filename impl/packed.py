@@ -1,7 +1,7 @@
 """Per-sample response log-probs and entropy from a packed batch (no context parallelism).
 
 A trainer hands over logits for a packed batch of prompt+response samples
-(MATH.md, "Packed batches" and "Layouts of the logits rows"). This module
+(docs/math.md, "Packed batches" and "Layouts of the logits rows"). This module
 turns the batch's lengths into row indices and targets, runs the fused
 token-level Function once, and returns one vector per sample.
 
@@ -23,9 +23,9 @@ from itertools import accumulate
 
 import torch
 
-from impl.batch import PackedBatch, PackedOutput
-from impl.context_parallel import CP_MODES, agree_on_cp_call, cp_log_probs_and_entropy
-from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy
+from .batch import PackedBatch, PackedOutput
+from .context_parallel import CP_MODES, agree_on_cp_call, cp_log_probs_and_entropy
+from .token_level import log_probs_and_entropy as token_log_probs_and_entropy
 
 
 def sample_offsets(batch: PackedBatch, rows: int) -> list[int]:

@@ -1,6 +1,6 @@
 """The trainer-facing entry point: PPO clipped policy loss with an entropy bonus.
 
-This is where the entropy-gradient gate is decided (BUGS.md, bug 1, slime
+This is where the entropy-gradient gate is decided (docs/bugs.md, bug 1, slime
 PR #1185): the entropy needs a graph exactly when it is requested AND its
 coefficient is non-zero. Getting the condition backwards made the entropy
 bonus silently do nothing while keeping the ``[rows, V]`` graph it was meant
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from impl.batch import PackedBatch
-from impl.context_parallel import zigzag_positions
-from impl.packed import log_probs_and_entropy as packed_log_probs_and_entropy
-from impl.row_stats import tp_world
+from .batch import PackedBatch
+from .context_parallel import zigzag_positions
+from .packed import log_probs_and_entropy as packed_log_probs_and_entropy
+from .row_stats import tp_world
 
 
 def need_entropy_grad(with_entropy: bool, entropy_coef: float) -> bool:

@@ -1,15 +1,21 @@
-"""What every backend of the token-level Function shares: the TP combination of per-row statistics.
+"""What every backend of the token-level Function and the hidden-state path share: the per-row statistics.
 
 Both backends of ``impl.token_level`` (the torch chunk loop and the Triton
-kernels of ``impl.triton_backend``) and the hidden-state path reduce a row of
-logits to the same statistics: ``sum exp(z - m)``, the target's ``z_t - m``
-and ``sum exp(z - m)(z - m)`` (entropy), shifted by the GLOBAL row max ``m``.
-The collectives that combine them over the TP group live here once, so the
-backends cannot drift apart on the contract they carry (BUGS.md #5): one MAX
-all-reduce of the row maxima, then one all-gather of the stacked statistics
-added in rank order; both issued by every rank whatever the data. The row
-sums that build those statistics (``row_sum``: ``torch.sum`` on the CPU, a
-fixed-order pairwise tree elsewhere, so chunking changes no bit) are here too.
+kernels of ``impl.triton.launch``) and the hidden-state path
+(``impl.hidden_states``) reduce a row of logits to the same statistics:
+``sum exp(z - m)``, the target's ``z_t - m`` and ``sum exp(z - m)(z - m)``
+(entropy), shifted by the GLOBAL row max ``m``. What they have in common
+lives here once, so the paths cannot drift apart:
+
+* the TP combination, the contract of docs/bugs.md #5: one MAX all-reduce
+  of the row maxima, then one all-gather of the stacked statistics added in
+  rank order; both issued by every rank whatever the data;
+* which targets fall on this rank's shard (``shard_targets``);
+* the row sums that build the statistics (``row_sum``: ``torch.sum`` on the
+  CPU, a fixed-order pairwise tree elsewhere, so chunking changes no bit) and
+  the statistics of a block of shifted rows (``exp_sums``);
+* the outputs from the summed statistics (``finish``, ``entropy_from``) and
+  the backward's ``dL/dz`` (``backward_terms``, ``grad_of_log_p``).
 """
 
 from __future__ import annotations
@@ -40,6 +46,19 @@ def chunk_bounds(rows: int, chunk_size: int | None) -> list[tuple[int, int]]:
     if chunk_size is None or chunk_size >= rows:
         return [(0, rows)]
     return [(start, min(start + chunk_size, rows)) for start in range(0, rows, chunk_size)]
+
+
+def shard_targets(targets: torch.Tensor, tp_rank: int, v_local: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which GLOBAL target ids fall on this rank's shard ``[tp_rank*v_local, (tp_rank+1)*v_local)``, and where.
+
+    Returns ``(in_shard [rows] bool, index [rows, 1])``: ``index`` is the
+    target's column in the shard, clamped into it for the rows whose target
+    another rank holds (a valid column to ``gather``/``scatter_add_``, whose
+    value the caller masks with ``in_shard``).
+    """
+    local_targets = targets - tp_rank * v_local
+    in_shard = (local_targets >= 0) & (local_targets < v_local)
+    return in_shard, local_targets.clamp(0, v_local - 1).unsqueeze(1)
 
 
 def all_reduce_max(tensor: torch.Tensor, group) -> None:
@@ -108,6 +127,22 @@ def rescale_to_global_max(stats, local_max, global_max, in_shard) -> None:
     stats[:, 1] = torch.where(in_shard, stats[:, 1] + delta, 0.0)
 
 
+def exp_sums(stats: torch.Tensor, shifted: torch.Tensor, spare: torch.Tensor, with_entropy: bool) -> None:
+    """``stats[:, 0] = sum exp(s)`` and, with entropy, ``stats[:, 2] = sum exp(s) s`` of the shifted rows ``s``.
+
+    ``shifted`` (``z - m`` in a private fp32 buffer) is destroyed; ``spare``
+    (a second private buffer of its shape) holds ``exp(s)`` when the entropy
+    still needs ``s``, else the exponential is taken in place (one buffer
+    fewer to stream). ``s`` is clamped to the log-zero floor only after its
+    exponential is taken: ``0 log 0 = 0`` for ``-inf`` entries, never NaN.
+    """
+    probs = torch.exp(shifted, out=spare) if with_entropy else shifted.exp_()
+    if with_entropy:
+        # p * log p into the shifted buffer first: the row sums below consume their buffers.
+        stats[:, 2] = row_sum(shifted.clamp_(min=LOG_ZERO_FLOOR).mul_(probs))
+    stats[:, 0] = row_sum(probs)
+
+
 def finish(stats: torch.Tensor, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(log_probs, entropy)`` from the TP-summed statistics ``[sum exp, target shift, sum exp * shift]``."""
     log_sum_exp = stats[:, 0].log()
@@ -118,6 +153,49 @@ def finish(stats: torch.Tensor, with_entropy: bool) -> tuple[torch.Tensor, torch
 def entropy_from(stats: torch.Tensor, log_sum_exp: torch.Tensor) -> torch.Tensor:
     """``H = lse - sum p (z - m)``: the forward's value and the backward's ``H`` from one formula."""
     return log_sum_exp - stats[:, 2] / stats[:, 0]
+
+
+def backward_terms(stats: torch.Tensor, row_max: torch.Tensor, grad_log_probs, grad_entropy) -> tuple:
+    """What the backward needs from the forward's row statistics and the incoming gradients.
+
+    Returns ``(shift, g_lp, g_H, H)``: ``log p = z - shift`` with ``shift =
+    m + lse``; ``g_lp`` in fp32 (zeros when no log-prob gradient arrived);
+    ``g_H`` and the entropy ``H`` (the forward's formula, ``entropy_from``)
+    only when an entropy gradient arrived for a call that computed it, else
+    ``H`` is None and the entropy term is left out.
+    """
+    log_sum_exp = stats[:, 0].log()
+    shift = row_max + log_sum_exp
+    if grad_log_probs is None:
+        grad_log_probs = torch.zeros(stats.shape[0], dtype=torch.float32, device=stats.device)
+    grad_log_probs = grad_log_probs.float()
+    entropy = None
+    if grad_entropy is not None and stats.shape[1] == 3:
+        entropy = entropy_from(stats, log_sum_exp)
+        grad_entropy = grad_entropy.float()
+    return shift, grad_log_probs, grad_entropy, entropy
+
+
+def grad_of_log_p(log_p: torch.Tensor, spare: torch.Tensor, g_lp, g_h, entropy) -> torch.Tensor:
+    """``dL/dz`` of a block of rows but the target's term, from ``log p`` in a private fp32 buffer (destroyed).
+
+    ``dL/dz = g_lp * (1[v=t] - p) - g_H * p * (log p + H)
+    = p * (-g_H * log p - (g_lp + g_H * H)) + g_lp * 1[v=t]``; this returns
+    the first term (in ``log_p`` or ``spare``); the caller adds ``g_lp`` at the
+    target column with ``scatter_add_`` (no one_hot, no ``[rows, V]`` integer
+    tensor: docs/bugs.md #3) and divides by the temperature. ``g_lp``,
+    ``g_h``, ``entropy`` are the block's ``[rows]`` slices; ``entropy`` None
+    leaves the entropy term out (``g_h`` unused). Without it ``log p`` is not
+    needed again, so ``p`` is taken in place (one buffer, one pass fewer).
+    """
+    if entropy is None:
+        probs = log_p.exp_()
+        neg_coef = g_lp.neg().unsqueeze(1)
+    else:
+        probs = torch.exp(log_p, out=spare)
+        offset = (g_lp + g_h * entropy).unsqueeze(1)
+        neg_coef = log_p.clamp_(min=LOG_ZERO_FLOOR).mul_(g_h.neg().unsqueeze(1)).sub_(offset)
+    return probs.mul_(neg_coef)
 
 
 def row_sum_fixed_order(rows: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """Fused, chunked, vocab-parallel log-probs and entropy (token level).
 
 One autograd Function computes both quantities for logits whose vocabulary is
-sharded across a tensor-parallel group (MATH.md, "Tensor parallelism over the
-vocabulary"). Design decisions, each tied to a historic bug (BUGS.md):
+sharded across a tensor-parallel group (docs/math.md, "Tensor parallelism over the
+vocabulary"). Design decisions, each tied to a historic bug (docs/bugs.md):
 
 * Two collectives per call, whatever the chunking: one MAX of the row maxima,
   then one all-gather of stacked per-row statistics ``[sum_exp,
@@ -38,7 +38,7 @@ vocabulary"). Design decisions, each tied to a historic bug (BUGS.md):
   ``row_sum_fixed_order``: a pairwise tree of elementwise adds, whose every
   addition is fixed by the column index alone.
 * Two backends for the passes over ``[rows, V_local]`` (``impl.backend``):
-  the torch chunk loop below, and fused Triton kernels (``impl.triton_backend``,
+  the torch chunk loop below, and fused Triton kernels (``impl.triton``,
   one read forward, one read and one write backward) chosen for CUDA
   tensors. Everything above the passes (validation, agreement, the TP
   combination of ``impl.row_stats``, the outputs, the gate) is shared.
@@ -48,20 +48,21 @@ from __future__ import annotations
 
 import torch
 
-from impl.agreement import TOKEN_CALL_FIXES, agree, token_call_fields
-from impl.backend import TRITON, resolve_backend, triton_backend
-from impl.row_stats import (
-    LOG_ZERO_FLOOR,
+from .agreement import TOKEN_CALL_FIXES, agree, token_call_fields
+from .backend import TRITON, resolve_backend, triton_backend
+from .row_stats import (
     all_reduce_max,
+    backward_terms,
     chunk_bounds,
-    entropy_from,
+    exp_sums,
     finish,
+    grad_of_log_p,
     gradient_buffer,
-    row_sum,
+    shard_targets,
     sum_in_rank_order,
     tp_world,
 )
-from impl.validation import validate_token_inputs
+from .validation import validate_token_inputs
 
 
 def cache_friendly_chunk_rows(vocab_local: int, elements: int = 2**20) -> int:
@@ -145,35 +146,21 @@ def _torch_forward_stats(
         shifted = _shifted_rows(logits, row_index, start, end, row_max[start:end], temperature, *workspace_pair)
         target_shift = shifted.gather(1, gather_index[start:end]).squeeze(1)
         stats[start:end, 1] = torch.where(in_shard[start:end], target_shift, 0.0)
-        probs = torch.exp(shifted, out=workspace_pair[1])
-        if with_entropy:
-            # p * log p into the shifted buffer first: the row sums below consume their buffers.
-            p_log_p = shifted.clamp_(min=LOG_ZERO_FLOOR).mul_(probs)
-            stats[start:end, 2] = row_sum(p_log_p)
-        stats[start:end, 0] = row_sum(probs)
+        exp_sums(stats[start:end], shifted, workspace_pair[1], with_entropy)
     return row_max, stats
 
 
 def _torch_backward(logits, row_index, shift, chunk_size, scatter_index, target_grad, grads, temperature, donate):
     """The torch backend's backward: ``p`` recomputed per chunk in a private buffer, then written out."""
-    grad_log_probs, grad_entropy, entropy = grads
     rows, v_local = shift.shape[0], logits.shape[1]
     grad_logits = gradient_buffer(logits, row_index, donate)
     workspace = _workspace(rows, chunk_size, v_local, logits.device)
     for start, end in chunk_bounds(rows, chunk_size):
         workspace_pair = workspace[0, : end - start], workspace[1, : end - start]
         log_p = _shifted_rows(logits, row_index, start, end, shift[start:end], temperature, *workspace_pair)
-        probs = torch.exp(log_p, out=workspace_pair[1])
-        # dL/dz = g_lp * (1[v=t] - p) - g_H * p * (log p + H)
-        #       = p * (-g_H * log p - (g_lp + g_H * H)) + g_lp * 1[v=t]
-        if entropy is None:
-            neg_coef = grad_log_probs[start:end].neg().unsqueeze(1)
-        else:
-            g_entropy = grad_entropy[start:end].unsqueeze(1)
-            offset = (grad_log_probs[start:end] + grad_entropy[start:end] * entropy[start:end]).unsqueeze(1)
-            neg_coef = log_p.clamp_(min=LOG_ZERO_FLOOR).mul_(g_entropy.neg()).sub_(offset)
-        grad_chunk = probs.mul_(neg_coef)
-        del log_p, neg_coef
+        block_grads = [None if grad is None else grad[start:end] for grad in grads]
+        grad_chunk = grad_of_log_p(log_p, workspace_pair[1], *block_grads)
+        del log_p
         grad_chunk.scatter_add_(1, scatter_index[start:end], target_grad[start:end])
         if temperature != 1.0:
             grad_chunk.div_(temperature)
@@ -200,9 +187,7 @@ class FusedLogProbEntropy(torch.autograd.Function):
         _, tp_rank = tp_world(tp_group)
         bounds = chunk_bounds(targets.shape[0], chunk_size)
 
-        local_targets = targets - tp_rank * v_local
-        in_shard = (local_targets >= 0) & (local_targets < v_local)
-        gather_index = local_targets.clamp(0, v_local - 1).unsqueeze(1)
+        in_shard, gather_index = shard_targets(targets, tp_rank, v_local)
 
         if backend == TRITON:
             row_max, stats = triton_backend().forward_stats(
@@ -228,17 +213,7 @@ class FusedLogProbEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_log_probs, grad_entropy):
         logits, targets, row_index, row_max, stats = _unpack(ctx)
-        v_local = logits.shape[1]
-        rows = targets.shape[0]
-        log_sum_exp = stats[:, 0].log()
-        shift = row_max + log_sum_exp
-        if grad_log_probs is None:
-            grad_log_probs = torch.zeros(rows, dtype=torch.float32, device=logits.device)
-        grad_log_probs = grad_log_probs.float()
-        entropy = None
-        if grad_entropy is not None and stats.shape[1] == 3:
-            entropy = entropy_from(stats, log_sum_exp)
-            grad_entropy = grad_entropy.float()
+        shift, grad_log_probs, grad_entropy, entropy = backward_terms(stats, row_max, grad_log_probs, grad_entropy)
         grads = (grad_log_probs, grad_entropy, entropy)
 
         if ctx.backend == TRITON:
@@ -246,9 +221,7 @@ class FusedLogProbEntropy(torch.autograd.Function):
                 logits, row_index, targets, shift, grads, ctx.tp_rank, ctx.temperature, ctx.donate
             )
         else:
-            local_targets = targets - ctx.tp_rank * v_local
-            in_shard = (local_targets >= 0) & (local_targets < v_local)
-            scatter_index = local_targets.clamp(0, v_local - 1).unsqueeze(1)
+            in_shard, scatter_index = shard_targets(targets, ctx.tp_rank, logits.shape[1])
             target_grad = torch.where(in_shard, grad_log_probs, 0.0).unsqueeze(1)
             grad_logits = _torch_backward(
                 logits, row_index, shift, ctx.chunk_size, scatter_index, target_grad, grads, ctx.temperature, ctx.donate

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from impl.row_stats import tp_world
+from .row_stats import tp_world
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 

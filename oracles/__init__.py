@@ -1,12 +1,12 @@
-"""Float64 references (MATH.md), importing torch only, never ``impl/`` or ``harness/``.
+"""Float64 references (docs/math.md), importing torch only, never ``impl/`` or ``harness/``.
 
 An oracle that reuses production code proves nothing.
 
 Modules (``layout``, ``losses``, ``token``) and their public functions are both exported.
 """
 
-from oracles import layout, losses, token
-from oracles.layout import (
+from . import layout, losses, token
+from .layout import (
     bshd_seq_len,
     padded_length,
     response_rows,
@@ -16,8 +16,8 @@ from oracles.layout import (
     stream_rows,
     thd_stream_length,
 )
-from oracles.losses import packed_reference, per_sample, policy_loss, probe_loss, sum_of_sample_mean
-from oracles.token import entropy, log_probs, log_sum_exp, naive_entropy, naive_log_probs
+from .losses import packed_reference, per_sample, policy_loss, probe_loss, sum_of_sample_mean
+from .token import entropy, log_probs, log_sum_exp, naive_entropy, naive_log_probs
 
 __all__ = [
     "layout",

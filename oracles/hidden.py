@@ -1,4 +1,4 @@
-"""Float64 references for the hidden-state path (MATH.md, "Hidden states and a sharded LM head").
+"""Float64 references for the hidden-state path (docs/math.md, "Hidden states and a sharded LM head").
 
 ``z = h @ W.T`` over the FULL head (never sharded), then the per-token
 oracles of ``oracles.token`` unchanged: the hidden-state path has no
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from oracles import token
+from . import token
 
 
 def logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
-"""Which logits row predicts which response token (MATH.md, "Layouts of the logits rows").
+"""Which logits row predicts which response token (docs/math.md, "Layouts of the logits rows").
 
-Plain integer arithmetic, written from MATH.md and independent of ``impl/``.
+Plain integer arithmetic, written from docs/math.md and independent of ``impl/``.
 Sample ``i`` has ``T_i = P_i + R_i`` tokens (prompt ``P_i >= 1``); the logit
 row at sample position ``p`` predicts ``y_i[p + 1]``, so its response is
 predicted by positions ``[P_i - 1, T_i - 1)`` with targets ``y_i[P_i:T_i]``.
@@ -35,7 +35,7 @@ def _check_format(qkv_format: str) -> None:
 
 
 def _validate(total_lengths, response_lengths, qkv_format: str, pad_multiple: int) -> None:
-    """MATH.md "Packed batches": one (T_i, R_i) per sample, ``0 <= R_i <= T_i - 1`` (``P_i >= 1``)."""
+    """docs/math.md "Packed batches": one (T_i, R_i) per sample, ``0 <= R_i <= T_i - 1`` (``P_i >= 1``)."""
     padded_length(0, pad_multiple)
     _check_format(qkv_format)
     if len(total_lengths) != len(response_lengths):
@@ -116,7 +116,7 @@ def sample_position_of_row(row: int, total_lengths, qkv_format: str, pad_multipl
 
 # ---- context parallelism ----------------------------------------------------------
 # A local row is described as (sample, position) or None (padding: nothing is
-# predicted from it). Written from MATH.md, independently of impl/.
+# predicted from it). Written from docs/math.md, independently of impl/.
 
 
 def zigzag_chunk_length(total: int, cp: int) -> int:

@@ -1,4 +1,4 @@
-"""Float64 losses built from per-sample log-probs and entropy (MATH.md, "Losses the oracle differentiates").
+"""Float64 losses built from per-sample log-probs and entropy (docs/math.md, "Losses the oracle differentiates").
 
 Every function returns float64 and stays differentiable, so a caller gets the
 reference gradient w.r.t. the global logits from float64 autograd.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from oracles import layout, token
+from . import layout, token
 
 
 def per_sample(values: torch.Tensor, rows_per_sample) -> list[torch.Tensor]:
@@ -19,7 +19,7 @@ def per_sample(values: torch.Tensor, rows_per_sample) -> list[torch.Tensor]:
 
 
 def probe_loss(log_probs, entropy, a, b) -> torch.Tensor:
-    """``L = sum_i sum_t a_it l_it + sum_i sum_t b_it H_it`` (MATH.md probe loss; entropy term only when given)."""
+    """``L = sum_i sum_t a_it l_it + sum_i sum_t b_it H_it`` (docs/math.md probe loss; entropy term only when given)."""
     if entropy is not None and b is None:
         raise ValueError("b (the entropy weights) is required when entropy is given")
     loss = torch.zeros((), dtype=torch.float64)
@@ -80,7 +80,7 @@ def packed_reference(
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per-sample float64 ``(log_probs_i, entropy_i)`` from the full ``[rows, V]`` logits of a layout.
 
-    MATH.md "Packed batches": rows ``layout.response_rows``, targets
+    docs/math.md "Packed batches": rows ``layout.response_rows``, targets
     ``y_i[P_i:T_i]``. Differentiable w.r.t. ``logits_global``; rows outside
     every response get zero gradient.
     """

@@ -1,4 +1,4 @@
-"""Float64 per-token references (MATH.md, "Per-token quantities").
+"""Float64 per-token references (docs/math.md, "Per-token quantities").
 
 Dumb on purpose: one short function per quantity, float64, full vocabulary,
 differentiable by float64 autograd. ``naive_*`` are the plain same-dtype
@@ -20,7 +20,7 @@ import torch
 
 
 def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``z = logits / temperature`` in float64 (MATH.md: ``z <- z / tau``)."""
+    """``z = logits / temperature`` in float64 (docs/math.md: ``z <- z / tau``)."""
     return logits.double() / temperature
 
 

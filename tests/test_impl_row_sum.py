@@ -17,7 +17,6 @@ import pytest
 import torch
 
 import impl.row_stats as row_stats
-import impl.token_level as token_level
 from harness.cases.case import Case
 from harness.checks.invariances import check_chunk_invariance
 from harness.checks.parity import check_token_backward, check_token_forward
@@ -59,7 +58,7 @@ def test_function_on_the_fixed_order_branch_is_chunk_invariant_and_oracle_exact(
     One rank (tp=cp=1) runs in this process, so the patched ``row_sum`` is
     the one impl/ uses; ``-inf`` columns check that p log p stays 0, not NaN.
     """
-    monkeypatch.setattr(token_level, "row_sum", row_stats.row_sum_fixed_order)
+    monkeypatch.setattr(row_stats, "row_sum", row_stats.row_sum_fixed_order)
     case = Case(
         seed=vocab, vocab=vocab, samples=((17, 16), (10, 9)), chunk_size=chunk_size, special=("neg_inf_columns",)
     )

@@ -33,7 +33,7 @@ if device_type() != "cpu":
 load_target("impl-triton")  # switches this process to the interpreter before the kernels are imported
 
 from impl.backend import TORCH, resolve_backend  # noqa: E402
-from impl.triton_kernels import block_columns, row_stats, write_grad  # noqa: E402
+from impl.triton.kernels import block_columns, row_stats, write_grad  # noqa: E402
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -129,7 +129,7 @@ COMPILE_FOR_H100 = """
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-import impl.triton_kernels as k
+import impl.triton.kernels as k
 common = {"n_rows": "i32", "n_cols": "i32", "target_offset": "i64", "temperature": "fp32"}
 stats = dict(common, logits_ptr="*bf16", row_index_ptr="*i64", targets_ptr="*i64", max_ptr="*fp32",
              stats_ptr="*fp32", stride_row="i64", stride_col="i64")

@@ -26,7 +26,7 @@ Contracts carried here (docs/triton.md):
 * inputs are never written: the forward only loads; the backward stores into
   ``dst`` only, which is the logits only when the caller donates them. A
   Triton store does NOT bump torch's version counter, which is why the
-  harness compares the logits' VALUES after every call (BUGS.md #2);
+  harness compares the logits' VALUES after every call (docs/bugs.md #2);
 * custom ops with fake implementations, so FakeTensorMode (the memory
   checks at real scale), the collective trace and torch.compile see them as
   ordinary torch ops.
@@ -44,8 +44,8 @@ import torch
 import triton
 import triton.language as tl
 
-from impl.backend import interpreting
-from impl.row_stats import LOG_ZERO_FLOOR
+from ..row_stats import LOG_ZERO_FLOOR
+from .env import interpreting
 
 _FLOOR = tl.constexpr(LOG_ZERO_FLOOR)
 
@@ -60,6 +60,21 @@ def _rows_of(program, row_index_ptr, n_rows, HAS_ROW_INDEX: tl.constexpr, BLOCK_
     else:
         row = position.to(tl.int64)
     return position, row, in_range
+
+
+@triton.jit
+def _load_tile(row_ptr, start, in_range, n_cols, stride_col, temperature, SCALED: tl.constexpr, BLOCK_V: tl.constexpr):
+    """The tile of columns ``[start, start + BLOCK_V)`` of the program's rows, in fp32 and ``/ temperature``.
+
+    Returns (columns, mask, column offsets, values); masked entries read ``-inf`` (they add ``exp(-inf) = 0``).
+    """
+    cols = start + tl.arange(0, BLOCK_V)
+    mask = in_range[:, None] & (cols < n_cols)[None, :]
+    col_offsets = cols.to(tl.int64)[None, :]
+    x = tl.load(row_ptr + col_offsets * stride_col, mask=mask, other=float("-inf")).to(tl.float32)
+    if SCALED:
+        x = x / temperature
+    return cols, mask, col_offsets, x
 
 
 @triton.jit
@@ -84,16 +99,11 @@ def _row_stats_kernel(
 ):
     position, row, in_range = _rows_of(tl.program_id(0), row_index_ptr, n_rows, HAS_ROW_INDEX, BLOCK_R)
     base = logits_ptr + row[:, None] * stride_row
-    lanes = tl.arange(0, BLOCK_V)
     run_max = tl.full([BLOCK_R], float("-inf"), tl.float32)
     acc_sum = tl.zeros([BLOCK_R, BLOCK_V], tl.float32)
     acc_ent = tl.zeros([BLOCK_R, BLOCK_V], tl.float32)
     for start in range(0, n_cols, BLOCK_V):
-        cols = start + lanes
-        mask = in_range[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(base + cols.to(tl.int64)[None, :] * stride_col, mask=mask, other=float("-inf")).to(tl.float32)
-        if SCALED:
-            x = x / temperature
+        cols, mask, _, x = _load_tile(base, start, in_range, n_cols, stride_col, temperature, SCALED, BLOCK_V)
         new_max = tl.maximum(run_max, tl.max(x, axis=1))
         anchor = tl.where(new_max == float("-inf"), 0.0, new_max)
         # <= 0; -inf (nothing finite seen yet) is clamped: its factor is 0 either way, and 0 * floor is 0.
@@ -148,7 +158,6 @@ def _grad_kernel(
     position, row, in_range = _rows_of(tl.program_id(0), row_index_ptr, n_rows, HAS_ROW_INDEX, BLOCK_R)
     src = src_ptr + row[:, None] * src_stride_row
     dst = dst_ptr + row[:, None] * dst_stride_row
-    lanes = tl.arange(0, BLOCK_V)
     shift = tl.load(shift_ptr + position, mask=in_range, other=0.0)[:, None]
     grad_log_prob = tl.load(grad_log_probs_ptr + position, mask=in_range, other=0.0)[:, None]
     local_target = (tl.load(targets_ptr + position, mask=in_range, other=0) - target_offset)[:, None]
@@ -159,15 +168,12 @@ def _grad_kernel(
         entropy = tl.load(entropy_ptr + position, mask=in_range, other=0.0)[:, None]
         offset = grad_log_prob + grad_entropy * entropy
     for start in range(0, n_cols, BLOCK_V):
-        cols = start + lanes
-        mask = in_range[:, None] & (cols < n_cols)[None, :]
-        col_offsets = cols.to(tl.int64)[None, :]
-        x = tl.load(src + col_offsets * src_stride_col, mask=mask, other=float("-inf")).to(tl.float32)
-        if SCALED:
-            x = x / temperature
+        cols, mask, col_offsets, x = _load_tile(
+            src, start, in_range, n_cols, src_stride_col, temperature, SCALED, BLOCK_V
+        )
         log_p = x - shift
         probs = tl.exp(log_p)
-        # dL/dz = p * (-g_H * log p - (g_lp + g_H * H)) + g_lp * 1[v = t]   (MATH.md)
+        # dL/dz = p * (-g_H * log p - (g_lp + g_H * H)) + g_lp * 1[v = t]   (docs/math.md)
         if ENTROPY_GRAD:
             grad = probs * (tl.maximum(log_p, _FLOOR) * -grad_entropy - offset)
         else:

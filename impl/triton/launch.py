@@ -8,11 +8,11 @@ entropy gate; this module only replaces the passes over ``[rows, V_local]``:
   statistics relative to the rank-local max, then the MAX all-reduce of the
   row maxima and the rescale to the global max (``impl.row_stats``). With the
   Function's rank-ordered all-gather that is the same two collectives, in
-  the same order, as the torch backend: data-independent (BUGS.md #5);
+  the same order, as the torch backend: data-independent (docs/bugs.md #5);
 * backward: ONE read and ONE write of each evaluated row
   (``lph_triton::write_grad``) into the gradient buffer of
   ``impl.row_stats.gradient_buffer``: a fresh one, or the logits themselves
-  when donating (the only case in which the logits are written, BUGS.md #2).
+  when donating (the only case in which the logits are written, docs/bugs.md #2).
 
 ``chunk_size`` does not reach the kernels: it bounds the torch backend's
 fp32 ``[chunk, V_local]`` workspace, and the kernels keep none (their tiles
@@ -25,8 +25,8 @@ what ``tests/test_triton_kernels.py`` checks directly.
 
 from __future__ import annotations
 
-from impl.row_stats import all_reduce_max, gradient_buffer, rescale_to_global_max
-from impl.triton_kernels import row_stats, write_grad
+from ..row_stats import all_reduce_max, gradient_buffer, rescale_to_global_max
+from .kernels import row_stats, write_grad
 
 
 def forward_stats(logits, row_index, targets, tp_group, tp_rank, in_shard, with_entropy, temperature):
