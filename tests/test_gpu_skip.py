@@ -91,7 +91,7 @@ def test_cpu_jobs_return_the_same_results_as_before(monkeypatch):
 
     monkeypatch.delenv(device.ENV_VAR, raising=False)
     case = Case(seed=3, vocab=16, samples=((6, 3),), dtype="bfloat16", chunk_size=2)
-    result = token_job({"case": case.to_json(), "target": "impl"}, _local_context())
+    result = token_job({"case": case.to_json(), "spec": "impl"}, _local_context())
     logits = case.rank_logits(0).requires_grad_()
     log_probs, _ = log_probs_and_entropy(logits, case.row_targets(), chunk_size=2, with_entropy=True)
     assert result["log_probs"].device.type == "cpu" and result["grad"].device.type == "cpu"

@@ -36,25 +36,20 @@ import logging
 import sys
 import types
 import typing
-from argparse import Namespace
 
 from harness.targets.slime.stand_ins import AbsentDependency
+from harness.targets.upstream.settings import StrictSettings
 
 # Packages SkyRL's ppo_utils imports at module level and the adapter's calls never need.
 IMPORT_TIME = ("ray", "loguru", "jaxtyping", "omegaconf", "numpy")
 CONFIG_MODULE = "skyrl.train.config"
 
 
-class AlgorithmSettings(Namespace):
+class AlgorithmSettings(StrictSettings):
     """SkyRL's ``cfg.algorithm`` as the adapter fills it; reading a setting it did not provide raises."""
 
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise AttributeError(
-            f"SkyRL read config.{name}, which the harness adapter does not set: this version needs a new "
-            "setting mapped in harness/targets/skyrl/policy.py (algorithm_settings)"
-        )
+    READ_AS = "SkyRL config"
+    MAPPED_IN = "harness/targets/skyrl/policy.py (algorithm_settings)"
 
 
 def _refuse(what: str):

@@ -31,13 +31,13 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
-from argparse import Namespace
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 
 from harness.targets.upstream import megatron_stand_in
+from harness.targets.upstream.settings import StrictSettings
 
 # ---- megatron.core.fusions.fused_cross_entropy -------------------------------------------
 
@@ -188,13 +188,8 @@ def absent_dependencies(names: tuple[str, ...] = IMPORT_ONLY):
 # ---- the settings slime reads -------------------------------------------------------------
 
 
-class SlimeArgs(Namespace):
+class SlimeArgs(StrictSettings):
     """slime's ``args``: a missing setting raises an AttributeError naming it (``getattr`` defaults still work)."""
 
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise AttributeError(
-            f"slime read args.{name}, which the harness adapter does not set: this revision needs a new "
-            "setting mapped in harness/targets/slime/adapter.py (_args)"
-        )
+    READ_AS = "slime args"
+    MAPPED_IN = "harness/targets/slime/adapter.py (_args)"
