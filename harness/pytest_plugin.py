@@ -27,6 +27,7 @@ from harness.cases import limits as case_limits
 from harness.cases import stats
 from harness.checks import record
 from harness.gate import render
+from harness.gate.order import order_items
 from harness.gate.render import Row
 from harness.gate.tiers import MARKER, SELF_TEST, TIERS, tier_of_item
 from harness.gate.verdicts import (
@@ -145,6 +146,7 @@ def pytest_collection_modifyitems(session, config, items):
             problems.append(str(exc))
     if problems:
         raise pytest.UsageError("\n".join(problems))
+    items[:] = order_items(items)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -130,6 +130,7 @@ TOKEN_CALL_FIXES = {
     "vocabulary (pad V to a multiple of tp), and tp_group must be the group the vocabulary is sharded over",
     "evaluated rows": "TP ranks hold the same rows (only the vocabulary is sharded): pass the same logits rows "
     "(and rows=) on every rank of tp_group",
+    "logits dtype": "every rank must pass logits of the same dtype (the statistics they exchange are computed in it)",
 }
 
 
@@ -139,6 +140,7 @@ def token_call_fields(logits, rows, chunk_size, with_entropy, entropy_grad, temp
     evaluated = rows.shape[0] if isinstance(rows, torch.Tensor) and rows.dim() == 1 else (shape or (-1,))[0]
     return {
         "V_local (the vocabulary shard width)": shape[-1] if shape else -1,
+        "logits dtype": str(logits.dtype) if isinstance(logits, torch.Tensor) else "?",
         "evaluated rows": int(evaluated),
         "chunk_size": chunk_size if chunk_size is None or isinstance(chunk_size, int) else repr(chunk_size),
         "with_entropy": bool(with_entropy),

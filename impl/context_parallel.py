@@ -95,6 +95,7 @@ CP_CALL_FIXES = {
     "total_lengths": "pass every CP rank the WHOLE packed batch's lengths (the same list on every rank)",
     "response_lengths": "pass every CP rank the WHOLE packed batch's lengths (the same list on every rank)",
     "qkv_format": "every CP rank must use the same packing",
+    "logits dtype": "every CP rank must pass logits of the same dtype",
 }
 
 
@@ -109,6 +110,7 @@ def cp_call_fields(logits, batch: PackedBatch, cp_mode: str, options: dict) -> d
         "response_lengths": list(batch.response_lengths),
         "logits rows (this rank's share of the packed stream)": shape[0] if shape else -1,
         "V_local (the vocabulary shard width)": shape[-1] if shape else -1,
+        "logits dtype": str(logits.dtype) if isinstance(logits, torch.Tensor) else "?",
         "chunk_size": chunk_size if chunk_size is None or isinstance(chunk_size, int) else repr(chunk_size),
         "with_entropy": bool(options["with_entropy"]),
         "entropy_grad": bool(options["entropy_grad"]),

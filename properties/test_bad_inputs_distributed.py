@@ -30,7 +30,7 @@ import pytest
 
 from harness.cases.case import Case
 from harness.checks.parity import require
-from harness.jobs.bad_inputs import bad_input_job
+from harness.jobs.bad_inputs import CALL_OPTIONS, TOKEN_OPTIONS, bad_input_job, option_row_name
 from harness.ranks.run import run_job
 
 # Two samples, the first spanning both CP ranks' slices (8 + 4 tokens, 6 rows per rank).
@@ -43,16 +43,55 @@ class DistributedBadInput:
     row: str
     case: Case
     needs: frozenset
-    mentions: str
+    mentions: str | tuple  # the error must name this (or one of these)
     error: str = "ValueError"
+
+
+# What a target must declare to take each per-call option at its perturbed value.
+OPTION_NEEDS = {
+    "chunk_size": {"chunking"},
+    "with_entropy": {"entropy"},
+    "entropy_grad": {"entropy", "entropy_gate"},
+    "temperature": {"temperature"},
+    "dtype": set(),
+    "response_only": {"response_only"},
+    "loss_mask_only": {"response_only", "loss_mask_only"},
+}
+# Words the error may name instead of the option: a TP rank evaluating other rows is told which rows differ.
+OPTION_MENTIONS = {("tp", "response_only"): "evaluated rows", ("tp", "loss_mask_only"): "evaluated rows"}
+# (group, option) pairs that are not a disagreement by the contract, each with why; every other pair gets a row.
+NOT_A_DISAGREEMENT = {
+    ("cp", "response_only"): "under a CP group only response rows are ever evaluated (response_only is implied)",
+}
+# Mixed loss masks (a 0 in each sample), so loss-mask-only rows evaluate fewer rows than response-only ones.
+TP_PACKED_CASE = TP_CASE.with_(mask_mode="mixed")
+
+
+def option_rows() -> list:
+    """One row per per-call option (harness/jobs/bad_inputs.py CALL_OPTIONS) and group: a new option gets its row."""
+    missing = set(CALL_OPTIONS) ^ set(OPTION_NEEDS)
+    assert not missing, f"CALL_OPTIONS and OPTION_NEEDS must list the same options; differ on {sorted(missing)}"
+    rows = []
+    for option in CALL_OPTIONS:
+        for group in ("cp", "tp"):
+            if (group, option) in NOT_A_DISAGREEMENT:
+                continue
+            if group == "cp":
+                case, needs = CP_CASE, {"packed", "cp_allgather"}
+            elif option in TOKEN_OPTIONS:
+                case, needs = TP_CASE, {"token"}
+            else:
+                case, needs = TP_PACKED_CASE, {"packed"}
+            mentions = (option, OPTION_MENTIONS[group, option]) if (group, option) in OPTION_MENTIONS else option
+            needs = frozenset(needs | OPTION_NEEDS[option])
+            rows.append(DistributedBadInput(option_row_name(group, option), case, needs, mentions))
+    return rows
 
 
 ROWS = [
     DistributedBadInput("cp_slice_lengths", CP_CASE, frozenset({"packed", "cp_allgather"}), "logits rows"),
     DistributedBadInput("cp_total_lengths", CP_CASE, frozenset({"packed", "cp_allgather"}), "total_lengths"),
     DistributedBadInput("cp_response_lengths", CP_CASE, frozenset({"packed", "cp_allgather"}), "response_lengths"),
-    DistributedBadInput("cp_chunk_size", CP_CASE, frozenset({"packed", "cp_allgather", "chunking"}), "chunk_size"),
-    DistributedBadInput("cp_entropy_flag", CP_CASE, frozenset({"packed", "cp_allgather", "entropy"}), "with_entropy"),
     DistributedBadInput("cp_mode_differs", CP_CASE, frozenset({"packed", "cp_allgather", "cp_zigzag"}), "cp_mode"),
     DistributedBadInput(
         "cp_group_without_cp_mode", CP_CASE, frozenset({"packed", "cp_allgather", "cp_mode_arg"}), "cp_mode"
@@ -62,7 +101,7 @@ ROWS = [
         "cp_advantages_on_one_rank", CP_CASE, frozenset({"policy_loss", "cp_allgather", "entropy"}), "advantages"
     ),
     DistributedBadInput("tp_vocab_shard_widths", TP_CASE, frozenset({"token"}), "V_local"),
-    DistributedBadInput("tp_entropy_flag", TP_CASE, frozenset({"token", "entropy"}), "with_entropy"),
+    *option_rows(),
 ]
 
 
@@ -88,6 +127,7 @@ def test_every_rank_raises_a_clear_error(bad, spec):
     assert not silent, f"{bad.row}: rank(s) {silent} returned values instead of raising (a silent wrong answer)"
     for rank, result in enumerate(results):
         assert result["error_type"] == bad.error, f"{bad.row}, rank {rank}: {result['error_type']}: {result['error']}"
-        assert bad.mentions in result["error"], (
+        mentions = (bad.mentions,) if isinstance(bad.mentions, str) else bad.mentions
+        assert any(word in result["error"] for word in mentions), (
             f"{bad.row}, rank {rank}: the error must name {bad.mentions!r}; got: {result['error']}"
         )

@@ -18,6 +18,9 @@ from harness.checks.parity import check_packed_forward, check_token_forward
 
 LLAMA_V = 32000  # Llama-2 vocabulary
 QWEN_V = 151936  # Qwen2 vocabulary (SkyRL #1650)
+# A TP shard whose logits are all -inf on every row (one masked column of two, one column per shard): a row's
+# support confined to the other shard. The shard's local row max is -inf; killed mutant masked_shard_rescale_nan.
+MASKED_SHARD = Case(seed=7, vocab=2, tp=2, samples=((6, 4),), special=("neg_inf_columns",), with_entropy=True)
 
 
 @pytest.mark.tier("contract")
@@ -31,6 +34,8 @@ def test_token_forward_parity(case, spec):
 @pytest.mark.tier("hardening")
 @given(case=cases(cp_sizes=TOKEN_LEVEL, special=SPECIAL_VALUES))
 @example(case=Case(seed=5, vocab=8, tp=2, samples=((6, 4),), special=("neg_inf_columns",)))
+@example(case=MASKED_SHARD.with_(tp=4, vocab=4))
+@example(case=MASKED_SHARD)
 def test_token_forward_parity_special_values(case, spec):
     check_token_forward(case, spec)
 
@@ -45,5 +50,6 @@ def test_packed_forward_parity(case, spec):
 
 @pytest.mark.tier("hardening")
 @given(case=cases(special=SPECIAL_VALUES))
+@example(case=MASKED_SHARD.with_(samples=((7, 4), (3, 2)), chunk_size=2))
 def test_packed_forward_parity_special_values(case, spec):
     check_packed_forward(case, spec)

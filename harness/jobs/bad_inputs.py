@@ -15,6 +15,7 @@ wrong answer: both fail the row.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 from harness.cases.case import Case
 from harness.jobs.logits import in_view, on_host, packed_inputs
@@ -94,6 +95,58 @@ def _policy(target, case: Case, ctx, *, short_advantages: bool):
     )
 
 
+# The per-call options of the packed and token entry points (harness/targets/protocol.py): the value every rank
+# passes, then the value the perturbed rank passes instead. The table of rows is GENERATED from this list
+# (``option_rows``), one row per option and group, so a new option gets its row by construction.
+CALL_OPTIONS = {
+    "chunk_size": (None, 2),
+    "with_entropy": (True, False),
+    "entropy_grad": (True, False),
+    "temperature": (1.0, 0.7),
+    "dtype": ("float32", "bfloat16"),
+    "response_only": (False, True),
+    "loss_mask_only": (False, True),
+}
+# The options token_log_probs takes; a TP row of another option runs the packed entry point at tp > 1, cp = 1.
+TOKEN_OPTIONS = ("chunk_size", "with_entropy", "entropy_grad", "temperature", "dtype")
+# Row names kept from the hand-written table (expectations/*.toml name them).
+_ROW_NAMES = {"with_entropy": "entropy_flag"}
+
+
+def option_row_name(group: str, option: str) -> str:
+    return f"{group}_{_ROW_NAMES.get(option, option)}"
+
+
+def _option_call(target, case: Case, ctx, *, group: str, option: str):
+    """Every rank calls the target with the default options but ``option``, which the perturbed rank changes."""
+    options = {name: agreed for name, (agreed, _) in CALL_OPTIONS.items()}
+    if option == "loss_mask_only":
+        options["response_only"] = True  # loss_mask_only needs it: the ranks then differ in loss_mask_only only
+    if _odd(ctx):
+        options[option] = CALL_OPTIONS[option][1]
+    logits = _logits(case.with_(dtype=options.pop("dtype")), ctx)
+    response_only, loss_mask_only = options.pop("response_only"), options.pop("loss_mask_only")
+    if group == "tp" and option in TOKEN_OPTIONS:
+        return target.token_log_probs(logits, to_device(case.row_targets()), tp_group=ctx.tp_group, **options)
+    return target.packed_log_probs(
+        logits,
+        packed_inputs(case, on_device=True),
+        tp_group=ctx.tp_group,
+        cp_group=ctx.cp_group,
+        response_only=response_only,
+        loss_mask_only=loss_mask_only,
+        **options,
+    )
+
+
+def _option_rows() -> dict:
+    rows = {}
+    for option in CALL_OPTIONS:
+        for group in ("cp", "tp"):
+            rows[option_row_name(group, option)] = partial(_option_call, group=group, option=option)
+    return rows
+
+
 # row name -> what every rank runs: (target, case, ctx) -> anything (an exception is the expected outcome)
 ROWS = {
     "cp_slice_lengths": lambda t, c, x: _packed(t, c, x, logits=_logits(c, x, drop_rows=1 if _odd(x) else 0)),
@@ -103,8 +156,6 @@ ROWS = {
     "cp_response_lengths": lambda t, c, x: _packed(
         t, c, x, inputs=packed_inputs(_shorter_response(c) if _odd(x) else c, on_device=True)
     ),
-    "cp_chunk_size": lambda t, c, x: _packed(t, c, x, chunk_size=2 if _odd(x) else None),
-    "cp_entropy_flag": lambda t, c, x: _packed(t, c, x, with_entropy=not _odd(x)),
     "cp_mode_differs": lambda t, c, x: _packed(
         t, c, x, inputs=replace(packed_inputs(c, on_device=True), cp_mode="zigzag" if _odd(x) else "allgather")
     ),
@@ -114,7 +165,7 @@ ROWS = {
     "cp_mode_without_cp_group": lambda t, c, x: _packed(t, c, x, cp_group=None),
     "cp_advantages_on_one_rank": lambda t, c, x: _policy(t, c, x, short_advantages=_odd(x)),
     "tp_vocab_shard_widths": lambda t, c, x: _token(t, c, x, logits=_logits(c, x, drop_columns=1 if _odd(x) else 0)),
-    "tp_entropy_flag": lambda t, c, x: _token(t, c, x, with_entropy=not _odd(x)),
+    **_option_rows(),
 }
 
 

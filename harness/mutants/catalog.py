@@ -174,6 +174,18 @@ MUTANTS = (
         replacement='        if cp_mode == "no such mode":\n',
         killed_by=("properties/test_bad_inputs_distributed.py",),
     ),
+    Mutant(
+        name="masked_shard_rescale_nan",
+        bug="input class 'a TP shard whose logits are all -inf for a row' (a mask confining a row's support to "
+        "other shards): the rescale of a shard's statistics from its local row max to the global one forgets the "
+        "log-zero clamp, so a shard with local max -inf computes 0 * -inf = NaN for the row's entropy (the Triton "
+        "backend's path; every finite local max, however far below the global one, is unaffected)",
+        module="impl.row_stats",
+        original="    clamped = delta.clamp(min=LOG_ZERO_FLOOR)\n",
+        replacement="    clamped = delta  # 'exp(-inf) is 0 anyway'\n",
+        killed_by=("properties/test_forward_parity.py",),
+        target="impl-triton",
+    ),
 )
 
 
