@@ -27,7 +27,7 @@ import math
 import torch
 
 from harness.cases.case import Case
-from oracles import losses
+from oracles import layout, losses, token
 
 EPS_CLIP = 0.2
 EPS_CLIP_HIGH = 0.28
@@ -35,37 +35,22 @@ _BOUNDARIES = (math.log(1 - EPS_CLIP), math.log(1 + EPS_CLIP_HIGH))
 MAX_MARGIN = 0.2  # under half the clip window log(1 + EPS_CLIP_HIGH) - log(1 - EPS_CLIP) = 0.47: the zones stay apart
 
 
-def _per_sample_log_probs(case: Case, logits: torch.Tensor) -> list[torch.Tensor]:
-    log_probs, _ = losses.packed_reference(
-        logits,
-        case.tokens(),
-        case.total_lengths,
-        case.response_lengths,
-        case.qkv_format,
-        case.pad_multiple,
-        case.temperature,
-    )
-    return log_probs
+def _per_sample_log_probs(case: Case, logits: torch.Tensor, log_probs_fn) -> list[torch.Tensor]:
+    """``log_probs_fn`` over each sample's response rows and targets (the oracle's layout)."""
+    picked = losses.per_sample(logits, case.response_rows())
+    targets = layout.response_targets(case.tokens(), case.response_lengths)
+    return [log_probs_fn(z, y, case.temperature) for z, y in zip(picked, targets, strict=True)]
 
 
-def boundary_margin(case: Case, oracle: list[torch.Tensor]) -> float:
-    """The tolerance policy's log-prob bound for ``case`` (see the module docstring)."""
-    logits = case.global_logits()
-    naive = _per_sample_log_probs_naive(case, logits)
+def boundary_margin(case: Case, logits: torch.Tensor, oracle: list[torch.Tensor]) -> float:
+    """The tolerance policy's log-prob bound for ``case`` (see the module docstring); ``logits`` in its dtype."""
+    naive = _per_sample_log_probs(case, logits, token.naive_log_probs)
     naive_err = max((float((n.double() - o).abs().max()) for n, o in zip(naive, oracle) if o.numel()), default=0.0)
     finite = logits[torch.isfinite(logits)]
     scale = float(finite.abs().max()) / case.temperature if finite.numel() else 0.0
     largest = max((float(o.abs().max()) for o in oracle if o.numel()), default=0.0)
     fp32_eps, out_eps = torch.finfo(torch.float32).eps, torch.finfo(case.torch_dtype).eps
     return 8.0 * (fp32_eps * scale + out_eps * largest) + 2.0 * naive_err
-
-
-def _per_sample_log_probs_naive(case: Case, logits: torch.Tensor) -> list[torch.Tensor]:
-    """The same rows and targets as the oracle, by plain ``log_softmax`` in the Case's dtype."""
-    log_p = torch.log_softmax(logits.to(case.torch_dtype) / case.temperature, dim=-1)
-    picked = losses.per_sample(log_p, case.response_rows())
-    targets = [t[t.shape[0] - r :] for t, r in zip(case.tokens(), case.response_lengths, strict=True)]
-    return [z.gather(1, y.long().unsqueeze(1)).squeeze(1) for z, y in zip(picked, targets, strict=True)]
 
 
 def _away_from_boundaries(log_ratio: torch.Tensor, margin: float) -> torch.Tensor:
@@ -81,8 +66,9 @@ def _away_from_boundaries(log_ratio: torch.Tensor, margin: float) -> torch.Tenso
 def old_log_probs(case: Case) -> list[torch.Tensor]:
     """Behaviour-policy log-probs: oracle log-probs minus bounded log-ratios (ratios near 1, some clipped)."""
     with torch.no_grad():
-        oracle = _per_sample_log_probs(case, case.global_logits().double())
-        margin = boundary_margin(case, oracle)
+        logits = case.global_logits()
+        oracle = _per_sample_log_probs(case, logits.double(), token.log_probs)
+        margin = boundary_margin(case, logits, oracle)
         return [
             lp - _away_from_boundaries(-offset, margin)
             for lp, offset in zip(oracle, case.old_log_prob_offsets(), strict=True)
