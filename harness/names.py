@@ -14,16 +14,16 @@ package's modules, so an old report's replay line keeps working.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
 
-# Modules a name written as ``harness.checks:NAME`` may now live in.
-_CHECKS_MODULES = (
-    "harness.checks.parity",
-    "harness.checks.cp",
-    "harness.checks.ownership",
-    "harness.checks.invariances",
-    "harness.checks.hidden",
-)
+OLD_CHECKS = "harness.checks"  # the module every check lived in before it became a package
+
+
+def _checks_modules() -> list[str]:
+    """The modules of the package ``harness.checks``, where a name written as ``harness.checks:NAME`` now lives."""
+    package = importlib.import_module(OLD_CHECKS)
+    return [f"{OLD_CHECKS}.{module.name}" for module in pkgutil.iter_modules(package.__path__)]
 
 
 def name_of(function: Callable) -> str:
@@ -36,7 +36,7 @@ def resolve(name: str):
     module_name, sep, attr = name.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"{name!r}: expected 'package.module:attr'")
-    candidates = _CHECKS_MODULES if module_name == "harness.checks" else (module_name,)
+    candidates = _checks_modules() if module_name == OLD_CHECKS else (module_name,)
     for candidate in candidates:
         found = getattr(importlib.import_module(candidate), attr, None)
         if found is not None:
