@@ -13,7 +13,6 @@ gate reads) next to pytest's JUnit XML. A check skipped with an
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from collections import Counter
@@ -25,7 +24,7 @@ from hypothesis.errors import Unsatisfiable
 
 from harness.cases import limits as case_limits
 from harness.cases import stats
-from harness.checks import record
+from harness.checks import failure, record
 from harness.gate import render
 from harness.gate.order import order_items
 from harness.gate.render import Row
@@ -40,9 +39,6 @@ from harness.gate.verdicts import (
     VERDICTS_FILE,
     Run,
     Verdict,
-    failure_kind,
-    is_infrastructure,
-    split_replay,
 )
 from harness.ranks import hang_memo
 from harness.ranks.pool import shutdown_all
@@ -81,6 +77,7 @@ VERDICTS = pytest.StashKey[dict]()  # config: node id -> Verdict (on the control
 STATS_DIR = pytest.StashKey[Path]()  # config: where xdist workers leave their case counts
 RECORD = pytest.StashKey[record.TestRecord]()  # item: figures and UNSUPPORTED examples of the test
 MEMO = pytest.StashKey[hang_memo.HangMemo]()  # item: the test's hung examples
+FACTS = "facts"  # the report's user property holding a failure's or skip's facts (harness.checks.failure)
 
 
 def pytest_addoption(parser):
@@ -128,10 +125,6 @@ def pytest_unconfigure(config):
         shutil.rmtree(config.stash[STATS_DIR], ignore_errors=True)
 
 
-_REPLAY = re.compile(r"^(?:E\s+)?Replay: (.*)$", re.MULTILINE)
-_CASE = re.compile(r"^(?:E\s+)?Case: (.*)$", re.MULTILINE)
-
-
 def pytest_collection_modifyitems(session, config, items):
     """Every check declares exactly one tier (harness.gate.tiers); it travels in the report's user properties.
 
@@ -160,12 +153,17 @@ def pytest_runtest_setup(item):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
-    """Carry the count of examples rejected as UNSUPPORTED into the report (it crosses xdist workers).
+    """Carry the facts of a failure or skip, the figures measured and the examples left out into the report.
 
-    A property whose every generated example needed a missing capability
-    ends in Hypothesis' Unsatisfiable: that is reported as UNSUPPORTED too.
+    Facts are read from the exception object (``harness.checks.failure``),
+    never from its message, and travel in the report's user properties
+    (which cross xdist workers). A property whose every generated example
+    needed a missing capability ends in Hypothesis' Unsatisfiable: that is
+    reported as UNSUPPORTED, with the capabilities as facts.
     """
     report = yield
+    if call.excinfo is not None and (report.failed or report.skipped):
+        report.user_properties.append((FACTS, failure.facts_of(call.excinfo.value).to_dict()))
     observed = item.stash.get(RECORD, None)
     if call.when != "call" or observed is None:
         return report
@@ -180,11 +178,12 @@ def pytest_runtest_makereport(item, call):
         always = set.intersection(*(set(missing) for _, missing in unsupported))
         missing = sorted(always) or sorted({c for _, m in unsupported for c in m})
         report.outcome = "skipped"
-        report.longrepr = (
-            str(item.path),
-            0,
-            f"UNSUPPORTED: target {name!r} does not support {missing} (all {rejected} generated examples needed it)",
+        message = (
+            f"UNSUPPORTED: target {name!r} does not support {missing} (all {rejected} generated examples needed it)"
         )
+        report.longrepr = (str(item.path), 0, message)
+        facts = failure.Facts(kind=failure.UNSUPPORTED, headline=message, missing=missing)
+        report.user_properties[:] = [p for p in report.user_properties if p[0] != FACTS] + [(FACTS, facts.to_dict())]
         return report
     needed = Counter(c for (_, missing), count in unsupported.items() for c in missing for _ in range(count))
     detail = ", ".join(f"{c} ({n})" if n != rejected else c for c, n in needed.most_common())
@@ -193,32 +192,32 @@ def pytest_runtest_makereport(item, call):
 
 
 def _raw_verdict(report) -> Verdict | None:
-    """The verdict of a finished test (its call phase, or a setup phase that did not pass)."""
+    """The verdict of a finished test (its call phase, or a setup phase that did not pass), from its facts."""
     if not (report.when == "call" or (report.when == "setup" and report.outcome != "passed")):
         return None
     properties = dict(report.user_properties)
     tier = properties.get("tier", SELF_TEST)
     figures = properties.get("figures", {})
+    facts = failure.Facts(**properties[FACTS]) if FACTS in properties else failure.Facts()
     if report.skipped:
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        outcome = UNSUPPORTED if "UNSUPPORTED" in reason else SKIPPED
-        return Verdict(report.nodeid, outcome, tier, reason=reason.replace("Skipped: ", ""), figures=figures)
+        if facts.kind == failure.UNSUPPORTED:
+            return Verdict(
+                report.nodeid, UNSUPPORTED, tier, reason=facts.headline, missing=facts.missing, figures=figures
+            )
+        return Verdict(report.nodeid, SKIPPED, tier, reason=facts.headline, figures=figures)
     if report.failed:
-        text = report.longreprtext
-        cases, replays = _CASE.findall(text), _REPLAY.findall(text)
-        reason = _first_error_line(text)
-        replay = replays[-1] if replays else f"pytest '{report.nodeid}'"
-        check, case = split_replay(replay)
+        infrastructure = facts.kind == failure.POOL_START
         return Verdict(
             report.nodeid,
-            ERROR if is_infrastructure(reason) else FAIL,
+            ERROR if infrastructure else FAIL,
             tier,
-            reason=f"{reason} Case: {cases[-1]}" if cases else reason,
-            kind=failure_kind(reason),
-            check=check,
-            case=case,
-            replay=replay,
-            figures=figures,
+            reason=facts.headline,
+            kind=facts.kind,
+            check=facts.check,
+            case=facts.case,
+            replay=facts.replay or f"pytest '{report.nodeid}'",
+            figures={**facts.figures, **figures},
+            diverged=facts.diverged,
         )
     left_out = properties.get("unsupported_examples", "")
     return Verdict(
@@ -238,18 +237,6 @@ class _VerdictCollector:
             self.config.stash[VERDICTS][report.nodeid] = verdict
 
 
-_ERROR = re.compile(r"^(?:E\s+|\s*\|\s+)((?:\w+\.)*\w*(?:Error|Exception|Hang)\b.*|Failed: .*)$", re.MULTILINE)
-
-
-def _first_error_line(text: str) -> str:
-    """The first exception line (also inside Hypothesis' exception groups, whose lines start with '|')."""
-    match = _ERROR.search(text)
-    if match:
-        return match.group(1).strip()[:240]
-    lines = [line[2:] for line in text.splitlines() if line.startswith("E ")]
-    return lines[0].strip()[:240] if lines else ""
-
-
 def pytest_sessionfinish(session, exitstatus):
     shutdown_all()
     if _is_worker(session.config) and stats.counts():
@@ -262,7 +249,7 @@ def raw_rows(verdicts) -> list[Row]:
     for v in verdicts:
         outcome = "FAIL (hang)" if v.kind == HANG else v.outcome
         reproduce = v.replay if v.outcome in (FAIL, ERROR) else ""
-        rows.append(Row(v.id, v.tier, outcome, v.reason, reproduce, v.missing_capabilities))
+        rows.append(Row(v.id, v.tier, outcome, v.reason, reproduce, tuple(v.missing), v.kind))
     return rows
 
 

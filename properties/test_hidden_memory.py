@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.checks.failure import MEMORY, ensure
 from harness.checks.parity import require
 from harness.memory.hidden import REAL_SCALES, HiddenMemoryCase, measure_hidden_memory, target_runner
 from harness.targets import load_target
@@ -29,7 +30,7 @@ def test_hidden_forward_backward_at_real_scale(name, spec):
     require(spec, _capabilities(case))
     report = measure_hidden_memory(case, target_runner(load_target(spec), case))
     print(report)
-    assert report.peak <= case.bound(), str(report)
+    ensure(report.peak <= case.bound(), MEMORY, str(report))
 
 
 @st.composite
@@ -50,4 +51,4 @@ def small_cases(draw):
 def test_hidden_generated_shapes_within_bound(case, spec):
     require(spec, _capabilities(case))
     report = measure_hidden_memory(case, target_runner(load_target(spec), case), fake=False)
-    assert report.peak <= case.bound(), str(report)
+    ensure(report.peak <= case.bound(), MEMORY, str(report))

@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.checks import record
+from harness.checks.failure import MEMORY, ensure
 from harness.checks.parity import require
 from harness.memory.logits import (
     HISTORIC_SCALES,
@@ -68,7 +69,7 @@ def memory_cases(draw):
 def test_generated_shapes_within_bound(case, spec):
     require(spec, {"token", "chunking"} | ({"entropy"} if case.with_entropy else set()))
     report = measured(measure_token_memory(case, load_target(spec), fake=False))
-    assert report.peak <= case.bound(), str(report)
+    ensure(report.peak <= case.bound(), MEMORY, str(report))
 
 
 @given(case=memory_cases())
@@ -77,7 +78,7 @@ def test_donation_within_one_logits(case, spec):
     case = case.__class__(**{**case.__dict__, "backward": True})
     report = measured(measure_token_memory(case, DonatingTarget(load_target(spec)), fake=False))
     bound = case.bound(donated=True)
-    assert report.peak <= bound, f"{report}; donation bound {bound / case.unit:.4f} x"
+    ensure(report.peak <= bound, MEMORY, f"{report}; donation bound {bound / case.unit:.4f} x")
 
 
 REAL_SCALE = {name: HISTORIC_SCALES[name] for name in ("slime-1951-tp1", "slime-1951-tp8", "skyrl-1650")}
@@ -95,7 +96,7 @@ def test_forward_backward_at_real_scale(name, spec):
     case = REAL_SCALE[name]
     report = measured(measure_token_memory(case, load_target(spec)))
     print(report)
-    assert report.peak <= case.bound(), str(report)
+    ensure(report.peak <= case.bound(), MEMORY, str(report))
 
 
 @pytest.mark.parametrize("name", sorted(REAL_SCALE))
@@ -104,7 +105,7 @@ def test_forward_only_at_real_scale(name, spec):
     case = MemoryCase(**{**REAL_SCALE[name].__dict__, "backward": False})
     report = measured(measure_token_memory(case, load_target(spec)))
     print(report)
-    assert report.peak <= case.bound(), str(report)
+    ensure(report.peak <= case.bound(), MEMORY, str(report))
 
 
 @pytest.mark.parametrize("name", sorted(REAL_SCALE))
@@ -113,7 +114,11 @@ def test_donation_at_real_scale(name, spec):
     case = REAL_SCALE[name]
     report = measured(measure_token_memory(case, DonatingTarget(load_target(spec))))
     print(report)
-    assert report.peak <= case.bound(donated=True), f"{report}; donation bound {case.bound(True) / case.unit:.4f} x"
+    ensure(
+        report.peak <= case.bound(donated=True),
+        MEMORY,
+        f"{report}; donation bound {case.bound(True) / case.unit:.4f} x",
+    )
 
 
 @pytest.mark.parametrize("fraction", [0.1, 0.25, 0.5])
@@ -138,4 +143,4 @@ def test_response_only_buffers_scale_with_kept_rows(fraction, spec):
     print(report)
     kept = response * samples
     bound = 2 * case.unit + chunk_working_set(min(case.chunk_rows, kept), case.vocab_local)
-    assert report.peak <= bound + case.rows * ROW_ALLOWANCE_BYTES, f"{report}; bound {bound / case.unit:.4f} x"
+    ensure(report.peak <= bound + case.rows * ROW_ALLOWANCE_BYTES, MEMORY, f"{report}; bound {bound / case.unit:.4f} x")

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from harness.cases.case import Case
 from harness.cases.strategies import cases
+from harness.checks.failure import LAYOUT, ensure
 from harness.checks.invariances import check_gate_invariance
 from harness.checks.parity import (
     assert_entropy_gate,
@@ -72,6 +73,6 @@ def test_empty_response_gives_empty_outputs(coef, tp, spec):
     require(spec, {"policy_loss", "entropy"})
     results = run_job(policy_job, case, spec)
     for rank, result in enumerate(results):
-        assert [v.numel() for v in result["log_probs"]] == [0, 0], f"rank {rank}: {result['log_probs']}"
-        assert [v.numel() for v in result["entropy"]] == [0, 0], f"rank {rank}: {result['entropy']}"
+        ensure([v.numel() for v in result["log_probs"]] == [0, 0], LAYOUT, f"rank {rank}: {result['log_probs']}")
+        ensure([v.numel() for v in result["entropy"]] == [0, 0], LAYOUT, f"rank {rank}: {result['entropy']}")
     assert_entropy_gate(case, results, spec)

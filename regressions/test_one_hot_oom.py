@@ -23,6 +23,7 @@ import dataclasses
 
 import pytest
 
+from harness.checks.failure import MEMORY, ensure
 from harness.checks.parity import require
 from harness.memory.hidden import REAL_SCALES as HIDDEN_REAL_SCALES
 from harness.memory.hidden import measure_hidden_memory, target_runner
@@ -48,7 +49,7 @@ def test_no_vocab_sized_int64_in_log_prob_backward(name, spec):
     report = measure_token_memory(case, load_target(spec))
     print(report)
     one_hots = int64_with_dimension(report.allocations, case.vocab_local)
-    assert not one_hots, f"{name}: a one_hot over the vocabulary: {_describe(one_hots)}; {report}"
+    ensure(not one_hots, MEMORY, f"{name}: a one_hot over the vocabulary: {_describe(one_hots)}; {report}")
 
 
 def test_no_vocab_sized_int64_in_hidden_state_backward(spec):
@@ -59,4 +60,8 @@ def test_no_vocab_sized_int64_in_hidden_state_backward(spec):
     report = measure_hidden_memory(case, target_runner(load_target(spec), case))
     print(report)
     one_hots = int64_with_dimension(report.allocations, case.vocab_local)
-    assert not one_hots, f"a one_hot over the vocabulary on the hidden-state path: {_describe(one_hots)}; {report}"
+    ensure(
+        not one_hots,
+        MEMORY,
+        f"a one_hot over the vocabulary on the hidden-state path: {_describe(one_hots)}; {report}",
+    )

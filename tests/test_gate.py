@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from harness import pytest_plugin
+from harness.checks import failure
 from harness.gate import compare, expectations, retries, single, specs
 from harness.gate.compare import Side
 from harness.gate.decision import EXIT_UNDECIDED, GATE_FILE, SUMMARY_FILE
@@ -18,8 +20,8 @@ from harness.gate.render import Row, markdown, terminal_lines
 from harness.gate.replays import Replayed
 from harness.gate.specs import ROOT
 from harness.gate.tiers import BUDGET, CONTRACT, HARDENING, TIERS, parse_tiers, tier_of_item
-from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, UNSUPPORTED, Run, Verdict, is_infrastructure, split_replay
-from harness.ranks.errors import DIVERGED
+from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, UNSUPPORTED, Run, Verdict
+from harness.ranks.errors import CollectiveHang, PoolStartError, RankError, RankHang
 
 GATE = "regressions/test_inverted_no_grad_gate.py::test_requires_grad_equals_gate_and_gradient_matches_oracle"
 PARITY = "properties/test_backward_parity.py::test_token_backward_parity"
@@ -27,7 +29,8 @@ SPECIAL = "properties/test_backward_parity.py::test_token_backward_parity_specia
 MEMORY = "properties/test_memory_bounds.py::test_forward_backward_at_real_scale[skyrl-1650]"
 PACKED = "properties/test_forward_parity.py::test_packed_forward_parity"
 CASE = '{"seed": 3, "vocab": 8}'
-REPLAY = f"python -m harness.replay harness.checks.parity:check_token_backward --target T --case '{CASE}'"
+CHECK = "harness.checks.parity:check_token_backward"
+REPLAY = f"python -m harness.replay {CHECK} --target T --case '{CASE}'"
 
 
 def verdict(id, outcome=PASS, tier=CONTRACT, **extra) -> Verdict:
@@ -90,9 +93,48 @@ def test_collected_suite_declares_a_tier_per_check():
 # ---- verdicts --------------------------------------------------------------------------
 
 
-def test_replay_command_splits_into_check_and_case():
-    assert split_replay(REPLAY) == ("harness.checks.parity:check_token_backward", CASE)
-    assert split_replay("pytest 'x::y'") == ("", "")
+class _Report:
+    """What the plugin's verdict path reads of a pytest report (when, outcome, user properties)."""
+
+    def __init__(self, outcome, facts, when="call"):
+        self.nodeid, self.when, self.outcome = PARITY, when, outcome
+        self.failed, self.skipped = outcome == "failed", outcome == "skipped"
+        self.user_properties = [("tier", CONTRACT), (pytest_plugin.FACTS, facts.to_dict())]
+
+
+def _verdict_of(exc: BaseException, outcome="failed") -> Verdict:
+    return pytest_plugin._raw_verdict(_Report(outcome, failure.facts_of(exc)))
+
+
+@pytest.mark.parametrize("wording", ["rank 1 stuck in all_reduce", "a completely reworded message: Case: {} Replay:"])
+def test_verdict_facts_come_from_the_exception_not_its_message(wording):
+    """Rewording a message changes no verdict: kind, infrastructure, replay and capabilities are facts."""
+    hang = _verdict_of(RankHang(wording))
+    assert (hang.outcome, hang.kind, hang.diverged) == (FAIL, HANG, False)
+    proven = CollectiveHang(wording)
+    proven.diverged = True
+    assert _verdict_of(proven).diverged
+    assert (_verdict_of(PoolStartError(wording)).outcome, _verdict_of(RankError(wording)).kind) == (ERROR, "error")
+    wrong = failure.mark(failure.CheckFailure(wording, kind=failure.GRADIENT), check=CHECK, case=CASE, replay=REPLAY)
+    verdict = _verdict_of(wrong)
+    assert (verdict.kind, verdict.check, verdict.case, verdict.replay) == (failure.GRADIENT, CHECK, CASE, REPLAY)
+    assert verdict.replayable and verdict.reason == f"CheckFailure: {wording}"
+    # Hypothesis reports several distinct failures as a group: the one carrying a Case decides.
+    group = ExceptionGroup("two bugs", [ValueError(wording), wrong])
+    assert _verdict_of(group).kind == failure.GRADIENT
+    skipped = failure.mark(pytest.skip.Exception(wording), kind=failure.UNSUPPORTED, missing=["cp_zigzag"])
+    assert (_verdict_of(skipped, "skipped").outcome, _verdict_of(skipped, "skipped").missing) == (
+        UNSUPPORTED,
+        ["cp_zigzag"],
+    )
+    plain_skip = _verdict_of(pytest.skip.Exception(f"UNSUPPORTED: {wording}"), "skipped")
+    assert plain_skip.outcome == "SKIPPED"  # the word in a message makes nothing UNSUPPORTED
+    assert _verdict_of(AssertionError(wording)).kind == failure.ASSERTION
+
+
+def test_check_failure_kinds_are_validated():
+    with pytest.raises(ValueError, match="kind='valu'"):
+        failure.CheckFailure("x", kind="valu")
 
 
 def test_verdicts_round_trip(tmp_path):
@@ -220,8 +262,8 @@ def sides():
 
 
 def failing(id, case, tier=CONTRACT, **extra):
-    check, _ = split_replay(REPLAY)
-    return verdict(id, FAIL, tier, reason=f"bad on {case}", check=check, case=case, replay=REPLAY, **extra)
+    extra.setdefault("kind", failure.VALUE)
+    return verdict(id, FAIL, tier, reason=f"bad on {case}", check=CHECK, case=case, replay=REPLAY, **extra)
 
 
 def test_new_fail_fixed_and_still_failing():
@@ -237,8 +279,8 @@ def test_new_fail_fixed_and_still_failing():
     assert decision.exit_code == 1
     # Only the differing checks were replayed, each on the other side.
     assert sorted(replay.calls) == [
-        ("base", [(split_replay(REPLAY)[0], "c3")]),
-        ("head", [(split_replay(REPLAY)[0], "c1")]),
+        ("base", [(CHECK, "c3")]),
+        ("head", [(CHECK, "c1")]),
     ]
 
 
@@ -289,7 +331,6 @@ POOL_DOWN = "harness.ranks.errors.PoolStartError: the rank pool of world size 4 
 
 def test_pool_start_failure_is_an_error_not_a_fail():
     """The machine's failure is ERROR: never red for the target, exit 3 (undecided) when gated."""
-    assert is_infrastructure(POOL_DOWN) and not is_infrastructure("harness.ranks.errors.RankHang: rank 1 stuck")
     result = run(verdict(GATE, ERROR, reason=POOL_DOWN), verdict(PARITY, FAIL, reason="NaN"))
     decision = single.classify(result, {PARITY: expectations.Expectation(PARITY, "NaN entropy")})
     assert {row.id: row.outcome for row in decision.rows} == {GATE: ERROR, PARITY: "KNOWN"}
@@ -391,11 +432,7 @@ def test_specs(tmp_path):
 
 def test_a_hang_where_a_rank_finished_is_not_replayed():
     """A rank that finished without joining the collective its peers waited in proves the hang: no replay."""
-    proven = failing(GATE, "c1", kind=HANG)
-    proven.reason = (
-        "CollectiveHang: job j on a world of 2 (tp=1, cp=2): rank(s) [1] waited 8.0 s in a collective that "
-        f"rank(s) [0] {DIVERGED} (the ranks issued different collectives: a hang whatever the deadline)"
-    )
+    proven = failing(GATE, "c1", kind=HANG, diverged=True)
     timed_out = failing(PARITY, "c2", kind=HANG)
     result = run(proven, timed_out)
     replay = fake_replay({("head", "c1"): PASS, ("head", "c2"): FAIL})

@@ -8,6 +8,7 @@ path, where slime's allgather-CP re-grad and the DSA hang shipped.
 from __future__ import annotations
 
 from harness.cases.case import Case
+from harness.checks.failure import GRAPH, ensure
 from harness.checks.parity import (
     assert_entropy_gate,
     entropy_gate,
@@ -30,7 +31,7 @@ def check_cp_requires_grad(case: Case, spec: str = "impl") -> None:
     # Forward only: the flags are the bug; the backward hang they cause is test_dsa_hang's.
     results = run_job(policy_job, case, spec, compare_traces=False, backward=False)
     flags = {rank: (r["log_probs_requires_grad"], r["entropy_requires_grad"]) for rank, r in enumerate(results)}
-    assert len({repr(f) for f in flags.values()}) == 1, f"requires_grad differs across ranks: {flags}"
+    ensure(len({repr(f) for f in flags.values()}) == 1, GRAPH, f"requires_grad differs across ranks: {flags}")
     assert_entropy_gate(case, results, spec)
     assert_collectives_consistent(case, results)
 

@@ -17,6 +17,7 @@ import torch
 from harness.cases.case import Case
 from harness.cases.hidden import global_hidden, global_weight, hidden_size
 from harness.checks.expected_hidden import hidden_reference
+from harness.checks.failure import GRADIENT, GRAPH, MUTATION, VALUE, ensure
 from harness.checks.parity import option_capabilities, replayable, replicated, require
 from harness.checks.tolerance import (
     assert_close,
@@ -41,10 +42,9 @@ def assert_hidden_inputs_unmutated(results: list) -> None:
     """docs/bugs.md #2 on this path: hidden and weight bit-identical, version counters unchanged, on every rank."""
     for rank, result in enumerate(results):
         for name in ("hidden", "weight"):
-            assert result[f"{name}_unchanged"], f"rank {rank}: the target modified {name}'s values"
-            assert result[f"{name}_version_delta"] == 0, (
-                f"rank {rank}: {name}'s version counter moved by {result[f'{name}_version_delta']} (an in-place write)"
-            )
+            ensure(result[f"{name}_unchanged"], MUTATION, f"rank {rank}: the target modified {name}'s values")
+            delta = result[f"{name}_version_delta"]
+            ensure(delta == 0, MUTATION, f"rank {rank}: {name}'s version counter moved by {delta} (an in-place write)")
 
 
 def _value_scale(case: Case) -> float:
@@ -78,12 +78,13 @@ def check_hidden_backward(case: Case, spec: str = "impl") -> None:
     hidden, weight = global_hidden(case), global_weight(case)
     scale_hidden, scale_weight = hidden_gradient_scales(hidden, weight, ref.grad_logits, case.temperature, upstream)
     assert_close(
-        replicated(results, "grad_hidden"),
+        replicated(results, "grad_hidden", kind=GRADIENT),
         ref.grad_hidden,
         naive.grad_hidden,
         what="grad(hidden)",
         scale=scale_hidden,
         out_dtype=case.torch_dtype,
+        kind=GRADIENT,
     )
     assert_close(
         torch.cat([r["grad_weight"] for r in results], dim=0),
@@ -92,6 +93,7 @@ def check_hidden_backward(case: Case, spec: str = "impl") -> None:
         what="grad(weight)",
         scale=scale_weight,
         out_dtype=case.torch_dtype,
+        kind=GRADIENT,
     )
     assert_hidden_inputs_unmutated(results)
 
@@ -115,7 +117,9 @@ def check_hidden_chunk_invariance(case: Case, spec: str = "impl") -> None:
     for rank, (x, y) in enumerate(zip(chunked, whole)):
         for key in KEYS:
             if x[key] is not None or y[key] is not None:
-                assert_identical(x[key], y[key], what=f"rank {rank} {key}, chunk_size={case.chunk_size} vs one chunk")
+                kind = GRADIENT if key.startswith("grad") else VALUE
+                what = f"rank {rank} {key}, chunk_size={case.chunk_size} vs one chunk"
+                assert_identical(x[key], y[key], what=what, kind=kind)
 
 
 @replayable
@@ -128,9 +132,13 @@ def check_hidden_gate_invariance(case: Case, spec: str = "impl") -> None:
     for rank, (x, y) in enumerate(zip(on, off)):
         for key in ("log_probs", "entropy"):
             assert_identical(y[key], x[key], what=f"rank {rank} {key}, gate off vs on")
-        assert y["entropy_requires_grad"] is False, f"rank {rank}: entropy_grad=False returned entropy with a graph"
-        assert x["entropy_requires_grad"], f"rank {rank}: entropy_grad=True returned entropy without a graph"
-        assert y["log_probs_requires_grad"], f"rank {rank}: log-probs lost their graph with the gate off"
+        ensure(
+            y["entropy_requires_grad"] is False,
+            GRAPH,
+            f"rank {rank}: entropy_grad=False returned entropy with a graph",
+        )
+        ensure(x["entropy_requires_grad"], GRAPH, f"rank {rank}: entropy_grad=True returned entropy without a graph")
+        ensure(y["log_probs_requires_grad"], GRAPH, f"rank {rank}: log-probs lost their graph with the gate off")
 
 
 @replayable
@@ -146,4 +154,4 @@ def check_hidden_tp_consistency(case: Case, spec: str = "impl") -> None:
     assert case.tp > 1, "TP consistency needs tp > 1"
     results = run_job(hidden_job, case, spec)
     for key in ("log_probs", "entropy", "grad_hidden"):
-        replicated(results, key)
+        replicated(results, key, kind=GRADIENT if key.startswith("grad") else VALUE)

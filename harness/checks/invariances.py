@@ -16,6 +16,7 @@ allow.
 from __future__ import annotations
 
 from harness.cases.case import Case
+from harness.checks.failure import GRADIENT, GRAPH, LAYOUT, ensure
 from harness.checks.parity import (
     assert_dropped_zero,
     assert_packed_backward,
@@ -46,7 +47,11 @@ def _assert_outputs_identical(case: Case, first: list, second: list, label: str,
         for key in keys:
             x, y = a.get(key), b.get(key)
             if x is None or y is None:
-                assert x is None and y is None, f"rank {rank} {key}: returned in one configuration only ({label})"
+                ensure(
+                    x is None and y is None,
+                    LAYOUT,
+                    f"rank {rank} {key}: returned in one configuration only ({label})",
+                )
                 continue
             for i, (u, v) in enumerate(zip(x, y) if isinstance(x, list) else [(x, y)]):
                 assert_identical(v, u, what=f"rank {rank} {key}[{i}], {label}")
@@ -54,7 +59,7 @@ def _assert_outputs_identical(case: Case, first: list, second: list, label: str,
 
 def _assert_grads_identical(first: list, second: list, label: str) -> None:
     for rank, (a, b) in enumerate(zip(first, second)):
-        assert_identical(b["grad"], a["grad"], what=f"rank {rank} grad(logits), {label}")
+        assert_identical(b["grad"], a["grad"], what=f"rank {rank} grad(logits), {label}", kind=GRADIENT)
 
 
 # ---- chunking and the entropy-gradient gate, at either level -------------------------------
@@ -91,14 +96,18 @@ def _assert_gate_flags(off: list, token_level: bool) -> None:
     for rank, result in enumerate(off):
         if token_level:
             flag = result["entropy_requires_grad"]
-            assert flag is False, f"rank {rank}: entropy_grad=False returned entropy that requires grad: {flag}"
+            ensure(flag is False, GRAPH, f"rank {rank}: entropy_grad=False returned entropy that requires grad: {flag}")
             continue
         entropy = zip(result["entropy_requires_grad"], (v.numel() for v in result["entropy"]))
         kept = [i for i, (flag, size) in enumerate(entropy) if size and flag]
-        assert not kept, f"rank {rank}: entropy_grad=False returned entropy that requires grad (sample(s) {kept})"
+        ensure(
+            not kept,
+            GRAPH,
+            f"rank {rank}: entropy_grad=False returned entropy that requires grad (sample(s) {kept})",
+        )
         log_probs = zip(result["log_probs_requires_grad"], (v.numel() for v in result["log_probs"]))
         lost = [i for i, (flag, size) in enumerate(log_probs) if size and not flag]
-        assert not lost, f"rank {rank}: log-probs of sample(s) {lost} lost their graph with the gate off"
+        ensure(not lost, GRAPH, f"rank {rank}: log-probs of sample(s) {lost} lost their graph with the gate off")
 
 
 def _gate_invariance(case: Case, spec: str, exact: bool | None, level: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from harness.cases.case import Case
 from harness.checks import expected
+from harness.checks.failure import ACCEPTED, ERROR, GRADIENT, MUTATION, VALUE, ensure
 from harness.checks.parity import (
     assemble_grad,
     assert_inputs_unmutated,
@@ -38,11 +39,10 @@ def check_shared_logits(case: Case, spec: str = "impl", *, backwards: int = 1) -
     chunk_size = case.chunk_size or max(1, case.rows // 2)
     results = run_job(shared_logits_job, case, spec, chunk_size=chunk_size, backwards=backwards)
     for rank, result in enumerate(results):
-        assert result["after_forward"]["logits_unchanged"], f"rank {rank}: the forward modified the logits"
-        assert result["after_forward"]["logits_version_delta"] == 0, (
-            f"rank {rank}: the forward moved the logits' version counter by "
-            f"{result['after_forward']['logits_version_delta']}"
-        )
+        after = result["after_forward"]
+        ensure(after["logits_unchanged"], MUTATION, f"rank {rank}: the forward modified the logits")
+        delta = after["logits_version_delta"]
+        ensure(delta == 0, MUTATION, f"rank {rank}: the forward moved the logits' version counter by {delta}")
     assert_inputs_unmutated(results)
     ref = expected.shared_logits_reference(case)
     scale = value_scale(case.global_logits(), case.temperature)
@@ -63,6 +63,7 @@ def check_shared_logits(case: Case, spec: str = "impl", *, backwards: int = 1) -
             what=f"grad(logits), {label}",
             scale=grad_scale(case, upstream),
             out_dtype=case.torch_dtype,
+            kind=GRADIENT,
         )
 
 
@@ -88,16 +89,23 @@ def check_donation(case: Case, spec: str = "impl") -> None:
     results = run_job(donation_job, case, spec)
     for rank, result in enumerate(results):
         plain, donated = result["plain"], result["donated"]
-        assert plain["error"] is None and donated["error"] is None, f"rank {rank}: {plain['error'] or donated['error']}"
+        ensure(
+            plain["error"] is None and donated["error"] is None,
+            ERROR,
+            f"rank {rank}: {plain['error'] or donated['error']}",
+        )
         for key in ("log_probs", "entropy", "grad"):
-            assert_identical(donated[key], plain[key], what=f"rank {rank} {key}, donated vs plain")
-        assert result["twice"]["error"] is not None, f"rank {rank}: a second backward after donation did not refuse"
+            kind = GRADIENT if key == "grad" else VALUE
+            assert_identical(donated[key], plain[key], what=f"rank {rank} {key}, donated vs plain", kind=kind)
+        refused = result["twice"]["error"] is not None
+        ensure(refused, ACCEPTED, f"rank {rank}: a second backward after donation did not refuse")
         for consumer in ("before", "after"):
             reference_run, run = result[f"consumer_{consumer}"], result[f"donated_consumer_{consumer}"]
-            assert reference_run["error"] is None, f"rank {rank}: {reference_run['error']}"
+            ensure(reference_run["error"] is None, ERROR, f"rank {rank}: {reference_run['error']}")
             if run["error"] is None:
                 assert_identical(
                     run["grad"],
                     reference_run["grad"],
                     what=f"rank {rank} grad with another consumer {consumer}, donated vs plain",
+                    kind=GRADIENT,
                 )

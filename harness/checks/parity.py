@@ -3,8 +3,9 @@
 Each ``check_*(case, target)`` runs the Case on every rank against the target
 (an adapter spec such as ``"impl"``), compares with the float64 oracle under
 the tolerance policy or bit for bit where the math promises it, and raises
-AssertionError with the diagnostics. Any failure carries the Case as JSON and
-a one-line replay command (added as an exception note), so a shrunk
+a ``CheckFailure`` naming its kind (``harness/checks/failure.py``) with the
+diagnostics. Any failure carries the Case as JSON and a one-line replay
+command as facts (and, for people, as exception notes), so a shrunk
 Hypothesis counterexample can be rerun exactly, outside pytest.
 """
 
@@ -20,6 +21,7 @@ from hypothesis.control import currently_in_test_context
 from harness.cases import policy
 from harness.cases.case import Case
 from harness.checks import expected, record
+from harness.checks.failure import GRADIENT, GRAPH, LAYOUT, MUTATION, UNSUPPORTED, VALUE, CheckFailure, ensure, mark
 from harness.checks.tolerance import assert_close, assert_identical, gradient_scale, value_scale
 from harness.jobs.logits import packed_job, policy_job, token_job
 from harness.ranks.run import run_job
@@ -40,8 +42,11 @@ def replayable(fn):
         except Unsupported:
             raise
         except BaseException as exc:
-            exc.add_note(f"Case: {case.to_json()}")
-            exc.add_note(f"Replay: {replay_command(f'{fn.__module__}:{fn.__name__}', case, spec)}")
+            check = f"{fn.__module__}:{fn.__name__}"
+            replay = replay_command(check, case, spec)
+            mark(exc, check=check, case=case.to_json(), replay=replay)
+            exc.add_note(f"Case: {case.to_json()}")  # for the person reading the traceback; the verdict reads facts
+            exc.add_note(f"Replay: {replay}")
             raise
 
     return wrapper
@@ -96,8 +101,9 @@ def require(spec: str, capabilities) -> None:
         reject()
     message = f"target {load_target(spec).name!r} does not support {sorted(missing)}"
     if "pytest" in sys.modules:
-        sys.modules["pytest"].skip(f"UNSUPPORTED: {message}")
-    raise Unsupported(message)
+        skip = sys.modules["pytest"].skip.Exception(f"UNSUPPORTED: {message}", allow_module_level=True)
+        raise mark(skip, kind=UNSUPPORTED, missing=sorted(missing))
+    raise mark(Unsupported(message), kind=UNSUPPORTED, missing=sorted(missing))
 
 
 def _cp_groups(case: Case, results: list) -> list[list]:
@@ -118,26 +124,33 @@ def assemble_grad(case: Case, results: list, key: str = "grad") -> torch.Tensor:
     full = torch.zeros(case.rows, case.vocab, dtype=shards[0].dtype)
     for cp_rank, shard in enumerate(shards):
         rows = case.local_rows(cp_rank)
-        assert shard.shape[0] == len(rows), f"CP rank {cp_rank}: gradient has {shard.shape[0]} rows, layout {len(rows)}"
+        ensure(
+            shard.shape[0] == len(rows),
+            LAYOUT,
+            f"CP rank {cp_rank}: gradient has {shard.shape[0]} rows, layout {len(rows)}",
+        )
         held = [k for k, row in enumerate(rows) if row is not None]
         padding = [k for k, row in enumerate(rows) if row is None]
-        assert bool((shard[padding] == 0).all()), f"CP rank {cp_rank}: padding rows received a gradient"
+        ensure(bool((shard[padding] == 0).all()), GRADIENT, f"CP rank {cp_rank}: padding rows received a gradient")
         full[[rows[k] for k in held]] = shard[held]
     return full
 
 
-def replicated(results: list, key: str):
+def replicated(results: list, key: str, kind: str = VALUE):
     """A per-rank output that every rank in ``results`` must return identically; returns the first's."""
     first = results[0][key]
     for rank, result in enumerate(results[1:], start=1):
         other = result[key]
         if first is None or other is None:
-            assert first is None and other is None, f"{key}: rank 0 returned {first!r}, rank {rank} {other!r}"
+            if not (first is None and other is None):
+                raise CheckFailure(f"{key}: rank 0 returned {first!r}, rank {rank} {other!r}", kind=LAYOUT)
             continue
         firsts, others = (first, other) if isinstance(first, list) else ([first], [other])
-        assert len(firsts) == len(others), f"{key}: rank 0 has {len(firsts)} samples, rank {rank} {len(others)}"
+        ensure(
+            len(firsts) == len(others), LAYOUT, f"{key}: rank 0 has {len(firsts)} samples, rank {rank} {len(others)}"
+        )
         for i, (a, b) in enumerate(zip(firsts, others)):
-            assert_identical(b, a, what=f"{key}[{i}] on rank {rank} vs rank 0")
+            assert_identical(b, a, what=f"{key}[{i}] on rank {rank} vs rank 0", kind=kind)
     return first
 
 
@@ -148,7 +161,7 @@ def gather_samples(case: Case, results: list, key: str):
     """
     per_cp = [replicated(group, key) for group in _cp_groups(case, results)]
     if per_cp[0] is None:
-        assert all(values is None for values in per_cp), f"{key}: returned by some CP ranks only"
+        ensure(all(values is None for values in per_cp), LAYOUT, f"{key}: returned by some CP ranks only")
         return None
     out = []
     for i, response in enumerate(case.response_lengths):
@@ -156,12 +169,14 @@ def gather_samples(case: Case, results: list, key: str):
         covered = torch.zeros(response, dtype=torch.long)
         for cp_rank, values in enumerate(per_cp):
             view = case.views(cp_rank)[i]
-            assert values[i].shape[0] == len(view), (
-                f"{key}[sample {i}] on CP rank {cp_rank}: {values[i].shape[0]} values for a zigzag view of {len(view)}"
+            ensure(
+                values[i].shape[0] == len(view),
+                LAYOUT,
+                f"{key}[sample {i}] on CP rank {cp_rank}: {values[i].shape[0]} values for a zigzag view of {len(view)}",
             )
             full[view] = values[i]
             covered[view] += 1
-        assert bool((covered == 1).all()), f"{key}[sample {i}]: positions covered {covered.tolist()} times"
+        ensure(bool((covered == 1).all()), LAYOUT, f"{key}[sample {i}]: positions covered {covered.tolist()} times")
         out.append(full)
     return out
 
@@ -169,10 +184,12 @@ def gather_samples(case: Case, results: list, key: str):
 def assert_inputs_unmutated(results: list) -> None:
     """Bug 2: the logits are bit-identical and their version counter unchanged after fwd+bwd."""
     for rank, result in enumerate(results):
-        assert result["logits_unchanged"], f"rank {rank}: the target modified the logits' values"
-        assert result["logits_version_delta"] == 0, (
+        ensure(result["logits_unchanged"], MUTATION, f"rank {rank}: the target modified the logits' values")
+        ensure(
+            result["logits_version_delta"] == 0,
+            MUTATION,
             f"rank {rank}: the logits' version counter moved by {result['logits_version_delta']} "
-            "(an in-place write on the input, the mechanism of SkyRL #1648)"
+            "(an in-place write on the input, the mechanism of SkyRL #1648)",
         )
 
 
@@ -186,7 +203,7 @@ def _max_abs(values) -> float:
 
 
 def _compare_samples(actual: list, ref: list, naive: list, what: str, case: Case) -> None:
-    assert len(actual) == len(ref), f"{what}: {len(actual)} samples returned, {len(ref)} expected"
+    ensure(len(actual) == len(ref), LAYOUT, f"{what}: {len(actual)} samples returned, {len(ref)} expected")
     scale = value_scale(case.global_logits(), case.temperature)
     for i, (a, r, n) in enumerate(zip(actual, ref, naive)):
         assert_close(a, r, n, what=f"{what}[sample {i}]", scale=scale)
@@ -202,6 +219,7 @@ def _assert_probe_grad(case: Case, results: list, ref, naive, a: list, b: list) 
         what="grad(logits)",
         scale=grad_scale(case, upstream),
         out_dtype=case.torch_dtype,
+        kind=GRADIENT,
     )
     assert_inputs_unmutated(results)
 
@@ -255,7 +273,8 @@ def only_consumed(values: list, consumed: list) -> list:
 def assert_dropped_zero(values: list, consumed: list, what: str) -> None:
     for i, (v, c) in enumerate(zip(values, consumed)):
         dropped = v[~c]
-        assert bool((dropped == 0).all()), f"{what}[sample {i}]: dropped positions must read 0, got {dropped}"
+        if not bool((dropped == 0).all()):
+            raise CheckFailure(f"{what}[sample {i}]: dropped positions must read 0, got {dropped}", kind=VALUE)
 
 
 @replayable
@@ -318,26 +337,32 @@ def assert_entropy_gate(case: Case, results: list, spec: str = "impl") -> None:
     for rank, result in enumerate(results):
         flags = result["entropy_requires_grad"]
         if flags is None:
-            assert not case.with_entropy, f"rank {rank}: entropy was requested but not returned"
+            ensure(not case.with_entropy, LAYOUT, f"rank {rank}: entropy was requested but not returned")
             continue
         sizes = [v.numel() for v in result["entropy"]] if result.get("entropy") is not None else [1] * len(flags)
         for i, (flag, size) in enumerate(zip(flags, sizes, strict=True)):
             if size == 0 or (not gate and not gated):
                 continue
-            assert flag == gate, (
+            ensure(
+                flag == gate,
+                GRAPH,
                 f"rank {rank}, sample {i}: entropy.requires_grad={flag} but the gate "
-                f"(with_entropy={case.with_entropy} and entropy_coef={case.entropy_coef} != 0) is {gate}"
+                f"(with_entropy={case.with_entropy} and entropy_coef={case.entropy_coef} != 0) is {gate}",
             )
         if result.get("log_probs_requires_grad") is not None:
             log_prob_sizes = [v.numel() for v in result.get("log_probs") or []] or [1] * len(flags)
-            assert all(flag for flag, size in zip(result["log_probs_requires_grad"], log_prob_sizes) if size), (
-                f"rank {rank}: a returned non-empty log-prob has no graph"
+            ensure(
+                all(flag for flag, size in zip(result["log_probs_requires_grad"], log_prob_sizes) if size),
+                GRAPH,
+                f"rank {rank}: a returned non-empty log-prob has no graph",
             )
         if not gate and gated and result.get("entropy_grad_fn_is_none") is not None:
             with_graph = [
                 i for i, (none, size) in enumerate(zip(result["entropy_grad_fn_is_none"], sizes)) if size and not none
             ]
-            assert not with_graph, f"rank {rank}: gated-off entropy of sample(s) {with_graph} still has a grad_fn"
+            ensure(
+                not with_graph, GRAPH, f"rank {rank}: gated-off entropy of sample(s) {with_graph} still has a grad_fn"
+            )
 
 
 def policy_upstream(case: Case) -> float:
@@ -367,6 +392,7 @@ def assert_policy_loss(case: Case, results: list, spec: str) -> None:
         what="grad(logits) of the policy loss",
         scale=grad_scale(case, policy_upstream(case)),
         out_dtype=case.torch_dtype,
+        kind=GRADIENT,
     )
     assert_inputs_unmutated(results)
 
@@ -386,6 +412,7 @@ def check_entropy_bonus_gradient(case: Case, spec: str = "impl") -> None:
         what="grad(coef) - grad(0)",
         scale=2 * grad_scale(case, policy_upstream(case)),
         out_dtype=case.torch_dtype,
+        kind=GRADIENT,
     )
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.checks.failure import LAYOUT, VALUE, CheckFailure, ensure
+
 NAIVE_FACTOR = 2.0
 FLOOR_ULPS = 8.0
 FP32_EPS = torch.finfo(torch.float32).eps
@@ -99,23 +101,29 @@ def compare(
 
 
 def assert_close(
-    actual, ref, naive, *, what: str, scale: float, out_dtype=torch.float32, rounding: float = 0.0
+    actual, ref, naive, *, what: str, scale: float, out_dtype=torch.float32, rounding: float = 0.0, kind: str = VALUE
 ) -> Comparison:
+    """Raise a ``CheckFailure`` of ``kind`` (a value, or ``GRADIENT``) carrying the error and its bound."""
     result = compare(actual, ref, naive, what=what, scale=scale, out_dtype=out_dtype, rounding=rounding)
-    assert result.ok, str(result)
+    if not result.ok:
+        figures = {"max_error": result.max_error, "bound": result.bound, "naive_error": result.naive_error}
+        raise CheckFailure(str(result), kind=kind, figures=figures)
     return result
 
 
-def assert_identical(actual: torch.Tensor, expected: torch.Tensor, *, what: str) -> None:
+def assert_identical(actual: torch.Tensor, expected: torch.Tensor, *, what: str, kind: str = VALUE) -> None:
     """Bit-identical, where the math promises it (gate on/off, response-only vs full)."""
     actual, expected = actual.detach().cpu(), expected.detach().cpu()
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    shape, wanted = tuple(actual.shape), tuple(expected.shape)
+    ensure(shape == wanted, LAYOUT, lambda: f"{what}: shape {shape} != {wanted}")
     same = (actual == expected) | (torch.isnan(actual) & torch.isnan(expected))
     if not bool(same.all()):
         index = int((~same).flatten().nonzero()[0])
-        raise AssertionError(
+        raise CheckFailure(
             f"{what}: not bit-identical at flat index {index}: {actual.flatten()[index].item()!r} "
-            f"vs {expected.flatten()[index].item()!r} ({int((~same).sum())} of {same.numel()} differ)"
+            f"vs {expected.flatten()[index].item()!r} ({int((~same).sum())} of {same.numel()} differ)",
+            kind=kind,
+            figures={"differing": int((~same).sum())},
         )
 
 

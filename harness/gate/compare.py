@@ -113,14 +113,14 @@ def _classify(decision: Decision, b: Verdict | None, h: Verdict, base: Side, hea
     if h.outcome == ERROR or (h.outcome == FAIL and b is not None and b.outcome == ERROR):
         undecided = h if h.outcome == ERROR else b
         side = "the PR" if h.outcome == ERROR else "the base"
-        detail = f"{side} could not be decided: {undecided.short_reason}"
+        detail = f"{side} could not be decided: {undecided.reason}"
         decision.rows.append(row(h, ERROR, detail))
         decision.errors.append(entry(h, detail))
         return
     if h.outcome == FAIL:
         if b is not None and b.outcome == FAIL:
             if _worse(changes):
-                reason = f"worse than the base: {figures}: {h.short_reason}"
+                reason = f"worse than the base: {figures}: {h.reason}"
                 decision.rows.append(row(h, NEW_FAIL + _hang(h), reason))
                 decision.new_failures.append(entry(h, reason))
                 return
@@ -142,7 +142,7 @@ def _classify(decision: Decision, b: Verdict | None, h: Verdict, base: Side, hea
                 decision.notes.append(f"`{h.id}`: replay on the base gave {result.outcome}: {result.reason}")
         base_said = "" if b is None or b.outcome in (PASS, FAIL) else f" (the base: {b.outcome})"
         decision.rows.append(row(h, NEW_FAIL + _hang(h), h.reason + base_said))
-        decision.new_failures.append(entry(h, h.short_reason + base_said))
+        decision.new_failures.append(entry(h, h.reason + base_said))
         return
     if h.outcome == PASS and b is not None and b.outcome == FAIL:
         result = replayed.get((head.label, b.check, b.case)) if b.replayable else None
@@ -151,7 +151,7 @@ def _classify(decision: Decision, b: Verdict | None, h: Verdict, base: Side, hea
             decision.rows.append(row(h, STILL_FAILING, detail))
             decision.still_failing.append(Entry(h.id, h.tier, detail, b.case, b.replay))
             return
-        decision.rows.append(row(h, FIXED, f"the base failed: {b.short_reason}"))
+        decision.rows.append(row(h, FIXED, f"the base failed: {b.reason}"))
         decision.fixed.append(entry(b))
         return
     if h.outcome == UNSUPPORTED and b is not None and b.outcome in (PASS, FAIL):

@@ -138,8 +138,10 @@ class Decision:
 
 def row(verdict, outcome: str, detail: str = "") -> Row:
     reproduce = verdict.replay if verdict.outcome in (FAIL, ERROR) else ""
-    return Row(verdict.id, verdict.tier, outcome, detail or verdict.reason, reproduce, verdict.missing_capabilities)
+    return Row(
+        verdict.id, verdict.tier, outcome, detail or verdict.reason, reproduce, tuple(verdict.missing), verdict.kind
+    )
 
 
 def entry(verdict, reason: str = "") -> Entry:
-    return Entry(verdict.id, verdict.tier, reason or verdict.short_reason, verdict.case, verdict.replay)
+    return Entry(verdict.id, verdict.tier, reason or verdict.reason, verdict.case, verdict.replay)

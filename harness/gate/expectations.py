@@ -109,7 +109,7 @@ def render(run: Run, previous: dict[str, Expectation], header: str) -> str:
         if verdict.outcome != FAIL:
             continue
         known = previous.get(verdict.id)
-        reason = known.reason if known else TO_EXPLAIN + verdict.short_reason
+        reason = known.reason if known else TO_EXPLAIN + verdict.reason
         lines += _entry(verdict.id, verdict.tier, reason, known.link if known else "")
     for known in sorted(previous.values(), key=lambda e: (e.tier, e.id)):
         if known.id not in checks:

@@ -28,6 +28,7 @@ class Row:
     detail: str = ""
     reproduce: str = ""
     missing: tuple = ()
+    kind: str = ""  # of a failure: how it failed (harness.checks.failure)
 
     @property
     def section(self) -> str:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness import ROOT
-from harness.gate.verdicts import failure_kind
+from harness.checks import failure
 
 # One subprocess replaying a side's counterexamples: generous, a hang replay waits out its deadlines.
 REPLAY_TIMEOUT_S = 900.0
@@ -35,16 +35,10 @@ class Replayed:
     kind: str = ""
 
 
-def _first_line(exc: BaseException) -> str:
-    text = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}".replace("builtins.", "")
-    return text.splitlines()[0][:240]
-
-
 def replay_one(check: str, case_json: str, target: str) -> Replayed:
     """Run ``check`` on the Case in this process; never raises."""
     from harness.cases.case import Case
     from harness.names import resolve
-    from harness.targets import Unsupported
 
     try:
         function = resolve(check)
@@ -52,10 +46,10 @@ def replay_one(check: str, case_json: str, target: str) -> Replayed:
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # the check's failure, whatever it raised (pytest's skip is a BaseException)
-        if isinstance(exc, Unsupported) or type(exc).__name__ == "Skipped":
-            return Replayed(check, case_json, "UNSUPPORTED", str(exc))
-        reason = _first_line(exc)
-        return Replayed(check, case_json, "FAIL", reason, failure_kind(reason))
+        facts = failure.facts_of(exc)
+        if facts.kind == failure.UNSUPPORTED:
+            return Replayed(check, case_json, "UNSUPPORTED", facts.headline)
+        return Replayed(check, case_json, "FAIL", facts.headline, facts.kind)
     return Replayed(check, case_json, "PASS")
 
 

@@ -14,7 +14,7 @@ so two kinds of verdict are checked again before the gate decides:
   was a deadline missed under load and becomes ERROR ("did not reproduce").
   A replay that fails differently keeps the FAIL: the check failed either way.
   A hang whose report shows a rank that FINISHED the job without joining the
-  collective its peers waited in (``harness.ranks.errors.DIVERGED``) is not
+  collective its peers waited in (the verdict's ``diverged`` fact) is not
   replayed: the ranks' collective sequences differed, which no load can
   cause, so it is reproduced by construction (and a replay would only wait
   out another deadline per hang: a hang-class bug must cost at most about twice a correct target).
@@ -27,15 +27,12 @@ from dataclasses import replace
 
 from harness.gate.replays import REPLAY_TIMEOUT_S, replay_in_subprocess
 from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, Run
-from harness.ranks.errors import DIVERGED
 
 
 def confirm_hangs(run: Run, target: str, env: dict, *, replay=replay_in_subprocess) -> list[str]:
     """Replay ``run``'s replayable hangs on ``target``; those that pass become ERROR. Returns the ids changed."""
     hangs = [
-        v
-        for v in run.checks().values()
-        if v.outcome == FAIL and v.kind == HANG and v.replayable and DIVERGED not in v.reason
+        v for v in run.checks().values() if v.outcome == FAIL and v.kind == HANG and v.replayable and not v.diverged
     ]
     if not hangs:
         return []

@@ -1,10 +1,12 @@
 """The raw verdict of one check, and the ``verdicts.json`` of one run.
 
-The pytest plugin writes a run's verdicts (outcome, tier, first error line,
-the shrunk Case and the check that replays it, measured figures); the gate
-reads them. Raw outcomes are PASS, FAIL, ERROR, UNSUPPORTED and SKIPPED; a FAIL whose
-exception is the rank pool's ``RankHang`` has ``kind == "hang"``. ERROR is
-a check the machine could not decide (the rank pool did not start, a hang
+The pytest plugin writes a run's verdicts (outcome, tier, the failure's
+facts: its kind, the shrunk Case, the check that replays it, measured
+figures, the capabilities an UNSUPPORTED check lacked); the gate reads them
+as fields, never from message text (``harness/checks/failure.py``). Raw
+outcomes are PASS, FAIL, ERROR, UNSUPPORTED and SKIPPED; a FAIL's ``kind``
+says how it failed (``value``, ``gradient``, ``hang``, ...). ERROR is a
+check the machine could not decide (the rank pool did not start, a hang
 that did not reproduce when replayed): it is retried by the gate and never
 counted as the target's failure (docs/gate.md, "Infrastructure errors").
 """
@@ -12,18 +14,14 @@ counted as the target's failure (docs/gate.md, "Infrastructure errors").
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-PASS, FAIL, ERROR, UNSUPPORTED, SKIPPED = "PASS", "FAIL", "ERROR", "UNSUPPORTED", "SKIPPED"
-HANG = "hang"
-VERDICTS_FILE = "verdicts.json"
+from harness.checks.failure import HANG
 
-_HANG = re.compile(r"^(?:\w+\.)*(?:RankHang|CollectiveHang)\b")
-_INFRASTRUCTURE = re.compile(r"^(?:\w+\.)*PoolStartError\b")
-_REPLAY = re.compile(r"python -m harness\.replay (\S+) --target (\S+) --case '(.*)'$")
-_MISSING = re.compile(r"does not support \[([^\]]*)\]")
+PASS, FAIL, ERROR, UNSUPPORTED, SKIPPED = "PASS", "FAIL", "ERROR", "UNSUPPORTED", "SKIPPED"
+VERDICTS_FILE = "verdicts.json"
+__all__ = ["ERROR", "FAIL", "HANG", "PASS", "SKIPPED", "UNSUPPORTED", "VERDICTS_FILE", "Run", "Verdict"]
 
 
 @dataclass
@@ -33,12 +31,14 @@ class Verdict:
     id: str
     outcome: str
     tier: str
-    reason: str = ""
-    kind: str = ""
-    check: str = ""
-    case: str = ""
-    replay: str = ""
+    reason: str = ""  # one line for people: the exception's type and first line (never parsed)
+    kind: str = ""  # of a FAIL: harness.checks.failure's kinds
+    check: str = ""  # module:function of the replayable check
+    case: str = ""  # the shrunk Case as JSON
+    replay: str = ""  # the command that reruns it
     figures: dict = field(default_factory=dict)
+    missing: list = field(default_factory=list)  # of an UNSUPPORTED: the capabilities the target lacked
+    diverged: bool = False  # of a hang: a rank finished without joining its peers' collective
 
     @property
     def failed(self) -> bool:
@@ -48,33 +48,6 @@ class Verdict:
     def replayable(self) -> bool:
         """A Hypothesis counterexample that ``harness.replay`` can rerun on another target."""
         return bool(self.check and self.case)
-
-    @property
-    def missing_capabilities(self) -> tuple[str, ...]:
-        """For an UNSUPPORTED verdict: the capabilities the target lacked."""
-        match = _MISSING.search(self.reason)
-        if not match:
-            return ()
-        return tuple(sorted(part.strip().strip("'\"") for part in match.group(1).split(",") if part.strip()))
-
-    @property
-    def short_reason(self) -> str:
-        return self.reason.split(" Case: ", 1)[0]
-
-
-def failure_kind(reason: str) -> str:
-    return HANG if _HANG.match(reason) else ""
-
-
-def is_infrastructure(reason: str) -> bool:
-    """The failure is the machine's (the rank pool could not start), not the target's: an ERROR verdict."""
-    return bool(_INFRASTRUCTURE.match(reason))
-
-
-def split_replay(command: str) -> tuple[str, str]:
-    """``python -m harness.replay CHECK --target T --case 'JSON'`` -> (CHECK, JSON); ("", "") otherwise."""
-    match = _REPLAY.search(command or "")
-    return (match.group(1), match.group(3)) if match else ("", "")
 
 
 @dataclass

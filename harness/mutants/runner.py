@@ -1,21 +1,23 @@
 """Run each mutant's regression tests in a fresh pytest process and report killed/survived.
 
-A mutant is KILLED when pytest exits 1 with at least one FAILED test among
-its regressions (not a collection error, not an internal error: those would
-prove nothing). The environment carries ``LPH_MUTANT`` into the subprocess
+A mutant is KILLED when pytest exits 1 with at least one check of its
+regressions FAILED in the run's ``verdicts.json`` (read as data, never
+scraped from pytest's output; a collection error or an internal error
+proves nothing). The environment carries ``LPH_MUTANT`` into the subprocess
 and, through spawn, into every rank it starts.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
 from harness import ROOT
+from harness.gate.verdicts import FAIL, Run
 from harness.mutants.catalog import MUTANTS, Mutant
 from harness.mutants.loader import ENV_VAR
 
@@ -52,9 +54,14 @@ def run_mutant(mutant: Mutant, extra_args=()) -> MutantResult:
         *extra_args,
     ]
     start = time.monotonic()
-    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory(prefix="lph-mutant-") as reports:
+        proc = subprocess.run([*command, f"--report-dir={reports}"], cwd=ROOT, env=env, capture_output=True, text=True)
+        try:
+            verdicts = Run.load(reports).verdicts.values()
+        except FileNotFoundError:  # pytest never reached its summary: nothing was decided
+            verdicts = []
     output = proc.stdout + proc.stderr
-    failed = re.findall(r"^FAILED (\S+)", output, flags=re.MULTILINE)
+    failed = sorted(v.id for v in verdicts if v.outcome == FAIL)
     return MutantResult(mutant, proc.returncode, failed, time.monotonic() - start, output)
 
 

@@ -40,9 +40,16 @@ _GROUP = re.compile(r"group=\(([\d, ]*)\)")
 class RankError(RuntimeError):
     """One or more ranks raised or died while running a job (or starting)."""
 
+    failure_kind = "error"  # harness.checks.failure.ERROR: read as data by the verdict, never from the text
+
 
 class RankHang(RuntimeError):
     """One or more ranks did not finish a job (or start) before the deadline."""
+
+    failure_kind = "hang"
+    # True when a rank FINISHED the job without joining the collective its peers waited in (see
+    # ``diverged_ranks``): the hang is reproduced by construction (harness/gate/retries.py).
+    diverged = False
 
 
 class PoolStartError(RuntimeError):
@@ -52,6 +59,14 @@ class PoolStartError(RuntimeError):
     The gate reads it as ERROR (undecided), never as a FAIL of the check that
     happened to need the pool (docs/gate.md).
     """
+
+    failure_kind = "pool_start"
+
+
+class CollectivesDiffer(AssertionError):
+    """The ranks of a group issued different collective sequences: no hang this time, but one in waiting (bug 5)."""
+
+    failure_kind = "collectives"
 
 
 class CollectiveHang(RankHang):
@@ -132,6 +147,11 @@ def hang_message(where: str, world_size: int, timeout_s: float, stuck_at: dict) 
     )
 
 
+def diverged_ranks(finished: list, timed_out: dict, last: dict) -> list[int]:
+    """The ranks that finished the job although they belong to a group a timed-out rank was stuck in."""
+    return sorted({rank for waiting in timed_out for rank in _group_of(last[waiting]) if rank in finished})
+
+
 def timeout_message(where: str, finished: list, timeout_s: float, timed_out: dict, last: dict, rejoined: bool) -> str:
     """CollectiveHang's text: the ranks that gave up waiting, their last collective, the backend's words.
 
@@ -145,7 +165,7 @@ def timeout_message(where: str, finished: list, timeout_s: float, timed_out: dic
     or the pool was killed (a GPU backend, or a re-join that failed).
     """
     waits = "\n".join(f"rank {rank} stuck; last collective: {last[rank]}" for rank in sorted(timed_out))
-    skipped = sorted({rank for waiting in timed_out for rank in _group_of(last[waiting]) if rank in finished})
+    skipped = diverged_ranks(finished, timed_out, last)
     if skipped:
         first = (
             f"{where}: rank(s) {sorted(timed_out)} waited {timeout_s:.1f} s in a collective that rank(s) "

@@ -48,7 +48,7 @@ class HangMemo:
     """One test's memory of its hung examples."""
 
     def __init__(self):
-        self.hung: dict[str, tuple[type, str]] = {}
+        self.hung: dict[str, tuple[type, str, bool]] = {}
         self.ran: set[str] = set()
         self.skipped_runs = 0  # memo hits: examples answered without running
 
@@ -56,8 +56,8 @@ class HangMemo:
         """Raise the memoised hang of ``key``; reject a new example once this test has hung."""
         if key in self.hung:
             self.skipped_runs += 1
-            kind, message = self.hung[key]
-            raise_hang(kind, message, known=True)
+            kind, message, diverged = self.hung[key]
+            raise_hang(kind, message, known=True, diverged=diverged)
         if key in self.ran:
             return  # ran before in this test and did not hang: Hypothesis' replays must see it run again
         if self.hung and currently_in_test_context():
@@ -65,12 +65,13 @@ class HangMemo:
         self.ran.add(key)
 
     def record(self, key: str, hang: RankHang) -> None:
-        self.hung[key] = (type(hang), str(hang))
+        self.hung[key] = (type(hang), str(hang), hang.diverged)
 
 
-def raise_hang(kind: type, message: str, known: bool = False) -> None:
+def raise_hang(kind: type, message: str, known: bool = False, diverged: bool = False) -> None:
     """The one place memoised and fresh hangs are raised from, so Hypothesis sees the same failure."""
     hang = kind(message)
+    hang.diverged = diverged
     if known:
         hang.add_note("(this example hung earlier in this test: not run again; see harness/ranks/hang_memo.py)")
     raise hang

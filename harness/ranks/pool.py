@@ -163,7 +163,9 @@ class RankPool:
             raise RankError(rank_errors.error_message(where, errors, stuck_at))
         if timed_out:
             message = rank_errors.timeout_message(where, list(results), timeout_s, timed_out, last, self.alive)
-            raise CollectiveHang("\n".join([message, rank_errors.stuck_lines(stuck_at)]).rstrip())
+            hang = CollectiveHang("\n".join([message, rank_errors.stuck_lines(stuck_at)]).rstrip())
+            hang.diverged = bool(rank_errors.diverged_ranks(list(results), timed_out, last))
+            raise hang
         if stuck_at:
             raise RankHang(rank_errors.hang_message(where, self.world_size, timeout_s, stuck_at))
         return [results[rank] for rank in range(self.world_size)]

@@ -24,6 +24,7 @@ from harness.cases import stats
 from harness.cases.case import Case
 from harness.names import name_of
 from harness.ranks import deadline, hang_memo
+from harness.ranks.errors import CollectivesDiffer
 from harness.ranks.pool import RankContext, RankHang, get_pool
 from harness.ranks.process import layout_groups
 from harness.ranks.trace import compare_traces
@@ -79,7 +80,7 @@ def run_pool_job(job: str, payload: dict, case: Case, timeout_s: float | None = 
         # Raised outside the except block: a memo hit has no exception context either, and Hypothesis
         # compares the whole chain (a different chain on the final replay would read as Flaky).
         memo.record(key, hung)
-        hang_memo.raise_hang(type(hung), str(hung))
+        hang_memo.raise_hang(type(hung), str(hung), diverged=hung.diverged)
     if warm:  # a cold pool's first job pays the ranks' imports: not the shape's cost
         deadline.POLICY.observe(shape, time.monotonic() - started)
     return results
@@ -94,4 +95,5 @@ def assert_collectives_consistent(case: Case, results: list) -> None:
         return
     tp_groups, cp_groups = layout_groups(case.world_size, case.tp, case.cp)
     problems = compare_traces(traces, tp_groups + cp_groups)
-    assert not problems, "collective sequences differ across ranks (a hang in waiting):\n" + "\n".join(problems)
+    if problems:
+        raise CollectivesDiffer("collective sequences differ across ranks (a hang in waiting):\n" + "\n".join(problems))

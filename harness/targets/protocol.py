@@ -73,6 +73,8 @@ class PackedInputs:
 class Unsupported(Exception):
     """Raised by the harness when a check needs a capability the target lacks."""
 
+    failure_kind = "unsupported"  # harness.checks.failure.UNSUPPORTED: the verdict reads this, not the message
+
 
 class Target:
     """Base class for adapters: declare ``name`` and ``capabilities``, override entry points."""

@@ -1,0 +1,144 @@
+"""A check failure's facts as data: what kind of failure, on which Case, how to replay it, what was measured.
+
+A verdict must never depend on the wording of a message: the gate decides
+hangs, infrastructure errors, replays and missing capabilities from these
+facts, and an expectation records the kind a known failure has (a known
+wrong value that turns into a hang is a different defect). So every way a
+check can fail sets its facts on the exception it raises:
+
+* ``CheckFailure`` (an ``AssertionError``) names its ``kind`` and figures;
+  checks raise it through ``ensure(condition, kind, message)`` or the
+  tolerance helpers (``harness/checks/tolerance.py``);
+* the rank pool's exceptions (``harness/ranks/errors.py``) carry a class
+  attribute ``failure_kind`` (``hang``, ``error``, ``pool_start``) and, for a
+  hang, whether a rank finished without joining its peers' collective;
+* ``mark(exc, ...)`` adds the Case, the check and its replay command
+  (``harness.checks.parity.replayable``) to whatever was raised.
+
+``facts_of(exc)`` reads them back (the pytest plugin writes them into
+``verdicts.json``; the replay command's child does the same). Messages stay
+as readable as before; nothing downstream parses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+# The kinds of failure (an expectation's ``kind``; docs/gate.md, "Expectations").
+VALUE = "value"  # a forward output (log-prob, entropy, loss) outside the tolerance or not bit-identical
+GRADIENT = "gradient"  # a gradient outside the tolerance or not bit-identical
+GRAPH = "graph"  # autograd flags: a gated-off output with a graph, or an output that lost its graph
+MUTATION = "mutation"  # the target wrote into a tensor the caller still owns
+LAYOUT = "layout"  # outputs of the wrong shape, coverage or padding (CP placement, samples, ranks)
+MEMORY = "memory"  # a measured peak above its bound
+ACCEPTED = "accepted"  # bad input accepted: values returned where a clear error was owed
+UNCLEAR = "unclear"  # bad input refused, but not with the error type or words the contract asks for
+HANG = "hang"  # a rank never returned (RankHang, CollectiveHang)
+COLLECTIVES = "collectives"  # the ranks of a group issued different collectives (a hang in waiting, bug 5)
+ERROR = "error"  # the target raised where it should have returned (any exception but a failed check)
+POOL_START = "pool_start"  # the rank pool could not start: the machine's fault, never the target's
+UNSUPPORTED = "unsupported"  # the target lacks a capability the check needs
+ASSERTION = "assertion"  # a failed plain assertion no kind was given for
+
+FAILURE_KINDS = (
+    VALUE,
+    GRADIENT,
+    GRAPH,
+    MUTATION,
+    LAYOUT,
+    MEMORY,
+    ACCEPTED,
+    UNCLEAR,
+    HANG,
+    COLLECTIVES,
+    ERROR,
+    ASSERTION,
+)
+KINDS = (*FAILURE_KINDS, POOL_START, UNSUPPORTED)
+
+_ATTRIBUTE = "lph_facts"
+
+
+@dataclass
+class Facts:
+    """What a verdict needs to know about a failure, without reading its message."""
+
+    kind: str = ""
+    headline: str = ""  # the exception's type and first line, for people (never parsed)
+    check: str = ""  # module:function of a replayable check
+    case: str = ""  # the Case as JSON
+    replay: str = ""  # the one-line replay command
+    figures: dict = field(default_factory=dict)  # e.g. max_error, bound, peak_bytes
+    missing: list = field(default_factory=list)  # for UNSUPPORTED: the capabilities the target lacked
+    diverged: bool = False  # a hang where a rank FINISHED without joining its peers' collective
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class CheckFailure(AssertionError):
+    """A check that failed, and how (``kind``); ``figures`` are what it measured."""
+
+    def __init__(self, message: str, *, kind: str, figures: dict | None = None):
+        if kind not in KINDS:
+            raise ValueError(f"CheckFailure kind={kind!r}: use one of {KINDS}")
+        super().__init__(message)
+        mark(self, kind=kind, figures=dict(figures or {}))
+
+
+def ensure(condition, kind: str, message) -> None:
+    """``assert condition, message`` that says what kind of failure it is; ``message`` may be a callable."""
+    if not condition:
+        raise CheckFailure(message() if callable(message) else str(message), kind=kind)
+
+
+def mark(exc: BaseException, **facts) -> BaseException:
+    """Set facts on ``exc`` (later values win; figures are merged). Returns ``exc``."""
+    unknown = set(facts) - set(Facts.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"mark(): unknown facts {sorted(unknown)}")
+    current = dict(getattr(exc, _ATTRIBUTE, {}))
+    if "figures" in facts:
+        facts = {**facts, "figures": {**current.get("figures", {}), **facts["figures"]}}
+    current.update(facts)
+    try:
+        setattr(exc, _ATTRIBUTE, current)
+    except AttributeError:  # an exception type with __slots__: its facts stay unknown, its kind falls back
+        pass
+    return exc
+
+
+def headline(exc: BaseException) -> str:
+    """``Type: first line of the message``: what a person reads first."""
+    name = type(exc).__qualname__
+    text = str(exc).strip().splitlines()
+    return f"{name}: {text[0]}"[:240] if text else name
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _kind(exc: BaseException, given: dict) -> str:
+    if given.get("kind"):
+        return given["kind"]
+    declared = getattr(type(exc), "failure_kind", "")
+    if declared:
+        return declared
+    return ASSERTION if isinstance(exc, AssertionError) else ERROR
+
+
+def facts_of(exc: BaseException) -> Facts:
+    """The facts of a failure. Of a group (Hypothesis found several distinct failures), the last one's that
+    carries a Case, as the group's report lists it last; else the last leaf."""
+    leaves = _leaves(exc)
+    chosen = next((leaf for leaf in reversed(leaves) if getattr(leaf, _ATTRIBUTE, {}).get("case")), leaves[-1])
+    given = dict(getattr(chosen, _ATTRIBUTE, {}))
+    for name in ("diverged",):
+        if not given.get(name) and getattr(chosen, name, False):
+            given[name] = True
+    given["kind"] = _kind(chosen, given)
+    given.setdefault("headline", headline(chosen))
+    return Facts(**given)
