@@ -13,7 +13,11 @@ Both sides run the same derandomised suite. Then:
 * a check the base could not run (UNSUPPORTED: the PR adds the capability)
   that fails on the PR is NEW FAIL: it is the PR's code;
 * a check either side could not decide (ERROR: infrastructure) is ERROR
-  when the PR does not pass it: no verdict, never a NEW FAIL.
+  when the PR does not pass it: no verdict, never a NEW FAIL;
+* a check both sides fail, but in another way (the verdicts' failure
+  ``kind`` differs: a wrong value on the base, a hang on the PR) is FAILS
+  DIFFERENTLY, a new failure, unless the base fails the PR's counterexample
+  the same way when it is replayed there.
 
 In this mode every tier is gated by default: the base is the reference, so
 anything new is the PR's.
@@ -29,6 +33,7 @@ from harness.gate.tiers import TIERS
 from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, UNSUPPORTED, Run, Verdict
 
 NEW_FAIL, FIXED, STILL_FAILING, IMPROVED = "NEW FAIL", "FIXED", "STILL FAILING", "IMPROVED"
+FAILS_DIFFERENTLY = "FAILS DIFFERENTLY"
 BUDGET_MARGIN = 0.05  # relative change of a measured figure that counts as worse / improved
 
 
@@ -70,11 +75,16 @@ def _replays_needed(base: dict, head: dict) -> tuple[list, list]:
         b = base.get(key)
         if b is None:
             continue
-        if h.outcome == FAIL and b.outcome == PASS and h.replayable:
+        if h.outcome == FAIL and (b.outcome == PASS or _differs(b, h)) and h.replayable:
             on_base.append((h.check, h.case))
         if b.outcome == FAIL and h.outcome == PASS and b.replayable:
             on_head.append((b.check, b.case))
     return on_base, on_head
+
+
+def _differs(b: Verdict, h: Verdict) -> bool:
+    """Both failed, in different ways (a verdict without a kind, from an older run, differs in none)."""
+    return b.outcome == FAIL and h.outcome == FAIL and bool(b.kind and h.kind) and b.kind != h.kind
 
 
 def _hang(verdict: Verdict) -> str:
@@ -118,6 +128,13 @@ def _classify(decision: Decision, b: Verdict | None, h: Verdict, base: Side, hea
         decision.errors.append(entry(h, detail))
         return
     if h.outcome == FAIL:
+        if b is not None and _differs(b, h):
+            result = replayed.get((base.label, h.check, h.case)) if h.replayable else None
+            if result is None or result.outcome != FAIL or result.kind != h.kind:
+                reason = f"the base fails as {b.kind}, the PR as {h.kind}: {h.reason}"
+                decision.rows.append(row(h, FAILS_DIFFERENTLY, reason))
+                decision.new_failures.append(entry(h, reason))
+                return
         if b is not None and b.outcome == FAIL:
             if _worse(changes):
                 reason = f"worse than the base: {figures}: {h.reason}"

@@ -17,7 +17,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.gate import render
+from harness.gate import comment, render
 from harness.gate.render import Row
 from harness.gate.verdicts import ERROR, FAIL
 
@@ -47,6 +47,7 @@ class Decision:
     fixed: list = field(default_factory=list)
     still_failing: list = field(default_factory=list)
     improved: list = field(default_factory=list)
+    changed: list = field(default_factory=list)  # single mode: known failures that fail another way
     errors: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     strict: bool = False
@@ -55,7 +56,7 @@ class Decision:
     def blocking(self) -> list[Entry]:
         blocking = [e for e in self.new_failures if e.tier in self.tiers]
         if self.strict:
-            blocking += [e for e in self.fixed if e.tier in self.tiers]
+            blocking += [e for e in self.fixed + self.changed if e.tier in self.tiers]
         return blocking
 
     @property
@@ -81,39 +82,14 @@ class Decision:
             "fixed": [asdict(e) for e in self.fixed],
             "still_failing": [asdict(e) for e in self.still_failing],
             "improved": [asdict(e) for e in self.improved],
+            "changed": [asdict(e) for e in self.changed],
             "errors": [asdict(e) for e in self.errors],
             "notes": self.notes,
         }
 
     def summary(self) -> str:
-        """Markdown for a pull-request comment or $GITHUB_STEP_SUMMARY: counts first, then each blocking failure."""
-        verdict = {0: "green", 1: "red"}.get(self.exit_code, "undecided (infrastructure errors: rerun)")
-        lines = [
-            f"## logprob-harness: {self.title}: {verdict}",
-            "",
-            f"{len(self.new_failures)} new failure(s) ({len(self.blocking)} blocking, gated tiers: "
-            f"{', '.join(self.tiers)}), {len(self.fixed)} fixed, {len(self.still_failing)} still failing, "
-            f"{len(self.errors)} infrastructure error(s); "
-            f"{render.counts_line(self.rows)}",
-            "",
-        ]
-        for entry in self.new_failures:
-            gated = "" if entry.tier in self.tiers else " (tier not gated)"
-            lines += [f"### NEW FAIL [{entry.tier}]{gated} `{entry.id}`", "", entry.reason, ""]
-            if entry.case:
-                lines += ["Shrunk case:", "", f"```json\n{entry.case}\n```", ""]
-            if entry.replay:
-                lines += ["Replay:", "", f"```bash\n{entry.replay}\n```", ""]
-        if self.errors:
-            lines += ["### ERROR (infrastructure, not the target's verdict; rerun)", ""]
-            lines += [f"- [{e.tier}] `{e.id}`: {e.reason}" for e in self.errors] + [""]
-        if self.fixed:
-            lines += ["### Fixed", ""] + [f"- [{e.tier}] `{e.id}`" for e in self.fixed] + [""]
-        if self.improved:
-            lines += ["### Improved (budget figures)", ""] + [f"- `{e.id}`: {e.reason}" for e in self.improved] + [""]
-        if self.notes:
-            lines += ["### Notes", ""] + [f"- {note}" for note in self.notes] + [""]
-        return "\n".join(lines)
+        """Markdown for a pull-request comment or $GITHUB_STEP_SUMMARY (harness/gate/comment.py)."""
+        return comment.render(self)
 
     def write(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)

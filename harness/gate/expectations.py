@@ -5,25 +5,37 @@ The file is TOML, one file per target family (``expectations/slime.toml``,
 
     [[known]]
     id = "regressions/test_inplace_version_counter.py::test_second_backward_through_retained_graph"
-    outcome = "FAIL"
+    kind = "error"
     reason = "the entropy backward multiplies a tensor it saved for backward in place"
     link = "https://github.com/NovaSky-AI/SkyRL/issues/1648"
+    versions = "<0.4"        # optional: only for releases in this PEP 440 range (PyPI specs)
+    before = "4f1c2e9"       # optional: only for checkouts that do not contain this commit
 
 The reason says what is wrong UPSTREAM (never "flaky", never "the harness
 is strict"); a check is expected to fail, never loosened to pass. Only
-``FAIL`` is an expected outcome (a hang is a failure: its ``kind`` is in the
-verdict). ``--update-expectations`` rewrites the file from a run, keeping
-the reasons already written and marking new entries for a human to explain;
-entries for checks the run did not include (a run of some test files only)
-are kept as they are, and so is the file's header comment.
+``FAIL`` is an expected outcome; ``kind`` says HOW it fails (the verdict's
+failure kind, ``harness/checks/failure.py``: value, gradient, graph,
+mutation, layout, memory, accepted, unclear, hang, collectives, error): a
+known check that fails another way is its own outcome (web-platform-tests
+keeps the expected status per test the same way). ``versions`` and
+``before`` let one file serve a family's history. ``--update-expectations``
+rewrites the file from a run, keeping the reasons and conditions already
+written, taking each kind from the run, and marking new entries for a human
+to explain; entries for checks the run did not include (a run of some test
+files only) are kept as they are, and so is the file's header comment.
 """
 
 from __future__ import annotations
 
+import subprocess
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from harness.checks.failure import FAILURE_KINDS
 from harness.gate.specs import ADAPTERS
 from harness.gate.verdicts import FAIL, Run
 
@@ -33,6 +45,9 @@ EXPECTATIONS_DIR = Path(__file__).resolve().parents[2] / "expectations"
 TO_EXPLAIN = "TO EXPLAIN: "
 
 
+KEYS = ("id", "reason", "link", "outcome", "tier", "kind", "versions", "before")
+
+
 @dataclass(frozen=True)
 class Expectation:
     id: str
@@ -40,6 +55,59 @@ class Expectation:
     link: str = ""
     outcome: str = FAIL
     tier: str = ""
+    kind: str = ""  # how the check fails; empty: any failure
+    versions: str = ""  # PEP 440 specifier: the entry holds only for releases in it
+    before: str = ""  # a commit: the entry holds only for checkouts that do not contain it
+
+
+@dataclass(frozen=True)
+class Revision:
+    """What the conditions of an entry are evaluated on: a release's version or a checkout."""
+
+    version: str = ""
+    checkout: str = ""
+
+    def contains(self, commit: str) -> bool | None:
+        """Whether the checkout's HEAD contains ``commit`` (None: not a git checkout, or unknown commit)."""
+        if not self.checkout:
+            return None
+        command = ["git", "-C", self.checkout, "merge-base", "--is-ancestor", commit, "HEAD"]
+        try:
+            code = subprocess.run(command, capture_output=True).returncode
+        except OSError:
+            return None
+        return {0: True, 1: False}.get(code)
+
+
+def holds(entry: Expectation, revision: Revision) -> tuple[bool, str]:
+    """(does the entry apply to ``revision``, a note when a condition could not be evaluated)."""
+    if entry.versions:
+        if not revision.version:
+            return True, f"`{entry.id}`: versions {entry.versions!r} not evaluated (the target is no release)"
+        try:
+            if Version(revision.version) not in SpecifierSet(entry.versions):
+                return False, ""
+        except InvalidVersion:
+            return True, f"`{entry.id}`: version {revision.version!r} is not PEP 440; condition not evaluated"
+    if entry.before:
+        contained = revision.contains(entry.before)
+        if contained is None:
+            return True, f"`{entry.id}`: before {entry.before!r} not evaluated (no git checkout holding it)"
+        if contained:
+            return False, ""
+    return True, ""
+
+
+def applicable(entries: dict[str, Expectation], revision: Revision) -> tuple[dict[str, Expectation], list[str]]:
+    """The entries that hold for ``revision``, and notes on conditions that could not be evaluated."""
+    kept, notes = {}, []
+    for key, entry in entries.items():
+        applies, note = holds(entry, revision)
+        if applies:
+            kept[key] = entry
+        if note:
+            notes.append(note)
+    return kept, notes
 
 
 def load(path: Path | str) -> dict[str, Expectation]:
@@ -56,15 +124,25 @@ def load(path: Path | str) -> dict[str, Expectation]:
         missing = [key for key in ("id", "reason") if not entry.get(key)]
         if missing:
             raise ValueError(f"{path}: [[known]] entry {number} lacks {missing}")
-        unknown = set(entry) - {"id", "reason", "link", "outcome", "tier"}
+        unknown = set(entry) - set(KEYS)
         if unknown:
             raise ValueError(f"{path}: [[known]] entry {number} ({entry['id']}) has unknown keys {sorted(unknown)}")
         if entry.get("outcome", FAIL) != FAIL:
             raise ValueError(f"{path}: entry {entry['id']}: outcome must be {FAIL!r}")
         if entry["id"] in entries:
             raise ValueError(f"{path}: {entry['id']} is listed twice")
-        link, tier = entry.get("link", ""), entry.get("tier", "")
-        entries[entry["id"]] = Expectation(entry["id"], entry["reason"], link, tier=tier)
+        kind = entry.get("kind", "")
+        if kind and kind not in FAILURE_KINDS:
+            raise ValueError(f"{path}: entry {entry['id']}: kind {kind!r} is none of {FAILURE_KINDS}")
+        if entry.get("versions"):
+            try:
+                SpecifierSet(entry["versions"])
+            except InvalidSpecifier:
+                raise ValueError(
+                    f"{path}: entry {entry['id']}: versions {entry['versions']!r} is no PEP 440 range"
+                ) from None
+        fields = {key: entry.get(key, "") for key in ("link", "tier", "kind", "versions", "before")}
+        entries[entry["id"]] = Expectation(entry["id"], entry["reason"], **fields)
     return entries
 
 
@@ -90,13 +168,12 @@ def header_of(path: Path) -> str:
     return "\n".join(lines)
 
 
-def _entry(id: str, tier: str, reason: str, link: str) -> list[str]:
-    lines = ["", "[[known]]", f"id = {_quote(id)}"]
-    if tier:
-        lines.append(f"tier = {_quote(tier)}")
-    lines.append(f"reason = {_quote(reason)}")
-    if link:
-        lines.append(f"link = {_quote(link)}")
+def _entry(entry: Expectation) -> list[str]:
+    lines = ["", "[[known]]", f"id = {_quote(entry.id)}"]
+    for key in ("tier", "kind", "reason", "link", "versions", "before"):
+        value = getattr(entry, key)
+        if value or key == "reason":
+            lines.append(f"{key} = {_quote(value)}")
     return lines
 
 
@@ -108,10 +185,9 @@ def render(run: Run, previous: dict[str, Expectation], header: str) -> str:
     for verdict in sorted(checks.values(), key=lambda v: (v.tier, v.id)):
         if verdict.outcome != FAIL:
             continue
-        known = previous.get(verdict.id)
-        reason = known.reason if known else TO_EXPLAIN + verdict.reason
-        lines += _entry(verdict.id, verdict.tier, reason, known.link if known else "")
+        known = previous.get(verdict.id) or Expectation(verdict.id, TO_EXPLAIN + verdict.reason)
+        lines += _entry(replace(known, tier=verdict.tier, kind=verdict.kind))
     for known in sorted(previous.values(), key=lambda e: (e.tier, e.id)):
         if known.id not in checks:
-            lines += _entry(known.id, known.tier, known.reason, known.link)
+            lines += _entry(known)
     return "\n".join(lines) + "\n"

@@ -17,7 +17,18 @@ from harness.gate.verdicts import UNSUPPORTED
 NAMED_REGRESSIONS = "named regressions"
 SECTION_ORDER = (NAMED_REGRESSIONS, *TIERS, SELF_TEST)
 # Within a section, what needs a reader's eyes comes first.
-OUTCOME_ORDER = ("NEW FAIL", "FAIL", "ERROR", "FIXED", "KNOWN", "STILL FAILING", "IMPROVED", "SKIPPED", "PASS")
+OUTCOME_ORDER = (
+    "NEW FAIL",
+    "FAIL",
+    "FAILS DIFFERENTLY",
+    "ERROR",
+    "FIXED",
+    "KNOWN",
+    "STILL FAILING",
+    "IMPROVED",
+    "SKIPPED",
+    "PASS",
+)
 
 
 @dataclass

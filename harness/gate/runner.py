@@ -23,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.gate import base_cache, expectations, retries, single, specs
 from harness.gate import compare as comparison
-from harness.gate import expectations, retries, single, specs
 from harness.gate.tiers import CHECK_DIRECTORIES, CONTRACT, TIERS, parse_tiers
 from harness.gate.verdicts import Run
 
@@ -90,6 +90,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--strict", action="store_true", help="FIXED (an expected failure now passing) is red too")
     parser.add_argument("--update-expectations", action="store_true", help="rewrite the expectations from this run")
     parser.add_argument("--reports", default="reports", help="report root (default: reports/)")
+    parser.add_argument(
+        "--base-cache",
+        default=os.environ.get("LPH_BASE_CACHE"),
+        help="with --baseline: reuse the base's verdicts cached here under what they depend on (gate/base_cache.py)",
+    )
     return parser
 
 
@@ -113,7 +118,7 @@ def main(argv=None) -> int:
     try:
         if base is None:
             return _single(head, root, tiers, args, pytest_args)
-        return _compare(base, head, root, tiers, pytest_args)
+        return _compare(base, head, root, tiers, pytest_args, args.base_cache)
     except (RunError, FileNotFoundError, ValueError) as exc:
         print(f"gate: {exc}", file=sys.stderr)
         return 2
@@ -125,13 +130,24 @@ def _expectations_path(head: specs.ResolvedSpec, args) -> Path | None:
     return expectations.default_path(head.family)
 
 
+def _revision(resolved: specs.ResolvedSpec) -> expectations.Revision:
+    """The release or checkout an expectation's conditions are evaluated on."""
+    if resolved.pip_requirement:
+        return expectations.Revision(version=resolved.pip_requirement.partition("==")[2])
+    if resolved.family and resolved.env:
+        return expectations.Revision(checkout=next(iter(resolved.env.values())))
+    return expectations.Revision()
+
+
 def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> int:
     out = root / head.slug
     run, elapsed = run_checked(head, out, pytest_args)
     path = _expectations_path(head, args)
-    expected = expectations.load(path) if path and path.is_file() else {}
+    written = expectations.load(path) if path and path.is_file() else {}
+    expected, unevaluated = expectations.applicable(written, _revision(head))
     decision = single.classify(run, expected, tiers=tiers, strict=args.strict)
-    decision.notes.append(f"expectations: {path if expected else 'none'}; suite wall time {elapsed:.0f} s")
+    decision.notes += unevaluated
+    decision.notes.append(f"expectations: {path if written else 'none'}; suite wall time {elapsed:.0f} s")
     if args.update_expectations:
         target_path = path or expectations.EXPECTATIONS_DIR / f"{head.family or head.slug}.toml"
         header = (
@@ -144,7 +160,7 @@ def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> i
             )
         )
         target_path.parent.mkdir(parents=True, exist_ok=True)
-        target_path.write_text(expectations.render(run, expected, header))
+        target_path.write_text(expectations.render(run, written, header))
         print(f"gate: wrote {target_path}")
     return _finish(decision, out)
 
@@ -158,10 +174,24 @@ def _finish(decision, out: Path) -> int:
     return decision.exit_code
 
 
-def _compare(base: specs.ResolvedSpec, head: specs.ResolvedSpec, root: Path, tiers, pytest_args) -> int:
+def _base_run(base: specs.ResolvedSpec, out: Path, pytest_args, cache: str | None) -> tuple[Run, float, str]:
+    """The base's verdicts: from the cache when they were computed for the same suite, code and arguments."""
+    key = base_cache.key(base, pytest_args) if cache else None
+    cached = base_cache.load(Path(cache), key) if cache else None
+    if cached is not None:
+        cached.save(out)
+        return cached, 0.0, f"base verdicts from the cache ({cache}, key {key})"
+    run, elapsed = run_checked(base, out, pytest_args)
+    if cache:
+        base_cache.save(Path(cache), key, run)
+    state = "cache miss, saved" if key else "not cacheable (an adapter outside this repository)"
+    return run, elapsed, f"base verdicts: {state}" + (f" ({cache}, key {key})" if key else "")
+
+
+def _compare(base: specs.ResolvedSpec, head: specs.ResolvedSpec, root: Path, tiers, pytest_args, cache=None) -> int:
     base_slug = base.slug if base.slug != head.slug else f"{base.slug}-base"
     started = time.monotonic()
-    base_run, base_s = run_checked(base, root / base_slug, pytest_args)
+    base_run, base_s, cache_note = _base_run(base, root / base_slug, pytest_args, cache)
     head_run, head_s = run_checked(head, root / head.slug, pytest_args)
     replay_started = time.monotonic()
     decision = comparison.compare(
@@ -173,6 +203,7 @@ def _compare(base: specs.ResolvedSpec, head: specs.ResolvedSpec, root: Path, tie
     )
     replay_s = time.monotonic() - replay_started
     total = time.monotonic() - started
+    decision.notes.append(cache_note)
     decision.notes.append(
         f"wall time: base {base_s:.0f} s, PR {head_s:.0f} s, replays and classification {replay_s:.0f} s, "
         f"total {total:.0f} s"

@@ -2,7 +2,11 @@
 
 * FAIL: a failure no expectation lists; red when its tier is gated
   (``contract`` by default in this mode);
-* KNOWN: listed and still failing: green, listed in the report with its reason;
+* KNOWN: listed and still failing, the way the entry says (its ``kind``):
+  green, listed in the report with its reason;
+* FAILS DIFFERENTLY: listed, but failing another way than its ``kind`` (a
+  known wrong value that now hangs): listed first among the non-blocking
+  outcomes, red under ``--strict`` (and always red base vs PR, harness/gate/compare.py);
 * FIXED: listed but now passing: listed, red only under ``--strict``;
 * ERROR: the machine could not decide the check (``verdicts``): neither red
   nor green for the target; the run exits 3 (undecided) if it is gated;
@@ -17,7 +21,7 @@ from harness.gate.expectations import Expectation
 from harness.gate.tiers import CONTRACT
 from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, Run
 
-KNOWN, FIXED = "KNOWN", "FIXED"
+KNOWN, FIXED, FAILS_DIFFERENTLY = "KNOWN", "FIXED", "FAILS DIFFERENTLY"
 
 
 def classify(run: Run, expected: dict[str, Expectation], *, tiers=(CONTRACT,), strict: bool = False) -> Decision:
@@ -29,6 +33,10 @@ def classify(run: Run, expected: dict[str, Expectation], *, tiers=(CONTRACT,), s
         if verdict.outcome == ERROR:
             decision.rows.append(row(verdict, ERROR))
             decision.errors.append(entry(verdict))
+        elif verdict.outcome == FAIL and known and known.kind and verdict.kind != known.kind:
+            detail = f"known to fail as {known.kind} ({known.reason}), now fails as {verdict.kind}: {verdict.reason}"
+            decision.rows.append(row(verdict, FAILS_DIFFERENTLY, detail))
+            decision.changed.append(entry(verdict, detail))
         elif verdict.outcome == FAIL and known:
             decision.rows.append(row(verdict, KNOWN + hang, f"known: {known.reason}"))
             decision.still_failing.append(entry(verdict, known.reason))

@@ -1,0 +1,120 @@
+"""How a check fails is part of its expectation: kinds, version conditions, FAILS DIFFERENTLY in both modes.
+
+Hand-made verdicts, as in tests/test_gate.py; the end-to-end case (a stand-in
+whose known wrong value becomes a hang) is in tests/test_gate_cli.py.
+"""
+
+import subprocess
+
+import pytest
+
+from harness.checks import failure
+from harness.gate import compare, expectations, single
+from harness.gate.compare import Side
+from harness.gate.replays import Replayed
+from harness.gate.tiers import CONTRACT
+from harness.gate.verdicts import FAIL, HANG, PASS, Run, Verdict
+
+PARITY = "properties/test_backward_parity.py::test_token_backward_parity"
+GATE = "regressions/test_inverted_no_grad_gate.py::test_requires_grad_equals_gate_and_gradient_matches_oracle"
+CHECK = "harness.checks.parity:check_token_backward"
+
+
+def failing(id, case, kind, tier=CONTRACT) -> Verdict:
+    return Verdict(id, FAIL, tier, reason=f"{kind} on {case}", kind=kind, check=CHECK, case=case, replay="r")
+
+
+def run(*verdicts) -> Run:
+    return Run("t", {v.id: v for v in verdicts})
+
+
+def known(id, kind="", **conditions) -> expectations.Expectation:
+    return expectations.Expectation(id, "upstream bug", kind=kind, **conditions)
+
+
+def test_single_mode_a_known_failure_of_another_kind_is_its_own_outcome():
+    result = run(failing(PARITY, "c1", HANG), failing(GATE, "c2", failure.GRAPH))
+    expected = {PARITY: known(PARITY, failure.VALUE), GATE: known(GATE, failure.GRAPH)}
+    decision = single.classify(result, expected)
+    outcomes = {row.id: row.outcome for row in decision.rows}
+    assert outcomes == {PARITY: "FAILS DIFFERENTLY", GATE: "KNOWN"}
+    assert [e.id for e in decision.changed] == [PARITY] and "now fails as hang" in decision.changed[0].reason
+    assert decision.exit_code == 0  # listed, not red: the expectation file is stale, not the PR
+    assert single.classify(result, expected, strict=True).exit_code == 1
+    # An entry without a kind accepts any failure (files written before kinds existed).
+    assert single.classify(result, {PARITY: known(PARITY), GATE: known(GATE)}).changed == []
+
+
+def _replay_answering(outcome, kind):
+    calls = []
+
+    def replay(items, target, env, timeout_s):
+        calls.append((env.get("side"), list(items)))
+        return [Replayed(check, case, outcome, "replayed", kind) for check, case in items]
+
+    replay.calls = calls
+    return replay
+
+
+def test_base_vs_pr_a_failure_that_changes_kind_is_red_unless_the_base_fails_that_case_alike():
+    base_side, head_side = Side("base", "T", {"side": "base"}), Side("head", "T", {"side": "head"})
+    base, head = run(failing(PARITY, "c1", failure.VALUE)), run(failing(PARITY, "c2", HANG))
+    replay = _replay_answering(FAIL, failure.VALUE)  # the base fails the PR's case, but as a wrong value
+    decision = compare.compare(base, head, base_side, head_side, replay=replay)
+    assert [row.outcome for row in decision.rows] == ["FAILS DIFFERENTLY"] and decision.exit_code == 1
+    assert "the base fails as value, the PR as hang" in decision.new_failures[0].reason
+    assert replay.calls[0] == ("base", [(CHECK, "c2")])  # the PR's counterexample, replayed on the base
+    same = compare.compare(base, head, base_side, head_side, replay=_replay_answering(FAIL, HANG))
+    assert [row.outcome for row in same.rows] == ["STILL FAILING (hang)"] and same.exit_code == 0
+    alike = compare.compare(base, run(failing(PARITY, "c2", failure.VALUE)), base_side, head_side, replay=replay)
+    assert [row.outcome for row in alike.rows] == ["STILL FAILING"]
+
+
+def test_expectation_kinds_are_validated_and_written_back(tmp_path):
+    path = tmp_path / "e.toml"
+    path.write_text(f'[[known]]\nid = "{PARITY}"\nkind = "valu"\nreason = "x"\n')
+    with pytest.raises(ValueError, match="kind 'valu'"):
+        expectations.load(path)
+    path.write_text(f'[[known]]\nid = "{PARITY}"\nreason = "x"\nversions = "<0.4"\nlink = "l"\n')
+    previous = expectations.load(path)
+    path.write_text(expectations.render(run(failing(PARITY, "c", failure.GRADIENT)), previous, "h"))
+    entry = expectations.load(path)[PARITY]
+    assert (entry.kind, entry.versions, entry.reason, entry.link) == (failure.GRADIENT, "<0.4", "x", "l")
+    path.write_text(f'[[known]]\nid = "{PARITY}"\nreason = "x"\nversions = "not a range"\n')
+    with pytest.raises(ValueError, match="PEP 440"):
+        expectations.load(path)
+
+
+def test_version_conditions_select_the_entries_of_a_release():
+    entries = {PARITY: known(PARITY, versions="<0.4"), GATE: known(GATE)}
+    kept, notes = expectations.applicable(entries, expectations.Revision(version="0.3.0"))
+    assert set(kept) == {PARITY, GATE} and not notes
+    kept, _ = expectations.applicable(entries, expectations.Revision(version="0.4.1"))
+    assert set(kept) == {GATE}
+    kept, notes = expectations.applicable(entries, expectations.Revision())
+    assert set(kept) == {PARITY, GATE} and "not evaluated" in notes[0]
+
+
+def test_commit_conditions_select_the_entries_of_a_checkout(tmp_path):
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "one")
+    first = git("rev-parse", "HEAD").strip()
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "fix")
+    fix = git("rev-parse", "HEAD").strip()
+    entries = {PARITY: known(PARITY, before=fix)}
+    assert expectations.applicable(entries, expectations.Revision(checkout=str(tmp_path)))[0] == {}
+    git("checkout", "-q", first)
+    assert set(expectations.applicable(entries, expectations.Revision(checkout=str(tmp_path)))[0]) == {PARITY}
+
+
+def test_shipped_expectations_carry_the_failure_kind_of_every_entry():
+    paths = sorted(expectations.EXPECTATIONS_DIR.glob("*.toml"))
+    assert paths
+    for path in paths:
+        for entry in expectations.load(path).values():
+            assert entry.kind in failure.FAILURE_KINDS, f"{path}: {entry.id} lacks its failure kind"
+    passing = run(Verdict(PARITY, PASS, CONTRACT))
+    assert single.classify(passing, {PARITY: known(PARITY, failure.VALUE)}).fixed
