@@ -28,7 +28,7 @@ from harness.checks import failure, record
 from harness.gate import render
 from harness.gate.order import order_items
 from harness.gate.render import Row
-from harness.gate.tiers import MARKER, SELF_TEST, TIERS, tier_of_item
+from harness.gate.tiers import HARDENING, MARKER, SELF_TEST, TIERS, tier_of_item
 from harness.gate.verdicts import (
     ERROR,
     FAIL,
@@ -207,6 +207,8 @@ def _raw_verdict(report) -> Verdict | None:
         return Verdict(report.nodeid, SKIPPED, tier, reason=facts.headline, figures=figures)
     if report.failed:
         infrastructure = facts.kind == failure.POOL_START
+        if facts.kind == failure.PRECISION:  # rounding in the working dtype explains it: never a contract red
+            tier = HARDENING
         return Verdict(
             report.nodeid,
             ERROR if infrastructure else FAIL,
@@ -218,6 +220,8 @@ def _raw_verdict(report) -> Verdict | None:
             replay=facts.replay or f"pytest '{report.nodeid}'",
             figures={**facts.figures, **figures},
             diverged=facts.diverged,
+            diagnosis=facts.diagnosis,
+            warnings=facts.warnings,
         )
     left_out = properties.get("unsupported_examples", "")
     return Verdict(

@@ -39,6 +39,9 @@ ERROR = "error"  # the target raised where it should have returned (any exceptio
 POOL_START = "pool_start"  # the rank pool could not start: the machine's fault, never the target's
 UNSUPPORTED = "unsupported"  # the target lacks a capability the check needs
 ASSERTION = "assertion"  # a failed plain assertion no kind was given for
+# Over the tolerance bound, but within what rounding in the Case's working dtype explains at the output's magnitude:
+# a precision verdict, which the plugin places in the hardening tier whatever the check's tier (never a contract red).
+PRECISION = "precision"
 
 FAILURE_KINDS = (
     VALUE,
@@ -53,6 +56,7 @@ FAILURE_KINDS = (
     COLLECTIVES,
     ERROR,
     ASSERTION,
+    PRECISION,
 )
 KINDS = (*FAILURE_KINDS, POOL_START, UNSUPPORTED)
 
@@ -71,6 +75,8 @@ class Facts:
     figures: dict = field(default_factory=dict)  # e.g. max_error, bound, peak_bytes
     missing: list = field(default_factory=list)  # for UNSUPPORTED: the capabilities the target lacked
     diverged: bool = False  # a hang where a rank FINISHED without joining its peers' collective
+    diagnosis: dict = field(default_factory=dict)  # which of the Case's conditions the failure needs (ablation)
+    warnings: list = field(default_factory=list)  # warnings the ranks raised during the failing call, deduplicated
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -136,9 +142,10 @@ def facts_of(exc: BaseException) -> Facts:
     leaves = _leaves(exc)
     chosen = next((leaf for leaf in reversed(leaves) if getattr(leaf, _ATTRIBUTE, {}).get("case")), leaves[-1])
     given = dict(getattr(chosen, _ATTRIBUTE, {}))
-    for name in ("diverged",):
-        if not given.get(name) and getattr(chosen, name, False):
-            given[name] = True
+    # Evidence other stages set as plain attributes (the rank pool, the diagnosis by ablation).
+    for name, attribute in (("diverged", "diverged"), ("diagnosis", "diagnosis"), ("warnings", "rank_warnings")):
+        if not given.get(name) and getattr(chosen, attribute, None):
+            given[name] = getattr(chosen, attribute)
     given["kind"] = _kind(chosen, given)
     given.setdefault("headline", headline(chosen))
     return Facts(**given)

@@ -49,9 +49,14 @@ def _fence(language: str, text: str) -> list[str]:
     return ["<details><summary>shrunk case (long)</summary>", "", *body, "", "</details>"]
 
 
-def _blocking(entry, kind: str) -> list[str]:
-    lines = [f"### BLOCKING `{entry.id}`", "", f"- tier: **{entry.tier}**", f"- class: {bug_class(entry.id, kind)}"]
-    lines += [f"- reason: {entry.reason.splitlines()[0] if entry.reason else '(none given)'}", ""]
+def _blocking(entry) -> list[str]:
+    lines = [f"### BLOCKING `{entry.id}`", "", f"- tier: **{entry.tier}**"]
+    lines += [f"- class: {bug_class(entry.id, entry.kind)}"]
+    lines += [f"- reason: {entry.reason.splitlines()[0] if entry.reason else '(none given)'}"]
+    if entry.diagnosis:
+        lines.append(f"- diagnosis: {entry.diagnosis}")
+    lines += [f"- warned: {warning}"[:400] for warning in entry.warnings[:5]]
+    lines.append("")
     if entry.case:
         lines += ["Shrunk case:", "", *_fence("json", entry.case), ""]
     if entry.replay:
@@ -87,7 +92,6 @@ def render(decision) -> str:
     """The comment for ``decision`` (harness/gate/decision.py), at most ``LIMIT`` characters."""
     verdict = {0: "green", 1: "RED"}.get(decision.exit_code, "undecided (infrastructure errors: rerun)")
     blocking = decision.blocking
-    kinds = {row.id: row.kind for row in decision.rows}
     head = [
         f"## logprob-harness: {decision.title}: {verdict}, {len(blocking)} blocking "
         f"(gated tiers: {', '.join(decision.tiers)})",
@@ -95,7 +99,7 @@ def render(decision) -> str:
         counts_line(decision.rows),
         "",
     ]
-    sections = [_blocking(entry, kinds.get(entry.id, "")) for entry in blocking]
+    sections = [_blocking(entry) for entry in blocking]
     if decision.fixed:
         sections.append(["### FIXED", "", *[f"- [{e.tier}] `{e.id}`: {e.reason}"[:400] for e in decision.fixed], ""])
     changed = [e for e in decision.changed if e not in blocking]

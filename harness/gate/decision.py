@@ -33,6 +33,9 @@ class Entry:
     reason: str
     case: str = ""
     replay: str = ""
+    kind: str = ""  # how it failed (harness/checks/failure.py)
+    diagnosis: str = ""  # the conditions the failure needs (harness/checks/diagnosis.py), one line
+    warnings: list = field(default_factory=list)  # what the ranks warned during the failing call
 
 
 @dataclass
@@ -120,4 +123,7 @@ def row(verdict, outcome: str, detail: str = "") -> Row:
 
 
 def entry(verdict, reason: str = "") -> Entry:
-    return Entry(verdict.id, verdict.tier, reason or verdict.reason, verdict.case, verdict.replay)
+    diagnosis = verdict.diagnosis.get("summary", "") if verdict.diagnosis else ""
+    warnings = [f"{w.get('category', '')}: {w.get('message', '')}" for w in verdict.warnings]
+    reason = reason or verdict.reason
+    return Entry(verdict.id, verdict.tier, reason, verdict.case, verdict.replay, verdict.kind, diagnosis, warnings)

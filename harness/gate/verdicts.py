@@ -39,6 +39,8 @@ class Verdict:
     figures: dict = field(default_factory=dict)
     missing: list = field(default_factory=list)  # of an UNSUPPORTED: the capabilities the target lacked
     diverged: bool = False  # of a hang: a rank finished without joining its peers' collective
+    diagnosis: dict = field(default_factory=dict)  # of a FAIL: the conditions it needs (harness/checks/diagnosis.py)
+    warnings: list = field(default_factory=list)  # of a FAIL: warnings the ranks raised during it
 
     @property
     def failed(self) -> bool:
