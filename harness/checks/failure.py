@@ -118,7 +118,10 @@ def headline(exc: BaseException) -> str:
     """``Type: first line of the message``: what a person reads first."""
     name = type(exc).__qualname__
     text = str(exc).strip().splitlines()
-    return f"{name}: {text[0]}"[:240] if text else name
+    if not text:
+        return name
+    line = f"{name}: {text[0]}"
+    return line if len(line) <= 240 else line[:239] + "…"
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
