@@ -182,9 +182,8 @@ class KeptSetLogProbEntropy(torch.autograd.Function):
             if on_outside == "error" and bool((stats[:, _KEPT] == 0).any()):
                 raise _outside_error(stats[:, _KEPT])
         log_probs, entropy = finish(stats[:, :3], True)
-        outside = stats[:, _KEPT] == 0
-        if on_outside == "neg_inf":
-            log_probs = torch.where(outside, float("-inf"), log_probs)
+        # A target outside K: "error" raised above and "force_keep" made it an entry, so only "neg_inf" rows remain.
+        log_probs = torch.where(stats[:, _KEPT] == 0, float("-inf"), log_probs)
         if not with_entropy:
             entropy = None
 
