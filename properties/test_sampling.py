@@ -25,15 +25,18 @@ from hypothesis import strategies as st
 from harness.cases.case import Case
 from harness.cases.sampling import sampling_case, sampling_cases
 from harness.cases.strategies import SPECIAL_VALUES, TOKEN_LEVEL, cases
+from harness.checks import record
 from harness.checks.parity import require
 from harness.checks.sampling import assert_every_rank_raised, check_given_derived_equivalence, check_sampling
 from harness.jobs.sampling import BAD_KEPT, sampling_job
+from harness.memory.sampling import SAMPLING_SCALES, measure_sampling_memory, vocab_sized
 from harness.ranks.run import run_job
 from harness.targets import KeptSet, load_target
 from oracles import sampling as oracle
 
 BASE = Case(seed=11, vocab=16, tp=2, samples=((6, 4),), chunk_size=2)
 QWEN_V = 151936
+SAMPLING_PEAK, DENSE_MASK_PEAK = "sampling_peak_over_logits", "dense_keep_mask_peak_over_logits"
 
 
 def _token_cases(**kwargs):
@@ -147,3 +150,29 @@ def test_bad_kept_set_is_a_clear_error_on_every_rank(row, spec):
     case = sampling_case(BASE.with_(chunk_size=None), kept="random", form="csr")
     results = run_job(sampling_job, case, spec, compare_traces=False, bad=row)
     assert_every_rank_raised(results, words, row)
+
+
+@pytest.mark.tier("budget")
+def test_kept_set_path_builds_no_vocabulary_sized_mask(spec):
+    """At slime #1951's scale (TP 8, 50 kept ids per row), under fake tensors: no ``[rows, V_local]`` mask.
+
+    The only vocabulary-sized allocation may be the gradient itself; the peak
+    stays within 2x logits + a chunk + O(nnz) (``harness.memory.sampling``).
+    The dense keep-mask path (slime's form) is measured beside it: its bool
+    masks are what the detector must see (else the check could not fail),
+    and both figures are recorded for the gate's base-vs-PR comparison.
+    """
+    require(spec, {"sampling", "sampling_csr", "sampling_force_keep", "sampling_entropy", "chunking"})
+    problem = SAMPLING_SCALES["slime-1951-tp8-k50"]
+    target = load_target(spec)
+    dense = measure_sampling_memory(problem, target, dense_mask=True)
+    assert any(a.dtype == torch.bool for a in vocab_sized(dense.allocations, problem.case)), "detector sees no mask"
+    report = measure_sampling_memory(problem, target)
+    record.figure(SAMPLING_PEAK, report.ratio, problem)
+    record.figure(DENSE_MASK_PEAK, dense.ratio, problem)
+    print(f"kept-set path: {report}\ndense keep-mask path: {dense}")
+    big = vocab_sized(report.allocations, problem.case)
+    assert all(a.dtype.is_floating_point for a in big) and len(big) <= 1, (
+        f"vocabulary-sized allocations besides the gradient: {[(a.op, a.dtype) for a in big]}"
+    )
+    assert report.peak <= problem.bound(), f"{report}: over the bound {problem.bound() / problem.case.unit:.3f}x"
