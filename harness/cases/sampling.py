@@ -132,6 +132,8 @@ def capabilities(case: Case) -> set[str]:
     """What a target must declare to run this sampling Case."""
     s = spec(case)
     needed = {"sampling", f"sampling_{s['form']}"}
+    if s["form"] == "derived" and s["min_p"] is not None:
+        needed.add("sampling_min_p")
     if s["kept"] == "outside":
         needed.add(f"sampling_{s['on_outside']}")
     if case.with_entropy:

@@ -48,7 +48,8 @@ SAMPLING_CAPABILITIES = frozenset(
         "sampling",  # sampling_log_probs (token level), with at least one form of K below
         "sampling_csr",  # K given as CSR of global ids (KeptSet.ids / .offsets)
         "sampling_dense",  # K given as this rank's bool [rows, V_local] keep mask (KeptSet.dense)
-        "sampling_derived",  # K derived from top_k / top_p / min_p, a global rule over the TP group (ties kept)
+        "sampling_derived",  # K derived from top_k / top_p, a global rule over the TP group (ties at the k-th kept)
+        "sampling_min_p",  # ... and from min_p (before top-k, after the temperature, as vLLM applies it)
         "sampling_entropy",  # the entropy over K (with_entropy=True)
         "sampling_error",  # on_outside="error": a target outside K raises on every rank
         "sampling_force_keep",  # on_outside="force_keep": K := K + {target} (slime's rule)
