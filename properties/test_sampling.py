@@ -101,10 +101,11 @@ def test_top_p_boundary(boundary, side, spec):
     ``1e-6`` is far above the masses' rounding (float32 logits, about 1e-7
     relative), so the oracle's ``K`` is unambiguous on each side.
     """
-    require(spec, {"sampling", "sampling_derived"})
-    with_entropy = "sampling_entropy" in load_target(spec).capabilities
     logits = _power_of_two_row()
     kept = oracle.derive_kept(logits, top_p=boundary + side)
+    tied = not torch.equal(kept, oracle.derive_kept(logits, top_p=boundary + side, ties="lowest_id"))
+    require(spec, {"sampling", "sampling_derived"} | ({"sampling_ties_all"} if tied else set()))
+    with_entropy = "sampling_entropy" in load_target(spec).capabilities
     want_size = {(0.5, -1e-6): 1, (0.5, 1e-6): 2, (0.75, -1e-6): 2, (0.75, 1e-6): 4}[boundary, side]
     assert int(kept.sum()) == want_size, "the oracle's own boundary rule (docs/sampling.md)"
     targets = torch.tensor([0])
@@ -150,7 +151,8 @@ def test_bad_rows_cover_every_bad_kept_set():
 def test_bad_kept_set_is_a_clear_error_on_every_rank(row, spec):
     capability, words = BAD_ROWS[row]
     require(spec, {"sampling", capability})
-    case = sampling_case(BASE.with_(chunk_size=None), kept="random", form="csr")
+    with_entropy = "sampling_entropy" in load_target(spec).capabilities
+    case = sampling_case(BASE.with_(chunk_size=None, with_entropy=with_entropy), kept="random", form="csr")
     results = run_job(sampling_job, case, spec, compare_traces=False, bad=row)
     assert_every_rank_raised(results, words, row)
 

@@ -128,12 +128,28 @@ def kept_set(case: Case, tp_rank: int) -> KeptSet:
     return KeptSet(ids=ids, offsets=offsets)
 
 
+def tie_dependent(case: Case) -> bool:
+    """Whether the derived ``K`` depends on the tie rule: a tied boundary value at top-k or top-p.
+
+    The oracle keeps every copy (``"all"``); vLLM keeps exactly the copies top-p
+    needs, which ones depending on its sort (docs/sampling.md, "Ties at the
+    k-th value", "The top-p boundary"). A target following vLLM's count is
+    checked on every Case where the rules agree, and reads UNSUPPORTED on the
+    others: no oracle says which copies it should keep.
+    """
+    s, logits = spec(case), case.global_logits()
+    rule = {"temperature": case.temperature, "top_k": s["top_k"], "top_p": s["top_p"], "min_p": s["min_p"]}
+    return not torch.equal(oracle.derive_kept(logits, **rule), oracle.derive_kept(logits, **rule, ties="lowest_id"))
+
+
 def capabilities(case: Case) -> set[str]:
     """What a target must declare to run this sampling Case."""
     s = spec(case)
     needed = {"sampling", f"sampling_{s['form']}"}
     if s["form"] == "derived" and s["min_p"] is not None:
         needed.add("sampling_min_p")
+    if s["form"] == "derived" and tie_dependent(case):
+        needed.add("sampling_ties_all")
     if s["kept"] == "outside":
         needed.add(f"sampling_{s['on_outside']}")
     if case.with_entropy:

@@ -49,6 +49,7 @@ SAMPLING_CAPABILITIES = frozenset(
         "sampling_csr",  # K given as CSR of global ids (KeptSet.ids / .offsets)
         "sampling_dense",  # K given as this rank's bool [rows, V_local] keep mask (KeptSet.dense)
         "sampling_derived",  # K derived from top_k / top_p, a global rule over the TP group (ties at the k-th kept)
+        "sampling_ties_all",  # ... keeping every tied copy of the boundary value (top-k and top-p), as the oracle
         "sampling_min_p",  # ... and from min_p (before top-k, after the temperature, as vLLM applies it)
         "sampling_entropy",  # the entropy over K (with_entropy=True)
         "sampling_error",  # on_outside="error": a target outside K raises on every rank

@@ -22,7 +22,8 @@ to full rows with an all-to-all, applies ``apply_top_k_top_p`` there and takes
 Declared: ``sampling``, ``sampling_derived``, ``sampling_neg_inf`` (a target
 outside NeMo's ``K`` gets ``-inf``: the masked ``log_softmax``), ``chunking``.
 Not declared, each an absence in NeMo's code: ``sampling_csr`` /
-``sampling_dense`` (no given-``K`` form), ``sampling_min_p``
+``sampling_dense`` (no given-``K`` form), ``sampling_ties_all`` (its top-p keeps the
+copies of a tied crossing value the mass needs, as vLLM does), ``sampling_min_p``
 (``TrainingSamplingParams`` has none), ``sampling_entropy`` (its entropy is
 over the full vocabulary), ``sampling_error`` / ``sampling_force_keep``, and
 ``temperature`` (applied by NeMo's caller before these Functions).
