@@ -39,7 +39,10 @@ class SlimeSamplingTarget(SlimeTarget):
     def __init__(self, root=None):
         super().__init__(root)
         if self.api.token_fn is not None and KEEP_MASK in self.api.token_parameters:
-            self.capabilities = self.capabilities | {"sampling", "sampling_dense", "sampling_force_keep", "chunking"}
+            added = {"sampling", "sampling_dense", "sampling_force_keep"}
+            if "chunk_size" in self.api.token_parameters:
+                added.add("chunking")
+            self.capabilities = self.capabilities | added
 
     def sampling_log_probs(
         self, logits, targets, kept, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature, on_outside
