@@ -16,17 +16,23 @@ import pytest
 from harness.cases.case import Case
 from harness.cases.sampling import sampling_case
 from harness.checks.sampling import check_sampling
+from harness.targets import load_target
 
 pytestmark = pytest.mark.tier("contract")
 
 CASE = Case(seed=25, vocab=16, samples=((6, 4),), logit_scale=3.0)
 
 
+def _case(spec, **changes) -> Case:
+    """CASE for this target: the entropy over K rides along where the target has it (the hazard is the log-prob)."""
+    return CASE.with_(with_entropy="sampling_entropy" in load_target(spec).capabilities, **changes)
+
+
 @pytest.mark.parametrize("tp", (2, 4))
 @pytest.mark.parametrize("top_k", (1, 3))
 def test_top_k_is_a_global_rule(tp, top_k, spec):
-    check_sampling(sampling_case(CASE.with_(tp=tp), kept="derived", form="derived", top_k=top_k), spec)
+    check_sampling(sampling_case(_case(spec, tp=tp), kept="derived", form="derived", top_k=top_k), spec)
 
 
 def test_top_p_after_a_global_top_k(spec):
-    check_sampling(sampling_case(CASE.with_(tp=2), kept="derived", form="derived", top_k=3, top_p=0.7), spec)
+    check_sampling(sampling_case(_case(spec, tp=2), kept="derived", form="derived", top_k=3, top_p=0.7), spec)
