@@ -27,8 +27,9 @@ PACKAGES = ROOT / ".packages"
 # ``expectations/<family>.toml``.
 ADAPTERS = {
     "skyrl": "harness.targets.skyrl.token:SkyRLTarget",
-    "slime": "harness.targets.slime.adapter:SlimeTarget",
-    "nemo_rl": "harness.targets.nemo_rl.token:NemoRLTarget",
+    # the sampling subclasses: the parent adapters plus sampling_log_probs where the revision has it (docs/targets.md)
+    "slime": "harness.targets.slime.sampling:SlimeSamplingTarget",
+    "nemo_rl": "harness.targets.nemo_rl.sampling:NemoRLSamplingTarget",
 }
 CHECKOUT_VARIABLES = {"skyrl": "LPH_SKYRL_PATH", "slime": "LPH_SLIME_PATH", "nemo_rl": "LPH_NEMO_RL_PATH"}
 PYPI = {"skyrl"}

@@ -16,9 +16,9 @@ from functools import cache
 from pathlib import Path
 
 from harness.names import resolve
-from harness.targets.protocol import CAPABILITIES, PackedInputs, Target, Unsupported
+from harness.targets.protocol import CAPABILITIES, KeptSet, PackedInputs, Target, Unsupported
 
-__all__ = ["CAPABILITIES", "PackedInputs", "Target", "Unsupported", "load_target"]
+__all__ = ["CAPABILITIES", "KeptSet", "PackedInputs", "Target", "Unsupported", "load_target"]
 
 
 def _load_attr(spec: str):

@@ -8,6 +8,8 @@ from impl.batch import PackedBatch
 from impl.hidden_states import hidden_log_probs_and_entropy
 from impl.packed import log_probs_and_entropy as packed_log_probs_and_entropy
 from impl.policy_loss import policy_loss
+from impl.sampling import dense_log_probs_and_entropy, kept_log_probs_and_entropy
+from impl.sampling_derive import sampled_log_probs_and_entropy
 from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy
 
 
@@ -130,3 +132,23 @@ class ImplTarget(Target):
                 loss_mask_only=loss_mask_only,
             )
             return out.loss, out.log_probs, out.entropy
+
+    def sampling_log_probs(
+        self, logits, targets, kept, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature, on_outside
+    ):
+        """impl's sampling path (``impl.sampling``): CSR, dense or derived kept set; torch only (no Triton kernel)."""
+        options = dict(
+            tp_group=tp_group,
+            chunk_size=chunk_size,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+            temperature=temperature,
+            on_outside=on_outside,
+        )
+        if kept.form == "csr":
+            return kept_log_probs_and_entropy(logits, targets, kept.ids, kept.offsets, **options)
+        if kept.form == "dense":
+            return dense_log_probs_and_entropy(logits, targets, kept.dense, **options)
+        return sampled_log_probs_and_entropy(
+            logits, targets, top_k=kept.top_k, top_p=kept.top_p, min_p=kept.min_p, **options
+        )

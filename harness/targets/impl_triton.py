@@ -10,6 +10,8 @@ hidden:
 
 * no ``hidden``/``hidden_tp``: the hidden-state path (``impl.hidden_states``)
   has no Triton backend, so its checks read UNSUPPORTED for this target;
+  likewise no ``sampling*``: the kept-set path (``impl.sampling``) works on
+  the kept entries only and has no Triton kernel;
 * under the interpreter, ``case_limits`` (``harness.cases.limits``): generated
   cases have at most 3 samples of up to 24 tokens and 48 vocabulary columns
   per TP rank (the interpreter costs milliseconds per kernel op); explicit
@@ -23,7 +25,7 @@ import sys
 
 from harness.ranks.device import device_type
 from harness.targets.impl_target import ImplTarget
-from harness.targets.protocol import CAPABILITIES
+from harness.targets.protocol import CAPABILITIES, SAMPLING_CAPABILITIES
 from impl.backend import TRITON, interpreting
 
 INTERPRETER_CASE_LIMITS = {"max_samples": 3, "max_length": 24, "max_vocab_local": 48}
@@ -47,7 +49,7 @@ class ImplTritonTarget(ImplTarget):
     """``impl`` forced onto its Triton backend (see the module docstring)."""
 
     name = "impl-triton"
-    capabilities = CAPABILITIES - {"hidden", "hidden_tp"}
+    capabilities = CAPABILITIES - {"hidden", "hidden_tp"} - SAMPLING_CAPABILITIES
     backend = TRITON
 
     def __init__(self):

@@ -42,6 +42,22 @@ CAPABILITIES = frozenset(
         "hidden_tp",  # hidden_log_probs over a TP group (tp > 1): the head sharded by vocabulary rows
     }
 )
+# Sampling-distribution replay (docs/sampling.md): sampling_log_probs over a kept set K.
+SAMPLING_CAPABILITIES = frozenset(
+    {
+        "sampling",  # sampling_log_probs (token level), with at least one form of K below
+        "sampling_csr",  # K given as CSR of global ids (KeptSet.ids / .offsets)
+        "sampling_dense",  # K given as this rank's bool [rows, V_local] keep mask (KeptSet.dense)
+        "sampling_derived",  # K derived from top_k / top_p, a global rule over the TP group (ties at the k-th kept)
+        "sampling_ties_all",  # ... keeping every tied copy of the boundary value (top-k and top-p), as the oracle
+        "sampling_min_p",  # ... and from min_p (before top-k, after the temperature, as vLLM applies it)
+        "sampling_entropy",  # the entropy over K (with_entropy=True)
+        "sampling_error",  # on_outside="error": a target outside K raises on every rank
+        "sampling_force_keep",  # on_outside="force_keep": K := K + {target} (slime's rule)
+        "sampling_neg_inf",  # on_outside="neg_inf": log-prob -inf with gradient 0 (NeMo-RL's behaviour)
+    }
+)
+CAPABILITIES = CAPABILITIES | SAMPLING_CAPABILITIES
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,34 @@ class PackedInputs:
     cp_mode: str = "none"
 
 
+@dataclass(frozen=True)
+class KeptSet:
+    """The sampler's kept set ``K`` as the harness hands it to a target, in exactly one form.
+
+    Attributes:
+        ids, offsets: CSR of GLOBAL token ids, the same on every TP rank: row
+            ``r`` keeps ``ids[offsets[r]:offsets[r+1]]`` (vLLM's ``SamplingMask``).
+        dense: this TP rank's bool ``[rows, V_local]`` keep mask (slime's form).
+        top_k, top_p, min_p: the sampling parameters; the target derives ``K``
+            from the logits (``None`` disables a filter; vLLM's order: min-p, top-k,
+            top-p, after the temperature).
+    """
+
+    ids: object = None
+    offsets: object = None
+    dense: object = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+
+    @property
+    def form(self) -> str:
+        """``"csr"``, ``"dense"`` or ``"derived"`` (the capability ``sampling_<form>`` it needs)."""
+        if self.ids is not None:
+            return "csr"
+        return "dense" if self.dense is not None else "derived"
+
+
 class Unsupported(Exception):
     """Raised by the harness when a check needs a capability the target lacks."""
 
@@ -94,6 +138,28 @@ class Target:
         ``hidden [rows, H]`` is the same on every TP rank, ``weight [V_local, H]``
         is this rank's LM-head shard (vocabulary ids ``[r*V_local, (r+1)*V_local)``);
         gradients must reach both (``hidden``'s summed over the TP group).
+        """
+        raise NotImplementedError
+
+    def sampling_log_probs(
+        self,
+        logits,
+        targets,
+        kept: KeptSet,
+        *,
+        tp_group,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        on_outside,
+    ):
+        """Return ``(log_probs [rows], entropy [rows] or None)`` of the processed distribution over ``kept``.
+
+        ``log p~_t = z_t - lse_K(z)`` and ``H~ = -sum_{v in K} p~_v log p~_v`` with
+        ``z = logits / temperature``, gradient 0 outside ``K`` (docs/sampling.md).
+        ``on_outside`` (``"error"``, ``"force_keep"``, ``"neg_inf"``) is the rule
+        for a target outside ``K``; the target declares which it honours.
         """
         raise NotImplementedError
 

@@ -91,6 +91,10 @@ def _single_all_gather_into_tensor(output, tensor, *args, **kwargs):
     output.copy_(tensor.reshape(output.shape))
 
 
+def _single_all_to_all_single(output, tensor, *args, **kwargs):
+    output.copy_(tensor.reshape(output.shape))
+
+
 def _single_nn_all_reduce(tensor, *args, **kwargs):
     return tensor
 
@@ -105,6 +109,7 @@ _SINGLE_RANK_BEHAVIOUR = {
     (dist, "barrier"): None,
     (dist, "all_gather"): _single_all_gather,
     (dist, "all_gather_into_tensor"): _single_all_gather_into_tensor,
+    (dist, "all_to_all_single"): _single_all_to_all_single,
     (dist, "get_world_size"): lambda *a, **k: 1,
     (dist, "get_rank"): lambda *a, **k: 0,
     (dist_nn, "all_reduce"): _single_nn_all_reduce,

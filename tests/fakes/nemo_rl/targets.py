@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from harness.targets.nemo_rl.sampling import NemoRLSamplingTarget
 from harness.targets.nemo_rl.token import NemoRLTarget
 
 HERE = Path(__file__).resolve().parent
@@ -13,3 +14,11 @@ def fixed() -> NemoRLTarget:
 
 def one_hot() -> NemoRLTarget:
     return NemoRLTarget(HERE / "one_hot")
+
+
+def sampling() -> NemoRLSamplingTarget:
+    return NemoRLSamplingTarget(HERE / "sampling")
+
+
+def sampling_per_shard() -> NemoRLSamplingTarget:
+    return NemoRLSamplingTarget(HERE / "sampling_per_shard")

@@ -1,0 +1,148 @@
+"""The sampling-replay checks: values and gradients over the kept set against the float64 oracle.
+
+``check_sampling(case, spec)`` runs a sampling Case (``harness.cases.sampling``)
+on every rank and compares the processed log-probs and entropy
+(docs/sampling.md) and every rank's gradient shard of ``sum(a*lp + b*H)`` with
+``oracles/sampling.py`` under the tolerance policy; the naive yardstick is
+plain ``log_softmax`` in the Case's dtype over the masked logits. TP ranks
+must agree bit for bit, the gradient must be exactly 0 outside ``K``, and
+neither the logits nor the kept-set tensors may be written. A target outside
+``K`` under ``on_outside="error"`` must raise a clear error on EVERY rank.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from harness.cases import sampling
+from harness.cases.case import Case
+from harness.checks.expected import Reference, _grad_of
+from harness.checks.parity import (
+    assemble_grad,
+    assert_inputs_unmutated,
+    grad_scale,
+    replayable,
+    replicated,
+    require,
+)
+from harness.checks.tolerance import assert_close, value_scale
+from harness.jobs.sampling import sampling_job
+from harness.ranks.run import run_job
+from oracles import sampling as oracle
+from oracles import token
+
+OUTSIDE_ERROR_WORDS = ("outside", "kept")
+
+
+def effective_kept(case: Case) -> torch.Tensor:
+    """The set the processed distribution is over: ``K``, or ``K ∪ {t}`` under force-keep."""
+    kept, targets = sampling.kept_and_targets(case)
+    return oracle.force_keep(kept, targets) if sampling.spec(case)["on_outside"] == "force_keep" else kept
+
+
+def expects_error(case: Case) -> bool:
+    s = sampling.spec(case)
+    return s["kept"] == "outside" and s["on_outside"] == "error"
+
+
+def sampling_reference(case: Case, precise: bool = True) -> Reference:
+    """Oracle (float64) or naive (Case dtype) log-probs, entropy and the probe loss's gradient."""
+    s = sampling.spec(case)
+    kept, targets = sampling.kept_and_targets(case)
+    logits = case.global_logits()
+    leaf = (logits.double() if precise else logits.clone()).requires_grad_()
+    if precise:
+        log_probs = oracle.processed_log_probs(leaf, targets, kept, case.temperature, s["on_outside"])
+        entropy = oracle.processed_entropy(leaf, effective_kept(case), case.temperature)
+    else:
+        masked = torch.where(effective_kept(case), leaf, torch.full_like(leaf, -math.inf))
+        log_probs = token.naive_log_probs(masked, targets, case.temperature).double()
+        entropy = token.naive_entropy(masked, case.temperature).double()
+    a, b = case.row_probe_weights()
+    finite = torch.isfinite(log_probs.detach())
+    loss = (a * torch.where(finite, log_probs, 0.0)).sum()
+    if case.with_entropy:
+        loss = loss + (b * entropy).sum()
+    else:
+        entropy = None
+    return Reference(log_probs.detach(), None if entropy is None else entropy.detach(), _grad_of(loss, leaf))
+
+
+def assert_every_rank_raised(results: list, words, what: str) -> None:
+    """Every rank raised (no silent answer on any), and each error names ``words``."""
+    silent = [rank for rank, result in enumerate(results) if result["error"] is None]
+    assert not silent, f"{what}: rank(s) {silent} returned values instead of raising (a silent wrong answer)"
+    for rank, result in enumerate(results):
+        text = f"{result['error_type']}: {result['error']}"
+        assert any(word in result["error"] for word in words), (
+            f"{what}, rank {rank}: the error must name {words}: {text}"
+        )
+
+
+def _raise_target_errors(results: list) -> None:
+    for rank, result in enumerate(results):
+        if result["error"] is not None:
+            raise AssertionError(f"rank {rank} raised {result['error_type']}: {result['error']}")
+
+
+@replayable
+def check_sampling(case: Case, spec: str = "impl") -> None:
+    """Values and gradients over ``K`` match the oracle (or the clear error a target outside ``K`` owes)."""
+    require(spec, sampling.capabilities(case))
+    results = run_job(sampling_job, case, spec)
+    if expects_error(case):
+        assert_every_rank_raised(results, OUTSIDE_ERROR_WORDS, "a target outside K with on_outside='error'")
+        return
+    _raise_target_errors(results)
+    assert_sampling_values(case, results)
+    assert_sampling_grad(case, results)
+
+
+def assert_sampling_values(case: Case, results: list) -> None:
+    ref, naive = sampling_reference(case), sampling_reference(case, precise=False)
+    scale = value_scale(case.global_logits(), case.temperature)
+    assert_close(replicated(results, "log_probs"), ref.log_probs, naive.log_probs, what="log_probs over K", scale=scale)
+    if case.with_entropy:
+        assert_close(replicated(results, "entropy"), ref.entropy, naive.entropy, what="entropy over K", scale=scale)
+
+
+def assert_sampling_grad(case: Case, results: list) -> None:
+    ref, naive = sampling_reference(case), sampling_reference(case, precise=False)
+    a, b = case.row_probe_weights()
+    upstream = float(a.abs().max()) + (float(b.abs().max()) if case.with_entropy else 0.0)
+    grad = assemble_grad(case, results)
+    outside = grad[~effective_kept(case)]
+    assert bool((outside == 0).all()), (
+        f"the gradient outside K must be exactly 0; {int((outside != 0).sum())} entries are not "
+        f"(largest {float(outside.abs().max()):.3e})"
+    )
+    assert_close(
+        grad,
+        ref.grad,
+        naive.grad,
+        what="grad(logits) over K",
+        scale=grad_scale(case, upstream),
+        out_dtype=case.torch_dtype,
+    )
+    assert_inputs_unmutated(results)
+    written = [rank for rank, result in enumerate(results) if not result["kept_unchanged"]]
+    assert not written, f"rank(s) {written} wrote into the kept-set tensors they were handed"
+
+
+@replayable
+def check_given_derived_equivalence(case: Case, spec: str = "impl") -> None:
+    """The same ``K`` handed as CSR and derived from its parameters gives the same values on every rank."""
+    derived = sampling.sampling_case(case, **{**sampling.spec(case), "kept": "derived", "form": "derived"})
+    given = sampling.sampling_case(case, **{**sampling.spec(case), "kept": "derived", "form": "csr"})
+    require(spec, sampling.capabilities(derived) | sampling.capabilities(given))
+    from_params, from_csr = run_job(sampling_job, derived, spec), run_job(sampling_job, given, spec)
+    _raise_target_errors(from_params + from_csr)
+    scale = value_scale(case.global_logits(), case.temperature)
+    for key in ("log_probs", "entropy") if case.with_entropy else ("log_probs",):
+        want = replicated(from_csr, key)
+        # the two paths build the same entries in a different order: rounding-level differences only
+        assert_close(
+            replicated(from_params, key), want.double(), want, what=f"{key}: derived K vs given K", scale=scale
+        )

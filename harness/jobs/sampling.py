@@ -1,0 +1,96 @@
+"""Rank-side job of the sampling-replay checks: one call of ``sampling_log_probs`` per rank, then its backward.
+
+Each rank rebuilds the Case, its logits shard, the sampled tokens and the kept
+set in the Case's form (``harness.cases.sampling``), calls the TARGET, runs
+the backward of the row probe loss ``sum(a * lp + b * H)`` and reports what
+the token job reports (values, gradient shard, ``requires_grad``, logits
+untouched, the collective trace) plus whether the kept-set tensors were left
+untouched. An error the target raises is caught and returned (type and text)
+so the parent can require the SAME clear error on every rank, for a target
+outside ``K`` under ``on_outside="error"`` and for the bad-input rows; a
+collective timeout is re-raised (it is a hang, not an answer).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.cases import sampling
+from harness.cases.case import Case
+from harness.jobs.logits import _backward, _grad, _integrity, _trace, on_host
+from harness.ranks.device import to_device
+from harness.ranks.errors import is_collective_timeout
+from harness.targets import KeptSet, load_target
+
+KEPT_TENSORS = ("ids", "offsets", "dense")
+
+
+def _on_device(kept: KeptSet) -> KeptSet:
+    moved = {name: getattr(kept, name) for name in ("top_k", "top_p", "min_p")}
+    for name in KEPT_TENSORS:
+        value = getattr(kept, name)
+        moved[name] = None if value is None else to_device(value)
+    return KeptSet(**moved)
+
+
+def _kept_copies(kept: KeptSet) -> dict:
+    return {name: getattr(kept, name).clone() for name in KEPT_TENSORS if getattr(kept, name) is not None}
+
+
+# Bad kept sets (the parent's bad-input table): name -> KeptSet of the Case -> the broken one.
+BAD_KEPT = {
+    "offsets_not_monotone": lambda k: KeptSet(ids=k.ids, offsets=k.offsets[[0, 2, 1, *range(3, len(k.offsets))]]),
+    "id_out_of_range": lambda k: KeptSet(ids=torch.cat([k.ids[:-1], k.ids.new_tensor([10**6])]), offsets=k.offsets),
+    "negative_id": lambda k: KeptSet(ids=torch.cat([k.ids[:-1], k.ids.new_tensor([-1])]), offsets=k.offsets),
+    "offsets_wrong_length": lambda k: KeptSet(ids=k.ids, offsets=k.offsets[:-1]),
+    "top_k_zero": lambda k: KeptSet(top_k=0),
+    "top_k_negative": lambda k: KeptSet(top_k=-1),
+    "top_p_zero": lambda k: KeptSet(top_p=0.0),
+    "top_p_above_one": lambda k: KeptSet(top_p=1.5),
+    "min_p_above_one": lambda k: KeptSet(min_p=1.5),
+}
+
+
+@on_host
+def sampling_job(payload: dict, ctx) -> dict:
+    """One sampling call on this rank (``payload["bad"]``: a BAD_KEPT row replaces the kept set)."""
+    case = Case.from_json(payload["case"])
+    target = load_target(payload["spec"])
+    s = sampling.spec(case)
+    logits = to_device(case.rank_logits(ctx.tp_rank, ctx.cp_rank)).requires_grad_()
+    before, version = logits.detach().clone(), logits._version
+    kept = sampling.kept_set(case, ctx.tp_rank)
+    if payload.get("bad"):
+        kept = BAD_KEPT[payload["bad"]](kept)
+    kept = _on_device(kept)
+    kept_before = _kept_copies(kept)
+    _, targets = sampling.kept_and_targets(case)
+    try:
+        log_probs, entropy = target.sampling_log_probs(
+            logits,
+            to_device(targets),
+            kept,
+            tp_group=ctx.tp_group,
+            chunk_size=case.chunk_size,
+            with_entropy=case.with_entropy,
+            entropy_grad=payload.get("entropy_grad", True),
+            temperature=case.temperature,
+            on_outside=s["on_outside"],
+        )
+    except Exception as exc:  # judged by the parent: an error is the right answer for some Cases
+        if is_collective_timeout(f"{type(exc).__name__}: {exc}"):
+            raise
+        return {"error_type": type(exc).__name__, "error": str(exc), "trace": _trace(ctx)}
+    a, b = case.row_probe_weights()
+    _backward([log_probs, entropy], [a, b], case.noncontig_grads)
+    return {
+        "error_type": None,
+        "error": None,
+        "log_probs": log_probs.detach().clone(),
+        "entropy": None if entropy is None else entropy.detach().clone(),
+        "entropy_requires_grad": None if entropy is None else bool(entropy.requires_grad),
+        "grad": _grad(logits),
+        "trace": _trace(ctx),
+        "kept_unchanged": all(torch.equal(getattr(kept, name), copy) for name, copy in kept_before.items()),
+        **_integrity(logits, before, version),
+    }
