@@ -27,6 +27,7 @@ from harness.cases.case import Case
 from harness.cases.sampling import sampling_case, sampling_cases
 from harness.cases.strategies import SPECIAL_VALUES, TOKEN_LEVEL, cases
 from harness.checks import record
+from harness.checks.failure import MEMORY, ensure
 from harness.checks.parity import require
 from harness.checks.sampling import assert_every_rank_raised, check_given_derived_equivalence, check_sampling
 from harness.jobs.sampling import BAD_KEPT, sampling_job
@@ -184,4 +185,8 @@ def test_kept_set_path_builds_no_vocabulary_sized_mask(spec):
     assert all(a.dtype.is_floating_point for a in big) and len(big) <= 1, (
         f"vocabulary-sized allocations besides the gradient: {[(a.op, a.dtype) for a in big]}"
     )
-    assert report.peak <= problem.bound(), f"{report}: over the bound {problem.bound() / problem.case.unit:.3f}x"
+    ensure(
+        report.peak <= problem.bound(),
+        MEMORY,
+        f"{report}: over the bound {problem.bound() / problem.case.unit:.3f}x",
+    )

@@ -19,6 +19,7 @@ import torch
 from harness.cases import sampling
 from harness.cases.case import Case
 from harness.checks.expected import Reference, _grad_of
+from harness.checks.failure import ACCEPTED, ERROR, GRADIENT, MUTATION, UNCLEAR, CheckFailure, ensure
 from harness.checks.parity import (
     assemble_grad,
     assert_inputs_unmutated,
@@ -73,18 +74,20 @@ def sampling_reference(case: Case, precise: bool = True) -> Reference:
 def assert_every_rank_raised(results: list, words, what: str) -> None:
     """Every rank raised (no silent answer on any), and each error names ``words``."""
     silent = [rank for rank, result in enumerate(results) if result["error"] is None]
-    assert not silent, f"{what}: rank(s) {silent} returned values instead of raising (a silent wrong answer)"
+    ensure(not silent, ACCEPTED, f"{what}: rank(s) {silent} returned values instead of raising (a silent wrong answer)")
     for rank, result in enumerate(results):
         text = f"{result['error_type']}: {result['error']}"
-        assert any(word in result["error"] for word in words), (
-            f"{what}, rank {rank}: the error must name {words}: {text}"
+        ensure(
+            any(word in result["error"] for word in words),
+            UNCLEAR,
+            f"{what}, rank {rank}: the error must name {words}: {text}",
         )
 
 
 def _raise_target_errors(results: list) -> None:
     for rank, result in enumerate(results):
         if result["error"] is not None:
-            raise AssertionError(f"rank {rank} raised {result['error_type']}: {result['error']}")
+            raise CheckFailure(f"rank {rank} raised {result['error_type']}: {result['error']}", kind=ERROR)
 
 
 @replayable
@@ -114,10 +117,12 @@ def assert_sampling_grad(case: Case, results: list) -> None:
     upstream = float(a.abs().max()) + (float(b.abs().max()) if case.with_entropy else 0.0)
     grad = assemble_grad(case, results)
     outside = grad[~effective_kept(case)]
-    assert bool((outside == 0).all()), (
-        f"the gradient outside K must be exactly 0; {int((outside != 0).sum())} entries are not "
-        f"(largest {float(outside.abs().max()):.3e})"
-    )
+    if not bool((outside == 0).all()):
+        raise CheckFailure(
+            f"the gradient outside K must be exactly 0; {int((outside != 0).sum())} entries are not "
+            f"(largest {float(outside.abs().max()):.3e})",
+            kind=GRADIENT,
+        )
     assert_close(
         grad,
         ref.grad,
@@ -125,10 +130,11 @@ def assert_sampling_grad(case: Case, results: list) -> None:
         what="grad(logits) over K",
         scale=grad_scale(case, upstream),
         out_dtype=case.torch_dtype,
+        kind=GRADIENT,
     )
     assert_inputs_unmutated(results)
     written = [rank for rank, result in enumerate(results) if not result["kept_unchanged"]]
-    assert not written, f"rank(s) {written} wrote into the kept-set tensors they were handed"
+    ensure(not written, MUTATION, f"rank(s) {written} wrote into the kept-set tensors they were handed")
 
 
 @replayable
