@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.cases import policy
 from harness.cases.case import Case
-from harness.cases.policy import EPS_CLIP, EPS_CLIP_HIGH, old_log_probs
 from oracles import layout, losses, token
+from oracles import policy as policy_oracle
 
 
 @dataclass
@@ -80,18 +81,22 @@ def packed_reference(case: Case, precise: bool = True) -> Reference:
 
 
 def policy_reference(case: Case, precise: bool = True) -> Reference:
-    """The PPO loss with entropy bonus and its gradient w.r.t. the global logits."""
+    """The Case's policy loss (``harness.cases.policy.loss_options``) and its gradient w.r.t. the global logits.
+
+    The behaviour, reference and rollout log-probs are read as the target receives them (float32).
+    """
     logits = _leaf(case, precise)
     log_probs, entropy = _packed_values(case, logits, precise)
-    loss = losses.policy_loss(
+    opts = policy.loss_options(case)
+    loss = policy_oracle.policy_loss(
         log_probs,
-        old_log_probs(case),
+        policy.as_sent(policy.old_log_probs(case)),
         case.advantages(),
         case.loss_masks(),
-        entropy,
-        eps_clip=EPS_CLIP,
-        eps_clip_high=EPS_CLIP_HIGH,
-        entropy_coef=case.entropy_coef,
+        opts,
+        ref=policy.ref_log_probs(case) if opts.kl_coef != 0 else None,
+        rollout=policy.rollout_log_probs(case) if opts.rollout_correction else None,
+        entropy=entropy,
     )
     grad = _grad_of(loss, logits)
     return Reference(

@@ -341,8 +341,18 @@ def assert_entropy_gate(case: Case, results: list, spec: str = "impl") -> None:
 
 
 def policy_upstream(case: Case) -> float:
-    """Largest d(loss)/d(log-prob or entropy): |A| times the clipped ratio bound, plus the coefficient."""
-    return _max_abs(case.advantages()) * (1 + policy.EPS_CLIP_HIGH) * 1.5 + abs(case.entropy_coef)
+    """Largest d(loss)/d(log-prob or entropy): |A| times the ratio bound, plus the KL and entropy coefficients.
+
+    Every aggregation divides a token's term by at least 1 (a count, a number
+    of samples, a horizon >= 1), so the per-term bounds hold for all of them:
+    the ratio is the clipped one (GSPO: the sample's, up to e^0.8), times the
+    rollout weight's cap; the KL estimators' gradients stay under 2 for the
+    drawn log-ratios (ratio-weighted included).
+    """
+    opts = policy.loss_options(case)
+    ratio = (1 + policy.EPS_CLIP_HIGH) * 1.5 if opts.kind != "gspo" else 2.3
+    weight = opts.rollout_cap if opts.rollout_correction else 1.0
+    return _max_abs(case.advantages()) * ratio * weight + 2 * abs(opts.kl_coef) + abs(case.entropy_coef)
 
 
 @replayable
@@ -354,7 +364,10 @@ def check_policy_loss(case: Case, spec: str = "impl") -> None:
 
 def assert_policy_loss(case: Case, results: list, spec: str) -> None:
     ref, naive = expected.policy_reference(case), expected.policy_reference(case, precise=False)
-    scale = value_scale(case.global_logits(), case.temperature) * policy_upstream(case) * max(len(case.samples), 1)
+    terms = (
+        sum(r for _, r in case.samples) if policy.loss_options(case).aggregation == "token-sum" else len(case.samples)
+    )
+    scale = value_scale(case.global_logits(), case.temperature) * policy_upstream(case) * max(terms, 1)
     # Under context parallelism each CP rank returns its share; the shares add up to the batch's loss.
     # The gate first: an inverted one (bug 1) is then named as such, not as a gradient mismatch.
     assert_entropy_gate(case, results, spec)
