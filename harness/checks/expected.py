@@ -10,7 +10,7 @@ per-token functions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -123,7 +123,28 @@ def shared_logits_reference(case: Case) -> Reference:
 
 
 def entropy_bonus_grad(case: Case) -> torch.Tensor:
-    """d sum_of_sample_mean(H) / d logits in float64 (the gradient the entropy bonus adds, per unit coef)."""
+    """d agg(H) / d logits in float64 (the gradient the entropy bonus adds, per unit coef; the Case's aggregation)."""
     logits = _leaf(case, True)
     _, entropy = _packed_values(case.with_(with_entropy=True), logits, True)
-    return _grad_of(losses.sum_of_sample_mean(entropy, case.loss_masks()), logits)
+    opts = policy.loss_options(case)
+    return _grad_of(policy_oracle.aggregate(entropy, case.loss_masks(), opts.aggregation, opts.horizon), logits)
+
+
+def kl_term_grad(case: Case) -> torch.Tensor:
+    """d agg(kl) / d logits in float64 (the gradient the KL term adds, per unit ``kl_coef``).
+
+    The oracle's loss with zero advantages (a policy term with neither value
+    nor gradient), ``kl_coef = 1`` and no entropy: only the KL term is left.
+    """
+    logits = _leaf(case, True)
+    log_probs, _ = _packed_values(case.with_(with_entropy=False), logits, True)
+    opts = replace(policy.loss_options(case), kl_coef=1.0, entropy_coef=0.0)
+    loss = policy_oracle.policy_loss(
+        log_probs,
+        policy.as_sent(policy.old_log_probs(case)),
+        [torch.zeros_like(a) for a in case.advantages()],
+        case.loss_masks(),
+        replace(opts, rollout_correction=None),
+        ref=policy.ref_log_probs(case),
+    )
+    return _grad_of(loss, logits)
