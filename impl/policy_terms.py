@@ -151,7 +151,10 @@ def rollout_weights(terms: LossTerms, old_log_probs, rollout_log_probs, masks, c
             weights.append(w.clamp(terms.rollout_floor, terms.rollout_cap))
             continue
         keep = (w <= terms.rollout_cap) & (w >= (terms.rollout_floor or 0.0))
-        weights.append(torch.where(keep, w, 0.0) if terms.rollout_correction == "mis" else keep.to(w.dtype))
+        if terms.rollout_correction == "rs":
+            weights.append(keep.to(w.dtype))
+        else:  # mis: the weight inside [floor, cap], 0 outside
+            weights.append(torch.where(keep, w, 0.0))
     return weights
 
 
