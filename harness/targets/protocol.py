@@ -43,12 +43,13 @@ CAPABILITIES = frozenset(
         # policy_loss(..., options=PolicyOptions(...)): each non-default option needs its own capability
         "policy_gspo",  # kind="gspo": GSPO's sequence-level ratio (GSPO-token form)
         "policy_cispo",  # kind="cispo": detached clipped ratio times log-prob
-        "policy_dual_clip",  # dual_clip_c: PPO/GSPO loss capped at c|A| where A < 0
+        "policy_dual_clip",  # dual_clip_c with kind="ppo": the loss capped at c|A| where A < 0
+        "policy_gspo_dual_clip",  # dual_clip_c with kind="gspo"
         "policy_kl_ratio_weighted",  # kl_ratio_weighted: the KL term times the ratio (with its gradient)
         *(f"policy_kl_{kind}" for kind in ("k1", "k2", "k3", "low_var_kl", "abs")),  # a KL loss term of that kind
         # rollout_correction at rollout_level: policy_<tis|mis|rs>_<token|sequence|geometric>
         *(f"policy_{mode}_{level}" for mode in ("tis", "mis", "rs") for level in ("token", "sequence", "geometric")),
-        "policy_rollout_floor",  # rollout_floor: a lower bound on the rollout-correction weight
+        *(f"policy_{mode}_floor" for mode in ("tis", "mis", "rs")),  # rollout_floor: a lower bound on the weight
         # aggregation other than sum-of-sample-mean: policy_agg_<mode>
         *(
             f"policy_agg_{mode}"
@@ -136,7 +137,7 @@ class PolicyOptions:
         if self.kind != "ppo":
             needed.add(f"policy_{self.kind}")
         if self.dual_clip_c is not None:
-            needed.add("policy_dual_clip")
+            needed.add("policy_dual_clip" if self.kind == "ppo" else f"policy_{self.kind}_dual_clip")
         if self.kl_coef != 0:
             needed.add(f"policy_kl_{self.kl_kind}")
             if self.kl_ratio_weighted:
@@ -144,7 +145,7 @@ class PolicyOptions:
         if self.rollout_correction is not None:
             needed.add(f"policy_{self.rollout_correction}_{self.rollout_level}")
             if self.rollout_floor is not None:
-                needed.add("policy_rollout_floor")
+                needed.add(f"policy_{self.rollout_correction}_floor")
         if self.aggregation != "sum-of-sample-mean":
             needed.add(f"policy_agg_{self.aggregation}")
         return needed
