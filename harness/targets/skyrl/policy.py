@@ -259,9 +259,10 @@ def policy_loss(
         max_seq_len=int(options.horizon) if aggregation == "seq-mean-token-sum-norm" else longest,
     )
     loss_fn = ppo_utils.PolicyLossRegistry.get(settings.policy_loss_type)
-    pg_loss, _metrics = loss_fn(
-        action_log_probs, old, scaled, config=settings, loss_mask=loss_mask, rollout_logprobs=rollout
-    )
+    with stand_ins.absent_packages(stand_ins.CALL_TIME):
+        pg_loss, _metrics = loss_fn(
+            action_log_probs, old, scaled, config=settings, loss_mask=loss_mask, rollout_logprobs=rollout
+        )
     loss = pg_loss * batch if aggregation == "sum-of-sample-mean" else pg_loss
     if settings.use_kl_loss:
         ref = _scatter([r.detach() for r in options.ref_log_probs], indices, shape, like)
