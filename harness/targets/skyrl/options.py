@@ -26,6 +26,8 @@ What SkyRL has, read in ``ppo_utils.py`` / ``off_policy_correction_utils.py``
 
 from __future__ import annotations
 
+import inspect
+
 from harness.targets.skyrl import stand_ins
 
 AGGREGATIONS = {
@@ -40,8 +42,9 @@ ROLLOUT = ("tis_token", "tis_sequence", "mis_token", "mis_sequence", "rs_token",
 
 
 def capabilities(ppo_utils) -> set[str]:
-    """The option capabilities this SkyRL has (by its policy-loss registry and its functions)."""
-    available = set(ppo_utils.PolicyLossRegistry.list_available())
+    """The option capabilities this SkyRL has: its registry's loss types, its KL, correction and reductions."""
+    listed = getattr(ppo_utils.PolicyLossRegistry, "list_available", None)
+    available = set(listed()) if listed is not None else set()
     caps = {f"policy_{kind}" for kind, name in LOSS_TYPES.items() if kind != "ppo" and name in available}
     if "dual_clip" in available:
         caps.add("policy_dual_clip")
@@ -49,8 +52,12 @@ def capabilities(ppo_utils) -> set[str]:
         caps |= {f"policy_kl_{kind}" for kind in KL_ESTIMATORS}
     if hasattr(ppo_utils, "apply_off_policy_correction"):
         caps |= {f"policy_{name}" for name in ROLLOUT} | {"policy_mis_floor", "policy_rs_floor"}
-    caps |= {f"policy_agg_{mode}" for mode in AGGREGATIONS if mode != "sum-of-sample-mean"}
-    return caps
+    try:
+        reductions = inspect.getsource(ppo_utils.apply_loss_reduction_to_advantages_minibatch)
+    except (OSError, TypeError):
+        reductions = ""
+    caps |= {f"policy_agg_{mode}" for mode, name in AGGREGATIONS.items() if f'"{name}"' in reductions}
+    return caps - {"policy_agg_sum-of-sample-mean"}
 
 
 def _off_policy(options) -> stand_ins.AlgorithmSettings | None:

@@ -57,7 +57,8 @@ def capabilities(api) -> set[str]:
     tis_source = _source(getattr(loss, "vanilla_tis_function", None))
     if "use_tis" in loss_source and "tis_clip_low" in tis_source and "rollout_mask_sums" in loss_source:
         caps |= {"policy_tis_token", "policy_tis_floor"}
-    if "calculate_per_token_loss" in inspect.signature(api.sum_of_sample_mean_fn).parameters:
+    per_token = "calculate_per_token_loss" in inspect.signature(api.sum_of_sample_mean_fn).parameters
+    if per_token and "calculate_per_token_loss" in loss_source:
         caps.add("policy_agg_token-sum")
     return caps
 
