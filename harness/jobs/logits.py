@@ -182,7 +182,7 @@ def policy_options(case: Case, ctx) -> dict:
     The reference and rollout log-probs are this rank's view, like the advantages.
     """
     values = policy.option_values(case)
-    if not values:
+    if PolicyOptions(**values) == PolicyOptions():
         return {}
     opts = policy.loss_options(case)
 
