@@ -107,7 +107,8 @@ OPTION_EXAMPLES = (
     _with(_BASE, kl_coef=0.1, kl_kind="k3", kl_ratio_weighted=True),
     _with(_BASE, rollout_correction="tis", rollout_floor=0.5),
     _with(_BASE, rollout_correction="mis", aggregation="seq-mean-token-sum"),
-    _with(_CP_ALLGATHER, rollout_correction="rs", rollout_level="sequence"),
+    # Seed 19: one sample's product weight above the cap (rejected), the other's below (kept with weight 1).
+    _with(_CP_ALLGATHER.with_(seed=19), rollout_correction="rs", rollout_level="sequence"),
     _with(_CP, rollout_correction="mis", rollout_level="geometric", aggregation="token-sum"),
     _with(_CP, aggregation="token-mean", kl_coef=-0.5, kl_kind="low_var_kl"),
     _with(_CP_ALLGATHER.with_(entropy_coef=0.5), aggregation="seq-mean-token-sum-norm", horizon=HORIZON),

@@ -262,6 +262,15 @@ MUTANTS = (
         killed_by=("properties/test_policy_losses.py",),
     ),
     Mutant(
+        name="rejection_keeps_the_weight",
+        bug="rejection sampling that reweights: a kept token gets its importance weight w instead of 1, so the "
+        "'reject only' correction also rescales every accepted token",
+        module="impl.policy_terms",
+        original="            weights.append(keep.to(w.dtype))\n",
+        replacement="            weights.append(torch.where(keep, w, 0.0))\n",
+        killed_by=("properties/test_policy_losses.py",),
+    ),
+    Mutant(
         name="entropy_term_ignores_aggregation",
         bug="the entropy bonus aggregated with a fixed per-sample mean whatever the loss's aggregation mode, so its "
         "weight against the policy term changes with batch composition",
