@@ -1,10 +1,13 @@
-"""The trainer-facing entry point: PPO clipped policy loss with an entropy bonus.
+"""The trainer-facing entry point: the policy loss (PPO clip by default) with an entropy bonus.
 
 This is where the entropy-gradient gate is decided (docs/bugs.md, bug 1, slime
 PR #1185): the entropy needs a graph exactly when it is requested AND its
 coefficient is non-zero. Getting the condition backwards made the entropy
 bonus silently do nothing while keeping the ``[rows, V]`` graph it was meant
 to drop, so the decision lives in one named function.
+
+The loss's options (GSPO, CISPO, dual clip, KL term, rollout corrections,
+aggregation modes) are computed from the log-probs in ``impl.policy_terms``.
 """
 
 from __future__ import annotations
@@ -16,31 +19,13 @@ import torch
 from .batch import PackedBatch
 from .context_parallel import zigzag_positions
 from .packed import log_probs_and_entropy as packed_log_probs_and_entropy
+from .policy_terms import LossTerms, aggregate, kl_terms, pg_terms, rollout_weights
 from .row_stats import tp_world
 
 
 def need_entropy_grad(with_entropy: bool, entropy_coef: float) -> bool:
     """The entropy keeps its graph iff it is computed and its coefficient is non-zero."""
     return bool(with_entropy) and entropy_coef != 0
-
-
-def sum_of_sample_mean(values: list, masks: list, counts: list | None = None) -> torch.Tensor:
-    """Sum over samples of each sample's masked mean; an all-masked sample adds 0.
-
-    ``counts`` are the per-sample token counts to divide by: under context
-    parallelism a rank holds only part of each sample, and its partial sums
-    are divided by the WHOLE sample's count so that the CP ranks' losses add
-    up to the loss of the whole batch.
-    """
-    total = None
-    for i, (value, mask) in enumerate(zip(values, masks)):
-        mask = mask.to(value.dtype)
-        count = mask.sum() if counts is None else counts[i].to(value.dtype)
-        term = (value * mask).sum() / count.clamp(min=1)
-        total = term if total is None else total + term
-    if total is None:
-        return torch.zeros(())
-    return total
 
 
 def sample_views(batch: PackedBatch, cp_mode: str, cp_group) -> list | None:
@@ -81,32 +66,32 @@ def policy_loss(
     loss_mask_only: bool = False,
     cp_group=None,
     cp_mode: str = "none",
+    terms: LossTerms | None = None,
+    ref_log_probs: list | None = None,
+    rollout_log_probs: list | None = None,
 ) -> PolicyLossOutput:
-    """PPO clipped policy-gradient loss, ``sum_of_sample_mean``, minus the entropy bonus.
+    """The policy-gradient loss, plus the KL term, minus the entropy bonus, each aggregated the same way.
 
-    ``loss = sum_of_sample_mean(max(-A r, -A clip(r, 1-eps, 1+eps_high)))
+    Default (``terms`` None): ``sum_of_sample_mean(max(-A r, -A clip(r, 1-eps, 1+eps_high)))
     - entropy_coef * sum_of_sample_mean(H)`` with ``r = exp(logp - old_logp)``
-    and the batch's loss masks (all ones when absent).
+    and the batch's loss masks (all ones when absent). ``terms`` picks the
+    policy-gradient kind, dual clip, rollout correction (``rollout_log_probs``),
+    KL term (``ref_log_probs``) and aggregation (``impl.policy_terms``).
 
     Under context parallelism (``cp_mode`` zigzag/allgather) the advantages
-    and old log-probs are this CP rank's zigzag view of each sample, and the
-    returned loss is this rank's share: the CP ranks' losses sum to the
-    batch's loss, and each rank's backward yields its logits' gradient of
-    that sum.
+    and old (reference, rollout) log-probs are this CP rank's zigzag view of
+    each sample, and the returned loss is this rank's share: the CP ranks'
+    losses sum to the batch's loss, and each rank's backward yields its
+    logits' gradient of that sum.
     """
+    terms = terms if terms is not None else LossTerms()
     if eps_clip_high is None:
         eps_clip_high = eps_clip
     full_masks = batch.loss_masks if batch.loss_masks is not None else [torch.ones(r) for r in batch.response_lengths]
     full_masks = [mask.to(logits.device) for mask in full_masks]
     views = sample_views(batch, cp_mode, cp_group)
     masks = full_masks if views is None else [mask[view] for mask, view in zip(full_masks, views)]
-    expected = [int(mask.shape[0]) for mask in masks]
-    caller_error = None  # raised after the CP ranks agree (impl.agreement), so no peer is left waiting
-    for name, values in (("advantages", advantages), ("old_log_probs", old_log_probs)):
-        lengths = [int(v.shape[0]) for v in values]
-        if lengths != expected and caller_error is None:
-            where = "response_lengths" if views is None else "this CP rank's zigzag view of each sample"
-            caller_error = ValueError(f"{name} lengths {lengths} must equal {where}: {expected}")
+    caller_error = _caller_error(terms, masks, views, advantages, old_log_probs, ref_log_probs, rollout_log_probs)
     entropy_grad = need_entropy_grad(with_entropy, entropy_coef)
     out = packed_log_probs_and_entropy(
         logits,
@@ -123,15 +108,42 @@ def policy_loss(
         caller_error=caller_error,
     )
     counts = [mask.sum() for mask in full_masks]
-    pg_losses = []
-    for log_prob, old, advantage, mask in zip(out.log_probs, old_log_probs, advantages, masks):
-        # Masked tokens get ratio 1: a dropped (loss-mask-only) position reads 0,
-        # and exp(0 - old) could overflow into inf * 0 = NaN.
-        ratio = torch.exp(torch.where(mask > 0, log_prob - old.to(log_prob), 0.0))
-        advantage = advantage.to(log_prob)
-        clipped = ratio.clamp(1 - eps_clip, 1 + eps_clip_high)
-        pg_losses.append(torch.maximum(-advantage * ratio, -advantage * clipped))
-    loss = sum_of_sample_mean(pg_losses, masks, counts)
+    group = cp_group if cp_mode != "none" else None
+
+    def agg(values):
+        return aggregate(values, masks, counts, terms.aggregation, full_masks, terms.horizon)
+
+    pg = pg_terms(terms, out.log_probs, old_log_probs, advantages, masks, counts, eps_clip, eps_clip_high, group)
+    if terms.rollout_correction is not None:
+        weights = rollout_weights(terms, old_log_probs, rollout_log_probs, masks, counts, group, out.log_probs)
+        pg = [p * w for p, w in zip(pg, weights)]
+    loss = agg(pg)
+    if terms.kl_coef != 0:
+        kl = kl_terms(terms.kl_kind, out.log_probs, ref_log_probs, masks)
+        if terms.kl_ratio_weighted:
+            kl = [k * torch.exp(lp - old.to(lp)) for k, lp, old in zip(kl, out.log_probs, old_log_probs)]
+        loss = loss + terms.kl_coef * agg(kl)
     if with_entropy:
-        loss = loss - entropy_coef * sum_of_sample_mean(out.entropy, masks, counts)
+        loss = loss - entropy_coef * agg(out.entropy)
     return PolicyLossOutput(loss=loss, log_probs=out.log_probs, entropy=out.entropy, entropy_grad=entropy_grad)
+
+
+def _caller_error(terms: LossTerms, masks, views, advantages, old_log_probs, ref_log_probs, rollout_log_probs):
+    """The first problem with the caller's arguments on this rank (raised after the CP ranks agree), or None."""
+    problems = terms.problems()
+    if terms.kl_coef != 0 and ref_log_probs is None:
+        problems.append(f"kl_coef={terms.kl_coef} needs ref_log_probs= (the reference policy's log-probs)")
+    if terms.rollout_correction is not None and rollout_log_probs is None:
+        problems.append(f"rollout_correction={terms.rollout_correction!r} needs rollout_log_probs= (the rollout's)")
+    if problems:
+        return ValueError("policy_loss: " + "; ".join(problems))
+    expected = [int(mask.shape[0]) for mask in masks]
+    named = {"advantages": advantages, "old_log_probs": old_log_probs}
+    named.update({"ref_log_probs": ref_log_probs} if terms.kl_coef != 0 else {})
+    named.update({"rollout_log_probs": rollout_log_probs} if terms.rollout_correction is not None else {})
+    for name, values in named.items():
+        lengths = [int(v.shape[0]) for v in values]
+        if lengths != expected:
+            where = "response_lengths" if views is None else "this CP rank's zigzag view of each sample"
+            return ValueError(f"{name} lengths {lengths} must equal {where}: {expected}")
+    return None

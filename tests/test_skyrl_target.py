@@ -38,6 +38,7 @@ def test_names_the_version_it_loaded():
     assert load_target(FIXED).name == "skyrl-0.0.0+stand-in-fixed"
     assert load_target(FIXED).capabilities == {
         "token", "entropy", "entropy_gate", "chunking", "temperature", "packed", "cp_zigzag", "policy_loss",
+        "policy_agg_seq-mean-token-mean",  # the stand-in's reduction has sequence_mean, and no other option
     }  # fmt: skip
 
 

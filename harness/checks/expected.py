@@ -10,13 +10,14 @@ per-token functions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from harness.cases import policy
 from harness.cases.case import Case
-from harness.cases.policy import EPS_CLIP, EPS_CLIP_HIGH, old_log_probs
 from oracles import layout, losses, token
+from oracles import policy as policy_oracle
 
 
 @dataclass
@@ -80,18 +81,22 @@ def packed_reference(case: Case, precise: bool = True) -> Reference:
 
 
 def policy_reference(case: Case, precise: bool = True) -> Reference:
-    """The PPO loss with entropy bonus and its gradient w.r.t. the global logits."""
+    """The Case's policy loss (``harness.cases.policy.loss_options``) and its gradient w.r.t. the global logits.
+
+    The behaviour, reference and rollout log-probs are read as the target receives them (float32).
+    """
     logits = _leaf(case, precise)
     log_probs, entropy = _packed_values(case, logits, precise)
-    loss = losses.policy_loss(
+    opts = policy.loss_options(case)
+    loss = policy_oracle.policy_loss(
         log_probs,
-        old_log_probs(case),
+        policy.as_sent(policy.old_log_probs(case)),
         case.advantages(),
         case.loss_masks(),
-        entropy,
-        eps_clip=EPS_CLIP,
-        eps_clip_high=EPS_CLIP_HIGH,
-        entropy_coef=case.entropy_coef,
+        opts,
+        ref=policy.ref_log_probs(case) if opts.kl_coef != 0 else None,
+        rollout=policy.rollout_log_probs(case) if opts.rollout_correction else None,
+        entropy=entropy,
     )
     grad = _grad_of(loss, logits)
     return Reference(
@@ -118,7 +123,28 @@ def shared_logits_reference(case: Case) -> Reference:
 
 
 def entropy_bonus_grad(case: Case) -> torch.Tensor:
-    """d sum_of_sample_mean(H) / d logits in float64 (the gradient the entropy bonus adds, per unit coef)."""
+    """d agg(H) / d logits in float64 (the gradient the entropy bonus adds, per unit coef; the Case's aggregation)."""
     logits = _leaf(case, True)
     _, entropy = _packed_values(case.with_(with_entropy=True), logits, True)
-    return _grad_of(losses.sum_of_sample_mean(entropy, case.loss_masks()), logits)
+    opts = policy.loss_options(case)
+    return _grad_of(policy_oracle.aggregate(entropy, case.loss_masks(), opts.aggregation, opts.horizon), logits)
+
+
+def kl_term_grad(case: Case) -> torch.Tensor:
+    """d agg(kl) / d logits in float64 (the gradient the KL term adds, per unit ``kl_coef``).
+
+    The oracle's loss with zero advantages (a policy term with neither value
+    nor gradient), ``kl_coef = 1`` and no entropy: only the KL term is left.
+    """
+    logits = _leaf(case, True)
+    log_probs, _ = _packed_values(case.with_(with_entropy=False), logits, True)
+    opts = replace(policy.loss_options(case), kl_coef=1.0, entropy_coef=0.0)
+    loss = policy_oracle.policy_loss(
+        log_probs,
+        policy.as_sent(policy.old_log_probs(case)),
+        [torch.zeros_like(a) for a in case.advantages()],
+        case.loss_masks(),
+        replace(opts, rollout_correction=None),
+        ref=policy.ref_log_probs(case),
+    )
+    return _grad_of(loss, logits)

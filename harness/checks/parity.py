@@ -26,6 +26,7 @@ from harness.checks.tolerance import assert_close, assert_identical, gradient_sc
 from harness.jobs.logits import packed_job, policy_job, token_job
 from harness.ranks.run import run_job
 from harness.targets import Unsupported, load_target
+from harness.targets.protocol import PolicyOptions
 
 
 def replay_command(check: str, case: Case, spec: str) -> str:
@@ -78,6 +79,8 @@ def required_capabilities(case: Case, level: str) -> set[str]:
             needed.add("response_only")
         if case.loss_mask_only:
             needed.add("loss_mask_only")
+    if level == "policy_loss":
+        needed |= PolicyOptions(**policy.option_values(case)).capabilities()
     return needed
 
 
@@ -366,8 +369,18 @@ def assert_entropy_gate(case: Case, results: list, spec: str = "impl") -> None:
 
 
 def policy_upstream(case: Case) -> float:
-    """Largest d(loss)/d(log-prob or entropy): |A| times the clipped ratio bound, plus the coefficient."""
-    return _max_abs(case.advantages()) * (1 + policy.EPS_CLIP_HIGH) * 1.5 + abs(case.entropy_coef)
+    """Largest d(loss)/d(log-prob or entropy): |A| times the ratio bound, plus the KL and entropy coefficients.
+
+    Every aggregation divides a token's term by at least 1 (a count, a number
+    of samples, a horizon >= 1), so the per-term bounds hold for all of them:
+    the ratio is the clipped one (GSPO: the sample's, up to e^0.8), times the
+    rollout weight's cap; the KL estimators' gradients stay under 2 for the
+    drawn log-ratios (ratio-weighted included).
+    """
+    opts = policy.loss_options(case)
+    ratio = (1 + policy.EPS_CLIP_HIGH) * 1.5 if opts.kind != "gspo" else 2.3
+    weight = opts.rollout_cap if opts.rollout_correction else 1.0
+    return _max_abs(case.advantages()) * ratio * weight + 2 * abs(opts.kl_coef) + abs(case.entropy_coef)
 
 
 @replayable
@@ -377,14 +390,24 @@ def check_policy_loss(case: Case, spec: str = "impl") -> None:
     assert_policy_loss(case, run_job(policy_job, case, spec), spec)
 
 
+def policy_loss_scale(case: Case) -> float:
+    """The policy loss's value scale: per-term bound times the number of terms it adds (samples, or tokens)."""
+    token_sum = policy.loss_options(case).aggregation == "token-sum"
+    terms = sum(case.response_lengths) if token_sum else len(case.samples)
+    return value_scale(case.global_logits(), case.temperature) * policy_upstream(case) * max(terms, 1)
+
+
+def total_policy_loss(case: Case, results: list):
+    """The batch's loss: under context parallelism each CP rank returns its share, and the shares add up."""
+    return sum(replicated(group, "loss") for group in _cp_groups(case, results))
+
+
 def assert_policy_loss(case: Case, results: list, spec: str) -> None:
     ref, naive = expected.policy_reference(case), expected.policy_reference(case, precise=False)
-    scale = value_scale(case.global_logits(), case.temperature) * policy_upstream(case) * max(len(case.samples), 1)
-    # Under context parallelism each CP rank returns its share; the shares add up to the batch's loss.
     # The gate first: an inverted one (bug 1) is then named as such, not as a gradient mismatch.
     assert_entropy_gate(case, results, spec)
-    loss = sum(replicated(group, "loss") for group in _cp_groups(case, results))
-    assert_close(loss, ref.loss, naive.loss, what="policy loss", scale=scale)
+    loss = total_policy_loss(case, results)
+    assert_close(loss, ref.loss, naive.loss, what="policy loss", scale=policy_loss_scale(case))
     assert_close(
         assemble_grad(case, results),
         ref.grad,
@@ -399,7 +422,7 @@ def assert_policy_loss(case: Case, results: list, spec: str) -> None:
 
 @replayable
 def check_entropy_bonus_gradient(case: Case, spec: str = "impl") -> None:
-    """grad(c) - grad(0) == -c * d(sum_of_sample_mean(H))/dz: the bonus really moves the gradient."""
+    """grad(c) - grad(0) == -c * d(agg(H))/dz (the Case's aggregation): the bonus really moves the gradient."""
     require(spec, required_capabilities(case, "policy_loss") | {"entropy"})
     with_bonus = assemble_grad(case, run_job(policy_job, case, spec))
     without = assemble_grad(case, run_job(policy_job, case.with_(entropy_coef=0.0), spec))

@@ -28,6 +28,7 @@ from harness.cases import policy
 from harness.cases.case import Case
 from harness.ranks.device import to_device, to_host
 from harness.targets import PackedInputs, load_target
+from harness.targets.protocol import PolicyOptions
 
 
 def packed_inputs(case: Case, on_device: bool = False) -> PackedInputs:
@@ -175,9 +176,31 @@ def packed_job(payload: dict, ctx) -> dict:
     }
 
 
+def policy_options(case: Case, ctx) -> dict:
+    """``{"options": PolicyOptions}`` for a Case with loss options, else ``{}`` (a plain-signature adapter still works).
+
+    The reference and rollout log-probs are this rank's view, like the advantages.
+    """
+    values = policy.option_values(case)
+    if PolicyOptions(**values) == PolicyOptions():
+        return {}
+    opts = policy.loss_options(case)
+
+    def sent(values):
+        return [to_device(v.float()) for v in in_view(values, case, ctx)]
+
+    return {
+        "options": PolicyOptions(
+            **values,
+            ref_log_probs=sent(policy.ref_log_probs(case)) if opts.kl_coef != 0 else None,
+            rollout_log_probs=sent(policy.rollout_log_probs(case)) if opts.rollout_correction else None,
+        )
+    }
+
+
 @on_host
 def policy_job(payload: dict, ctx) -> dict:
-    """Policy path: the PPO loss with entropy bonus; the target decides the entropy gate."""
+    """Policy path: the policy loss (PPO by default) with entropy bonus; the target decides the entropy gate."""
     case = Case.from_json(payload["case"])
     target = load_target(payload["spec"])
     logits = _leaf_logits(case, ctx)
@@ -197,6 +220,7 @@ def policy_job(payload: dict, ctx) -> dict:
         temperature=case.temperature,
         response_only=case.response_only,
         loss_mask_only=case.loss_mask_only,
+        **policy_options(case, ctx),
     )
     if loss.requires_grad and payload.get("backward", True):
         loss.backward()

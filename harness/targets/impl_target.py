@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from harness.targets.protocol import CAPABILITIES, PackedInputs, Target
 from impl.backend import TORCH, use_backend
 from impl.batch import PackedBatch
 from impl.hidden_states import hidden_log_probs_and_entropy
 from impl.packed import log_probs_and_entropy as packed_log_probs_and_entropy
 from impl.policy_loss import policy_loss
+from impl.policy_terms import LossTerms
 from impl.sampling import dense_log_probs_and_entropy, kept_log_probs_and_entropy
 from impl.sampling_derive import sampled_log_probs_and_entropy
 from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy
@@ -112,7 +115,9 @@ class ImplTarget(Target):
         temperature,
         response_only,
         loss_mask_only,
+        options=None,
     ):
+        terms, tensors = _loss_terms(options)
         with use_backend(self.backend):
             out = policy_loss(
                 logits,
@@ -130,6 +135,8 @@ class ImplTarget(Target):
                 temperature=temperature,
                 response_only=response_only,
                 loss_mask_only=loss_mask_only,
+                terms=terms,
+                **tensors,
             )
             return out.loss, out.log_probs, out.entropy
 
@@ -152,3 +159,12 @@ class ImplTarget(Target):
         return sampled_log_probs_and_entropy(
             logits, targets, top_k=kept.top_k, top_p=kept.top_p, min_p=kept.min_p, **options
         )
+
+
+def _loss_terms(options) -> tuple:
+    """``PolicyOptions`` as impl's ``LossTerms`` plus its per-sample tensors (None: the defaults)."""
+    if options is None:
+        return None, {}
+    names = [f.name for f in fields(LossTerms)]
+    terms = LossTerms(**{name: getattr(options, name) for name in names})
+    return terms, {"ref_log_probs": options.ref_log_probs, "rollout_log_probs": options.rollout_log_probs}

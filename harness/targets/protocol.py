@@ -40,6 +40,22 @@ CAPABILITIES = frozenset(
         "bit_exact",  # chunking, the entropy gate and response-only change no bit (else: within tolerance)
         "hidden",  # hidden_log_probs: hidden states [rows, H] and this rank's LM-head shard [V_local, H]
         "hidden_tp",  # hidden_log_probs over a TP group (tp > 1): the head sharded by vocabulary rows
+        # policy_loss(..., options=PolicyOptions(...)): each non-default option needs its own capability
+        "policy_gspo",  # kind="gspo": GSPO's sequence-level ratio (GSPO-token form)
+        "policy_cispo",  # kind="cispo": detached clipped ratio times log-prob
+        "policy_dual_clip",  # dual_clip_c with kind="ppo": the loss capped at c|A| where A < 0
+        "policy_gspo_dual_clip",  # dual_clip_c with kind="gspo"
+        "policy_kl_ratio_weighted",  # kl_ratio_weighted: the KL term times the ratio (with its gradient)
+        *(f"policy_kl_{kind}" for kind in ("k1", "k2", "k3", "low_var_kl", "abs")),  # a KL loss term of that kind
+        # rollout_correction at rollout_level: policy_<tis|mis|rs>_<token|sequence|geometric>
+        *(f"policy_{mode}_{level}" for mode in ("tis", "mis", "rs") for level in ("token", "sequence", "geometric")),
+        *(f"policy_{mode}_floor" for mode in ("tis", "mis", "rs")),  # rollout_floor: a lower bound on the weight
+        # aggregation other than sum-of-sample-mean: policy_agg_<mode>
+        *(
+            f"policy_agg_{mode}"
+            for mode in ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean")
+            + ("seq-mean-token-sum-norm",)
+        ),
     }
 )
 # Sampling-distribution replay (docs/sampling.md): sampling_log_probs over a kept set K.
@@ -112,6 +128,71 @@ class KeptSet:
         if self.ids is not None:
             return "csr"
         return "dense" if self.dense is not None else "derived"
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """What the policy loss computes beyond PPO-clip with ``sum-of-sample-mean`` (docs/policy-losses.md).
+
+    The harness passes ``options=`` to ``Target.policy_loss`` only when some
+    field differs from its default, and only to a target declaring the
+    capability each such field needs (``capabilities()``): an adapter that
+    knows none of them keeps the plain signature. Per-sample tensors
+    (``ref_log_probs``, ``rollout_log_probs``) are in the same view as the
+    advantages (this CP rank's zigzag view under context parallelism).
+
+    Attributes:
+        kind: ``"ppo"``, ``"gspo"`` (sequence ratio ``exp(mean_t m_t (logp - old))``
+            in the GSPO-token form) or ``"cispo"`` (``-sg(clip(r)) A logp``).
+        dual_clip_c: where ``A < 0``, the per-token loss is capped at ``-c A`` (c > 1).
+        kl_kind, kl_coef: ``+ kl_coef * agg(kl(logp, ref))`` with gradient; ``k1 = d``,
+            ``k2 = d^2/2``, ``k3 = exp(-d) + d - 1``, ``low_var_kl`` (k3 clamped: verl),
+            ``abs = |d|``, ``d = logp - ref``.
+        kl_ratio_weighted: the per-token KL times the ratio ``exp(logp - old)``.
+        ref_log_probs: the reference policy's log-probs (needed when ``kl_coef != 0``).
+        rollout_correction: ``None``, ``"tis"`` (weights ``clamp(w, floor, cap)``),
+            ``"mis"`` (``w`` inside ``[floor, cap]``, else 0) or ``"rs"`` (1 inside, 0 outside),
+            ``w = exp(old - rollout)`` per token, or per sample at ``rollout_level``
+            ``"sequence"`` (product) / ``"geometric"`` (geometric mean); detached.
+        rollout_log_probs: the rollout engine's log-probs (needed with a rollout correction).
+        aggregation: ``"sum-of-sample-mean"`` (the default contract), ``"token-mean"``,
+            ``"token-sum"``, ``"seq-mean-token-sum"``, ``"seq-mean-token-mean"`` or
+            ``"seq-mean-token-sum-norm"`` (``horizon``: its constant length); every
+            term (policy, KL, entropy) uses it, normalised over the WHOLE batch.
+    """
+
+    kind: str = "ppo"
+    dual_clip_c: float | None = None
+    kl_kind: str = "k3"
+    kl_coef: float = 0.0
+    kl_ratio_weighted: bool = False
+    ref_log_probs: list | None = None
+    rollout_correction: str | None = None
+    rollout_cap: float = 2.0
+    rollout_floor: float | None = None
+    rollout_level: str = "token"
+    rollout_log_probs: list | None = None
+    aggregation: str = "sum-of-sample-mean"
+    horizon: float | None = None
+
+    def capabilities(self) -> set[str]:
+        """The capabilities a target needs to honour these options (empty for the defaults)."""
+        needed = set()
+        if self.kind != "ppo":
+            needed.add(f"policy_{self.kind}")
+        if self.dual_clip_c is not None:
+            needed.add("policy_dual_clip" if self.kind == "ppo" else f"policy_{self.kind}_dual_clip")
+        if self.kl_coef != 0:
+            needed.add(f"policy_kl_{self.kl_kind}")
+            if self.kl_ratio_weighted:
+                needed.add("policy_kl_ratio_weighted")
+        if self.rollout_correction is not None:
+            needed.add(f"policy_{self.rollout_correction}_{self.rollout_level}")
+            if self.rollout_floor is not None:
+                needed.add(f"policy_{self.rollout_correction}_floor")
+        if self.aggregation != "sum-of-sample-mean":
+            needed.add(f"policy_agg_{self.aggregation}")
+        return needed
 
 
 class Unsupported(Exception):
@@ -198,5 +279,9 @@ class Target:
         response_only,
         loss_mask_only,
     ):
-        """Return ``(loss scalar, list of log_probs_i, list of entropy_i or None)``."""
+        """Return ``(loss scalar, list of log_probs_i, list of entropy_i or None)``.
+
+        A target declaring any ``policy_*`` option capability also takes
+        ``options: PolicyOptions`` (passed only when not the default).
+        """
         raise NotImplementedError

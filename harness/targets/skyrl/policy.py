@@ -67,6 +67,7 @@ from pathlib import Path
 
 import torch
 
+from harness.targets.skyrl import options as skyrl_options
 from harness.targets.skyrl import stand_ins
 from harness.targets.upstream import checkout, packing
 
@@ -147,19 +148,10 @@ def load_ppo_utils(root: Path):
     return module
 
 
-def algorithm_settings(*, eps_clip, eps_clip_high, entropy_coef, with_entropy):
-    """SkyRL's ``cfg.algorithm`` for a plain PPO loss with the harness's clip range and entropy bonus."""
-    return stand_ins.AlgorithmSettings(
-        policy_loss_type="regular",
-        loss_reduction="sequence_mean",
-        eps_clip_low=eps_clip,
-        eps_clip_high=eps_clip if eps_clip_high is None else eps_clip_high,
-        clip_ratio_c=3.0,
-        off_policy_correction=None,
-        use_kl_loss=False,
-        kl_loss_coef=0.0,
-        use_entropy_loss=bool(with_entropy and entropy_coef != 0),
-        entropy_loss_coef=float(entropy_coef),
+def algorithm_settings(*, eps_clip, eps_clip_high, entropy_coef, with_entropy, options=None):
+    """SkyRL's ``cfg.algorithm``: plain PPO with the harness's clip range and entropy bonus, or ``options``."""
+    return skyrl_options.algorithm_settings(
+        options, eps_clip=eps_clip, eps_clip_high=eps_clip_high, entropy_coef=entropy_coef, with_entropy=with_entropy
     )
 
 
@@ -183,18 +175,58 @@ def _scatter(values, indices, shape, like) -> torch.Tensor:
     return out
 
 
+def _whole_batch(values, indices, shape, like, cp_group) -> torch.Tensor:
+    """``[B, R_max]`` of per-sample view values summed over the CP group: every rank's part (views are disjoint)."""
+    full = _scatter([v.detach() for v in values], indices, shape, like)
+    if cp_group is not None and torch.distributed.is_initialized() and torch.distributed.get_world_size(cp_group) > 1:
+        torch.distributed.all_reduce(full, group=cp_group)
+    return full
+
+
+def aggregate_views(values, indices, masks, aggregation, horizon, like) -> torch.Tensor:
+    """The harness's aggregation of per-sample view values (the adapter's arithmetic, in fp32; this rank's share)."""
+    total = torch.zeros((), device=like.device)
+    counts = [m.float().sum().clamp(min=1.0).to(like.device) for m in masks]
+    for value, index, mask, count in zip(values, indices, masks, counts):
+        term = (value.float() * mask.float().to(value.device)[index]).sum()
+        total = total + (term / count if aggregation in ("sum-of-sample-mean", "seq-mean-token-mean") else term)
+    if aggregation == "token-mean":
+        return total / max(float(sum(m.float().sum() for m in masks)), 1.0)
+    if aggregation in ("seq-mean-token-mean", "seq-mean-token-sum"):
+        return total / max(len(masks), 1)
+    if aggregation == "seq-mean-token-sum-norm":
+        return total / (max(len(masks), 1) * horizon)
+    return total
+
+
 def policy_loss(
-    ppo_utils, gate: WrapperGate, unpacked, entropy_rows, inputs, *, advantages, old_log_probs, settings, cp, cp_rank
+    ppo_utils,
+    gate: WrapperGate,
+    unpacked,
+    entropy_rows,
+    inputs,
+    *,
+    advantages,
+    old_log_probs,
+    settings,
+    cp,
+    cp_rank,
+    options=None,
+    cp_group=None,
 ):
     """The loss from SkyRL's packed output ``unpacked`` ``[B, U − 1]`` and per-row entropy (see the docstring).
 
     Returns ``(loss, per-sample entropy views or None)``; ``entropy_rows`` is the per-row entropy of this rank's
-    stream computed under the wrapper's gate, or None.
+    stream computed under the wrapper's gate, or None. ``options`` (``PolicyOptions``): the loss type,
+    reduction, rollout correction and KL term of ``settings`` (``harness.targets.skyrl.options``); a
+    sequence-level statistic under CP reads every rank's old/rollout log-probs (summed over ``cp_group``)
+    and the full loss mask, this rank's share coming from its advantages alone (zero elsewhere).
     """
     batch = len(inputs.total_lengths)
     longest = max(inputs.response_lengths, default=0)
     shape = (batch, longest)
     device = unpacked.device
+    aggregation = "sum-of-sample-mean" if options is None else options.aggregation
     action_log_probs = torch.zeros(shape, dtype=unpacked.dtype, device=device)
     full_mask = torch.zeros(shape, dtype=torch.float32, device=device)
     for i, (total, response) in enumerate(zip(inputs.total_lengths, inputs.response_lengths)):
@@ -206,30 +238,53 @@ def policy_loss(
             full_mask[i, :response] = inputs.loss_masks[i].float().to(device)
     indices = _response_indices(inputs, cp, cp_rank)
     mine = _scatter([torch.ones(len(index), device=device) for index in indices], indices, shape, full_mask)
-    old = _scatter(old_log_probs, indices, shape, action_log_probs.detach())
+    whole = skyrl_options.needs_whole_samples(options) and cp > 1
+    like = action_log_probs.detach()
+    if whole:
+        old = _whole_batch(old_log_probs, indices, shape, like, cp_group)
+        loss_mask = full_mask
+    else:
+        old = _scatter(old_log_probs, indices, shape, like)
+        loss_mask = full_mask * mine
+    rollout = None
+    if options is not None and options.rollout_log_probs is not None:
+        place = _whole_batch if whole else _scatter_detached
+        rollout = place(options.rollout_log_probs, indices, shape, like, cp_group)
     raw_advantages = _scatter(advantages, indices, shape, full_mask)
     scaled = ppo_utils.apply_loss_reduction_to_advantages_minibatch(
-        raw_advantages, full_mask, settings.loss_reduction, micro_batch_size=batch, max_seq_len=longest
+        raw_advantages,
+        full_mask,
+        settings.loss_reduction,
+        micro_batch_size=batch,
+        max_seq_len=int(options.horizon) if aggregation == "seq-mean-token-sum-norm" else longest,
     )
     loss_fn = ppo_utils.PolicyLossRegistry.get(settings.policy_loss_type)
-    pg_loss, _metrics = loss_fn(
-        action_log_probs, old, scaled, config=settings, loss_mask=full_mask * mine, rollout_logprobs=None
-    )
-    loss = pg_loss * batch
+    with stand_ins.absent_packages(stand_ins.CALL_TIME):
+        pg_loss, _metrics = loss_fn(
+            action_log_probs, old, scaled, config=settings, loss_mask=loss_mask, rollout_logprobs=rollout
+        )
+    loss = pg_loss * batch if aggregation == "sum-of-sample-mean" else pg_loss
+    if settings.use_kl_loss:
+        ref = _scatter([r.detach() for r in options.ref_log_probs], indices, shape, like)
+        kl = ppo_utils.compute_approx_kl(
+            action_log_probs, ref, loss_mask=full_mask * mine, kl_estimator_type=settings.kl_estimator_type
+        )
+        kl_views = [kl[i, index] for i, index in enumerate(indices)]
+        term = aggregate_views(kl_views, indices, inputs.loss_masks, aggregation, options.horizon, like)
+        loss = loss + settings.kl_loss_coef * term
     entropy = None
     if entropy_rows is not None:
         entropy = packing.per_sample_rows(entropy_rows, inputs, cp, cp_rank)
         if gate.term_added(settings):
-            term = sum(
-                (
-                    (h.float() * inputs.loss_masks[i].float().to(h.device)[index]).sum()
-                    / inputs.loss_masks[i].float().sum().clamp(min=1.0).to(h.device)
-                    for i, (h, index) in enumerate(zip(entropy, indices))
-                ),
-                start=torch.zeros((), device=device),
-            )
+            horizon = None if options is None else options.horizon
+            term = aggregate_views(entropy, indices, inputs.loss_masks, aggregation, horizon, like)
             loss = loss - settings.entropy_loss_coef * term
     return loss, entropy
+
+
+def _scatter_detached(values, indices, shape, like, cp_group=None) -> torch.Tensor:
+    """This rank's view values in ``[B, R_max]`` (``_whole_batch``'s signature, no CP sum)."""
+    return _scatter([v.detach() for v in values], indices, shape, like)
 
 
 def grad_context(gate: WrapperGate, settings):

@@ -42,6 +42,8 @@ from harness.targets.upstream.settings import StrictSettings
 
 # Packages SkyRL's ppo_utils imports at module level and the adapter's calls never need.
 IMPORT_TIME = ("ray", "loguru", "jaxtyping", "omegaconf", "numpy")
+# gspo_policy_loss imports loguru inside the call (its warning for a reduction other than sequence_mean).
+CALL_TIME = ("loguru",)
 CONFIG_MODULE = "skyrl.train.config"
 
 
@@ -124,8 +126,15 @@ def loading(modules: dict):
     config goes there so it never shadows a real ``skyrl`` package elsewhere in the process.
     """
     modules.update(_config())
+    with absent_packages(IMPORT_TIME):
+        yield
+
+
+@contextlib.contextmanager
+def absent_packages(names):
+    """``names`` that are not installed stood in ``sys.modules`` for the duration, removed afterwards."""
     added = []
-    for name in IMPORT_TIME:
+    for name in names:
         if name in sys.modules or importlib.util.find_spec(name) is not None:
             continue
         sys.modules[name] = _BUILDERS.get(name, lambda name=name: AbsentDependency(name))()

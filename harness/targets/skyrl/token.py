@@ -98,6 +98,7 @@ import torch
 import torch.distributed as dist
 
 from harness.targets.protocol import Target
+from harness.targets.skyrl import options as skyrl_options
 from harness.targets.skyrl import policy as skyrl_policy
 from harness.targets.upstream import megatron_stand_in, packing
 
@@ -188,6 +189,7 @@ class SkyRLTarget(Target):
             self._gate = skyrl_policy.read_wrapper_gate(self.root)
             if self._ppo_utils is not None and self._gate is not None:
                 caps.add("policy_loss")
+                caps |= skyrl_options.capabilities(self._ppo_utils)
         return frozenset(caps)
 
     @cached_property
@@ -296,14 +298,19 @@ class SkyRLTarget(Target):
         temperature,
         response_only,
         loss_mask_only,
+        options=None,
     ):
-        """SkyRL's ``ppo_policy_loss`` on its packed log-probs, entropy gated as its wrapper does (policy.py)."""
+        """SkyRL's policy loss on its packed log-probs, entropy gated as its wrapper does (policy.py, options.py)."""
         if "policy_loss" not in self.capabilities:
             raise ValueError(f"{self.name}: no policy loss in this version (see the module docstring)")
         self._check_packed(inputs, response_only, loss_mask_only)
         logits = _divided(logits, temperature)
         settings = skyrl_policy.algorithm_settings(
-            eps_clip=eps_clip, eps_clip_high=eps_clip_high, entropy_coef=entropy_coef, with_entropy=with_entropy
+            eps_clip=eps_clip,
+            eps_clip_high=eps_clip_high,
+            entropy_coef=entropy_coef,
+            with_entropy=with_entropy,
+            options=options,
         )
         out, stream, cp, cp_rank = self._packed_call(logits, inputs, tp_group, cp_group, chunk_size)
         entropy_rows = None
@@ -321,5 +328,7 @@ class SkyRLTarget(Target):
             settings=settings,
             cp=cp,
             cp_rank=cp_rank,
+            options=options,
+            cp_group=cp_group,
         )
         return loss, packing.per_sample_view(out, inputs, cp, cp_rank), entropy

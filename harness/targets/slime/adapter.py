@@ -113,6 +113,7 @@ from pathlib import Path
 import torch
 
 from harness.targets.protocol import Target
+from harness.targets.slime import options as slime_options
 from harness.targets.slime import stand_ins
 from harness.targets.slime.api import LOSS, SlimeAPI, _as_sys_modules, _parameters, load_modules
 from harness.targets.upstream import megatron_stand_in
@@ -189,6 +190,8 @@ class SlimeTarget(Target):
         self.name = f"slime@{rev}" if rev else "slime"
         self.api = SlimeAPI.detect(load_modules(self.root))
         self.capabilities = self.api.capabilities()
+        if "policy_loss" in self.capabilities:
+            self.capabilities = self.capabilities | slime_options.capabilities(self.api)
 
     @contextlib.contextmanager
     def _calling(self, tp_group, cp_group):
@@ -327,10 +330,12 @@ class SlimeTarget(Target):
 
     # ---- policy loss ------------------------------------------------------------------
 
-    def _sum_of_sample_mean(self, inputs, masks, extra):
+    def _sum_of_sample_mean(self, inputs, masks, extra, per_token=False):
         fn = self.api.sum_of_sample_mean_fn
         parameters = _parameters(fn)
         keywords = _accepted(parameters, qkv_format=inputs.qkv_format, **extra)
+        if per_token:
+            keywords["calculate_per_token_loss"] = True
         return fn(list(inputs.total_lengths), list(inputs.response_lengths), masks, **keywords)
 
     def policy_loss(
@@ -350,6 +355,7 @@ class SlimeTarget(Target):
         temperature,
         response_only,
         loss_mask_only,
+        options=None,
     ):
         self._need("policy_loss", "the policy loss")
         self._check_packed(inputs, temperature, response_only, loss_mask_only)
@@ -361,6 +367,7 @@ class SlimeTarget(Target):
             entropy_coef=float(entropy_coef) if with_entropy else 0.0,
             eps_clip=eps_clip,
             eps_clip_high=eps_clip if eps_clip_high is None else eps_clip_high,
+            **slime_options.settings(options),
         )
         masks = [mask.float() for mask in inputs.loss_masks]
         batch = {
@@ -370,6 +377,7 @@ class SlimeTarget(Target):
             "total_lengths": list(inputs.total_lengths),
             "response_lengths": list(inputs.response_lengths),
             "loss_masks": masks,
+            **slime_options.batch_entries(options, masks),
             **extra,
         }
         loss_module = self.api.modules[LOSS]
@@ -383,7 +391,8 @@ class SlimeTarget(Target):
             return out
 
         with self._calling(tp_group, cp_group):
-            sum_of_sample_mean = self._sum_of_sample_mean(inputs, masks, extra)
+            per_token = options is not None and options.aggregation == "token-sum"
+            sum_of_sample_mean = self._sum_of_sample_mean(inputs, masks, extra, per_token)
             loss_module.get_log_probs_and_entropy = recording
             try:
                 loss, _metrics = self.api.policy_fn(args, batch, scores, sum_of_sample_mean)
