@@ -17,6 +17,7 @@ from __future__ import annotations
 from harness.cases import policy
 from harness.cases.case import Case
 from harness.checks import expected
+from harness.checks.failure import GRADIENT
 from harness.checks.parity import (
     assemble_grad,
     assert_policy_loss,
@@ -50,6 +51,7 @@ def check_kl_term_gradient(case: Case, spec: str = "impl") -> None:
         what="grad(kl_coef) - grad(0)",
         scale=2 * grad_scale(case, policy_upstream(case)),
         out_dtype=case.torch_dtype,
+        kind=GRADIENT,
     )
 
 
@@ -78,4 +80,5 @@ def check_policy_cp_invariance(case: Case, spec: str = "impl") -> None:
         what="grad(logits), CP vs no CP",
         scale=grad_scale(case, policy_upstream(case)),
         out_dtype=case.torch_dtype,
+        kind=GRADIENT,
     )
