@@ -16,12 +16,14 @@ import sys
 import torch
 from hypothesis import reject
 from hypothesis.control import currently_in_test_context
+from hypothesis.errors import HypothesisException
 
 from harness.cases import policy
 from harness.cases.case import Case
-from harness.checks import expected, record
+from harness.checks import diagnosis, expected, record
 from harness.checks.tolerance import assert_close, assert_identical, gradient_scale, value_scale
 from harness.jobs.logits import packed_job, policy_job, token_job
+from harness.ranks import rank_warnings
 from harness.ranks.run import run_job
 from harness.targets import Unsupported, load_target
 
@@ -31,18 +33,27 @@ def replay_command(check: str, case: Case, spec: str) -> str:
 
 
 def replayable(fn):
-    """Attach the Case and its replay command to any failure of a check."""
+    """Attach the Case, its replay command and the failure's evidence to any failure of a check.
+
+    The evidence (``harness.checks.diagnosis``): the warnings every rank
+    raised during the call, and which of the Case's conditions the failure
+    needs (ablation; the reported example only).
+    """
 
     @functools.wraps(fn)
     def wrapper(case: Case, spec: str = "impl", **kwargs):
-        try:
-            return fn(case, spec, **kwargs)
-        except Unsupported:
-            raise
-        except BaseException as exc:
-            exc.add_note(f"Case: {case.to_json()}")
-            exc.add_note(f"Replay: {replay_command(f'{fn.__module__}:{fn.__name__}', case, spec)}")
-            raise
+        name = f"{fn.__module__}:{fn.__name__}"
+        with rank_warnings.collecting() as seen:
+            try:
+                return fn(case, spec, **kwargs)
+            except (Unsupported, HypothesisException):
+                raise
+            except Exception as exc:
+                exc.add_note(f"Case: {case.to_json()}")
+                exc.add_note(f"Replay: {replay_command(name, case, spec)}")
+                found = diagnosis.diagnose(wrapper, case, spec, exc, name) if diagnosis.should_ablate() else None
+                diagnosis.attach(exc, diagnosis=found, warnings=rank_warnings.merged(seen))
+                raise
 
     return wrapper
 

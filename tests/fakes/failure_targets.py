@@ -115,3 +115,49 @@ class HangBackward(_Injected):
         contribution = loss.reshape(1) * 0 if _rank() == 0 else loss.detach().reshape(1) * 0
         reduced = dist_nn.all_reduce(contribution, group=None).sum()
         return loss + reduced, log_probs, entropy
+
+
+class EntropyGradDropped(ImplTarget):
+    """Right values, but the entropy's backward drops the entropy term: its graph carries a zero gradient.
+
+    The stand-in for diagnosis by ablation (harness/checks/diagnosis.py): a
+    failure here needs the entropy gradient and nothing else.
+    """
+
+    name = "impl-entropy-grad-dropped"
+
+    @staticmethod
+    def _drop(entropy, log_probs):
+        # Keeps requires_grad (so gate checks see a graph) while contributing no gradient.
+        return entropy.detach() + (log_probs - log_probs.detach()) * 0
+
+    def token_log_probs(self, logits, targets, **kwargs):
+        log_probs, entropy = super().token_log_probs(logits, targets, **kwargs)
+        if entropy is None or not entropy.requires_grad:
+            return log_probs, entropy
+        return log_probs, self._drop(entropy, log_probs)
+
+    def packed_log_probs(self, logits, inputs, **kwargs):
+        log_probs, entropy = super().packed_log_probs(logits, inputs, **kwargs)
+        if entropy is None:
+            return log_probs, entropy
+        return log_probs, [self._drop(h, lp) if h.requires_grad else h for h, lp in zip(entropy, log_probs)]
+
+
+class HiddenNoTPAllReduce(ImplTarget):
+    """The hidden path's LM-head input enters the TP region through c10d ``broadcast`` instead of a copy
+    whose backward all-reduces: each rank's grad(hidden) is its own shard's ``g @ W_local`` only.
+
+    Values are right at every tp and gradients right at tp=1; torch warns
+    (``c10d::broadcast_: an autograd kernel was not registered``) on every
+    rank. The stand-in for diagnosis ("needs: tp >= 2") and for warnings as
+    evidence.
+    """
+
+    name = "impl-hidden-no-tp-all-reduce"
+
+    def hidden_log_probs(self, hidden, weight, targets, *, tp_group, **kwargs):
+        if tp_group is not None and dist.get_world_size(tp_group) > 1:
+            hidden = hidden.clone()
+            dist.broadcast(hidden, src=dist.get_global_rank(tp_group, 0), group=tp_group)
+        return self.token_log_probs(hidden @ weight.T, targets, tp_group=tp_group, **kwargs)
