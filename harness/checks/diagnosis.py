@@ -226,15 +226,15 @@ def diagnose(check: Callable, case: Case, spec: str, failure: BaseException, nam
     independent: list[Ablation] = []
     for ablation in ABLATIONS:
         condition = ablation.condition(case, name)
-        if time.monotonic() - started > limit:
-            result.undetermined.append(f"{condition} (time budget of {limit:g} s spent)")
-            continue
         try:
             variant = ablation.remove(case)
         except ValueError as exc:  # the Case cannot exist without this condition
             result.undetermined.append(f"{condition} (cannot be removed: {exc})")
             continue
         if variant is None:
+            continue
+        if time.monotonic() - started >= limit:
+            result.undetermined.append(f"{condition} (time budget of {limit:g} s spent)")
             continue
         t0 = time.monotonic()
         verdict, detail = _judge(failure, _isolated(check, variant, spec))
@@ -248,7 +248,7 @@ def diagnose(check: Callable, case: Case, spec: str, failure: BaseException, nam
             independent.append(ablation)
         else:
             result.undetermined.append(f"{condition} ({detail})")
-    if len(independent) > 1 and time.monotonic() - started <= limit:
+    if len(independent) > 1 and time.monotonic() - started < limit:
         result.minimal_case = _confirm(check, case, spec, failure, independent)
     elif len(independent) == 1:
         result.minimal_case = next(t.case for t in result.trials if t.verdict == INDEPENDENT)

@@ -46,13 +46,14 @@ def replayable(fn):
         with rank_warnings.collecting() as seen:
             try:
                 return fn(case, spec, **kwargs)
-            except (Unsupported, HypothesisException):
+            except Unsupported:
                 raise
-            except Exception as exc:
+            except BaseException as exc:
                 exc.add_note(f"Case: {case.to_json()}")
                 exc.add_note(f"Replay: {replay_command(name, case, spec)}")
-                found = diagnosis.diagnose(wrapper, case, spec, exc, name) if diagnosis.should_ablate() else None
-                diagnosis.attach(exc, diagnosis=found, warnings=rank_warnings.merged(seen))
+                if isinstance(exc, Exception) and not isinstance(exc, HypothesisException):  # a verdict on the target
+                    found = diagnosis.diagnose(wrapper, case, spec, exc, name) if diagnosis.should_ablate() else None
+                    diagnosis.attach(exc, diagnosis=found, warnings=rank_warnings.merged(seen))
                 raise
 
     return wrapper
