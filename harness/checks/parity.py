@@ -22,8 +22,9 @@ from harness.cases import policy
 from harness.cases.case import Case
 from harness.checks import diagnosis, expected, record
 from harness.checks.tolerance import assert_close, assert_identical, gradient_scale, value_scale
-from harness.jobs.logits import packed_job, policy_job, token_job
+from harness.jobs.logits import packed_job, policy_job, token_job, unmutated_job
 from harness.ranks import rank_warnings
+from harness.ranks.errors import RankError
 from harness.ranks.run import run_job
 from harness.targets import Unsupported, load_target
 
@@ -403,6 +404,15 @@ def check_entropy_bonus_gradient(case: Case, spec: str = "impl") -> None:
 
 @replayable
 def check_inputs_unmutated(case: Case, spec: str = "impl") -> None:
-    """Bug 2: forward+backward of the policy loss leaves the logits untouched on every rank."""
+    """Bug 2: forward+backward of the policy loss leaves the logits untouched on every rank.
+
+    The logits are an activation here (``unmutated_job``), so an in-place
+    write is reported as one, whatever torch would have raised on a leaf; a
+    target that raised without writing fails as a rank error.
+    """
     require(spec, required_capabilities(case, "policy_loss"))
-    assert_inputs_unmutated(run_job(policy_job, case, spec))
+    results = run_job(unmutated_job, case, spec)
+    assert_inputs_unmutated(results)
+    errors = {rank: result["error"] for rank, result in enumerate(results) if result["error"] is not None}
+    if errors:
+        raise RankError("\n".join(f"--- rank {rank} raised ---\n{text}" for rank, text in errors.items()))

@@ -161,3 +161,14 @@ class HiddenNoTPAllReduce(ImplTarget):
             hidden = hidden.clone()
             dist.broadcast(hidden, src=dist.get_global_rank(tp_group, 0), group=tp_group)
         return self.token_log_probs(hidden @ weight.T, targets, tp_group=tp_group, **kwargs)
+
+
+class InPlaceOnLogits(ImplTarget):
+    """Shifts each row of the caller's logits by its max IN PLACE before the loss (values stay right:
+    log-softmax ignores a per-row shift). On a leaf torch refuses the write with its own error first."""
+
+    name = "impl-in-place-on-logits"
+
+    def policy_loss(self, logits, inputs, **kwargs):
+        logits[:].sub_(logits.detach().amax(dim=-1, keepdim=True))
+        return super().policy_loss(logits, inputs, **kwargs)
