@@ -24,7 +24,6 @@ from harness.checks import diagnosis, expected, record
 from harness.checks.tolerance import assert_close, assert_identical, gradient_scale, value_scale
 from harness.jobs.logits import packed_job, policy_job, token_job, unmutated_job
 from harness.ranks import rank_warnings
-from harness.ranks.errors import RankError
 from harness.ranks.run import run_job
 from harness.targets import Unsupported, load_target
 
@@ -407,12 +406,8 @@ def check_inputs_unmutated(case: Case, spec: str = "impl") -> None:
     """Bug 2: forward+backward of the policy loss leaves the logits untouched on every rank.
 
     The logits are an activation here (``unmutated_job``), so an in-place
-    write is reported as one, whatever torch would have raised on a leaf; a
-    target that raised without writing fails as a rank error.
+    write is reported as one, whatever torch would have raised on a leaf, or
+    raised afterwards because of it.
     """
     require(spec, required_capabilities(case, "policy_loss"))
-    results = run_job(unmutated_job, case, spec)
-    assert_inputs_unmutated(results)
-    errors = {rank: result["error"] for rank, result in enumerate(results) if result["error"] is not None}
-    if errors:
-        raise RankError("\n".join(f"--- rank {rank} raised ---\n{text}" for rank, text in errors.items()))
+    assert_inputs_unmutated(run_job(unmutated_job, case, spec))

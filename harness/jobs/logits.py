@@ -204,8 +204,10 @@ def unmutated_job(payload: dict, ctx) -> dict:
     error ("a leaf Variable ... used in an in-place operation") before anything
     is written, so the write would surface as a crash of the target. On an
     activation the write happens and moves the version counter: the check can
-    name it. A target error is returned (with the integrity facts), not raised,
-    so a write is reported as such even when it also makes the backward fail.
+    name it. When the target also raised after writing (a backward that found
+    its saved tensor modified), the write is what is returned; an error
+    without a write is raised as usual, so the pool still classifies it (a
+    collective timeout stays a hang).
     """
     case = Case.from_json(payload["case"])
     logits = _leaf_logits(case, ctx).clone()
@@ -214,6 +216,9 @@ def unmutated_job(payload: dict, ctx) -> dict:
     try:
         _policy_forward_backward(payload, case, ctx, logits)
     except Exception:
+        integrity = _integrity(logits, before, version)
+        if integrity["logits_unchanged"] and integrity["logits_version_delta"] == 0:
+            raise
         error = traceback.format_exc()
     return {"error": error, "trace": _trace(ctx), **_integrity(logits, before, version)}
 
