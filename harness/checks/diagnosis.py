@@ -269,13 +269,17 @@ def _confirm(check: Callable, case: Case, spec: str, failure: BaseException, ind
 
 
 def attach(exc: BaseException, *, diagnosis: Diagnosis | None, warnings: list) -> None:
-    """Put a failure's evidence on the exception (``exc.diagnosis``, ``exc.rank_warnings``) and in the record."""
+    """Put a failure's evidence on the exception (``exc.diagnosis``, ``exc.rank_warnings``) and in the record.
+
+    The record also keeps whether the failure was precision only (``PrecisionOnly.precision_only``).
+    """
     facts = diagnosis.as_dict() if diagnosis is not None else None
     exc.diagnosis = facts
     exc.rank_warnings = warnings
     current = record.current()
     current.diagnosis = facts
     current.warnings = warnings
+    current.precision_only = bool(getattr(exc, "precision_only", False))
     if diagnosis is not None:
         exc.add_note(f"Diagnosis: {diagnosis.summary()}")
     for entry in warnings:

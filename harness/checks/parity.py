@@ -201,7 +201,7 @@ def _compare_samples(actual: list, ref: list, naive: list, what: str, case: Case
     assert len(actual) == len(ref), f"{what}: {len(actual)} samples returned, {len(ref)} expected"
     scale = value_scale(case.global_logits(), case.temperature)
     for i, (a, r, n) in enumerate(zip(actual, ref, naive)):
-        assert_close(a, r, n, what=f"{what}[sample {i}]", scale=scale)
+        assert_close(a, r, n, what=f"{what}[sample {i}]", scale=scale, working_dtype=case.torch_dtype)
 
 
 def _assert_probe_grad(case: Case, results: list, ref, naive, a: list, b: list) -> None:
@@ -214,6 +214,7 @@ def _assert_probe_grad(case: Case, results: list, ref, naive, a: list, b: list) 
         what="grad(logits)",
         scale=grad_scale(case, upstream),
         out_dtype=case.torch_dtype,
+        working_dtype=case.torch_dtype,
     )
     assert_inputs_unmutated(results)
 
@@ -231,9 +232,23 @@ def check_token_forward(case: Case, spec: str = "impl") -> None:
 def assert_token_forward(case: Case, results: list) -> None:
     ref, naive = expected.token_reference(case), expected.token_reference(case, precise=False)
     scale = value_scale(case.global_logits(), case.temperature)
-    assert_close(replicated(results, "log_probs"), ref.log_probs, naive.log_probs, what="log_probs", scale=scale)
+    assert_close(
+        replicated(results, "log_probs"),
+        ref.log_probs,
+        naive.log_probs,
+        what="log_probs",
+        scale=scale,
+        working_dtype=case.torch_dtype,
+    )
     if case.with_entropy:
-        assert_close(replicated(results, "entropy"), ref.entropy, naive.entropy, what="entropy", scale=scale)
+        assert_close(
+            replicated(results, "entropy"),
+            ref.entropy,
+            naive.entropy,
+            what="entropy",
+            scale=scale,
+            working_dtype=case.torch_dtype,
+        )
     assert_inputs_unmutated(results)
 
 
@@ -371,7 +386,7 @@ def assert_policy_loss(case: Case, results: list, spec: str) -> None:
     # The gate first: an inverted one (bug 1) is then named as such, not as a gradient mismatch.
     assert_entropy_gate(case, results, spec)
     loss = sum(replicated(group, "loss") for group in _cp_groups(case, results))
-    assert_close(loss, ref.loss, naive.loss, what="policy loss", scale=scale)
+    assert_close(loss, ref.loss, naive.loss, what="policy loss", scale=scale, working_dtype=case.torch_dtype)
     assert_close(
         assemble_grad(case, results),
         ref.grad,
@@ -379,6 +394,7 @@ def assert_policy_loss(case: Case, results: list, spec: str) -> None:
         what="grad(logits) of the policy loss",
         scale=grad_scale(case, policy_upstream(case)),
         out_dtype=case.torch_dtype,
+        working_dtype=case.torch_dtype,
     )
     assert_inputs_unmutated(results)
 
@@ -398,6 +414,7 @@ def check_entropy_bonus_gradient(case: Case, spec: str = "impl") -> None:
         what="grad(coef) - grad(0)",
         scale=2 * grad_scale(case, policy_upstream(case)),
         out_dtype=case.torch_dtype,
+        working_dtype=case.torch_dtype,
     )
 
 

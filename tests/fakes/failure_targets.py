@@ -172,3 +172,63 @@ class InPlaceOnLogits(ImplTarget):
     def policy_loss(self, logits, inputs, **kwargs):
         logits[:].sub_(logits.detach().amax(dim=-1, keepdim=True))
         return super().policy_loss(logits, inputs, **kwargs)
+
+
+class Bf16Arithmetic(ImplTarget):
+    """Token log-probs computed in the logits' dtype as ``z - logsumexp(z)`` (not log_softmax's order).
+
+    Correct up to rounding in bf16: its error is the working dtype's, but can
+    exceed twice the naive path's when that one happens to round well (the
+    false contract red of a few-class bf16 case). TP=1 only.
+    """
+
+    name = "impl-bf16-arithmetic"
+    capabilities = frozenset({"token", "temperature"})
+
+    def token_log_probs(self, logits, targets, *, temperature, with_entropy, **kwargs):
+        z = logits / temperature
+        log_p = z - torch.logsumexp(z, dim=-1, keepdim=True)
+        return log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1).float(), None
+
+
+class NeighbourToken(ImplTarget):
+    """A forward defect: each row's log-prob is read at the next vocabulary entry (the target index off by one)."""
+
+    name = "impl-neighbour-token"
+
+    def token_log_probs(self, logits, targets, **kwargs):
+        return super().token_log_probs(logits, (targets + 1) % (logits.shape[-1] * _tp_size(kwargs)), **kwargs)
+
+
+def _tp_size(kwargs) -> int:
+    group = kwargs.get("tp_group")
+    return dist.get_world_size(group) if group is not None else 1
+
+
+class HiddenChunkRounding(ImplTarget):
+    """Hidden path whose chunked results differ from one pass by rounding only (about one fp32 unit), as an
+    online log-sum-exp's do; it does not declare ``bit_exact``."""
+
+    name = "impl-hidden-chunk-rounding"
+    capabilities = ImplTarget.capabilities - {"bit_exact"}
+
+    def hidden_log_probs(self, hidden, weight, targets, *, chunk_size, **kwargs):
+        log_probs, entropy = super().hidden_log_probs(hidden, weight, targets, chunk_size=chunk_size, **kwargs)
+        if chunk_size is None:
+            return log_probs, entropy
+        return log_probs * (1 + torch.finfo(torch.float32).eps), entropy
+
+
+class HiddenChunkDropsRows(ImplTarget):
+    """A chunking defect on the hidden path: with chunks, the last row's log-prob is lost (0)."""
+
+    name = "impl-hidden-chunk-drops-rows"
+    capabilities = ImplTarget.capabilities - {"bit_exact"}
+
+    def hidden_log_probs(self, hidden, weight, targets, *, chunk_size, **kwargs):
+        log_probs, entropy = super().hidden_log_probs(hidden, weight, targets, chunk_size=chunk_size, **kwargs)
+        if chunk_size is None:
+            return log_probs, entropy
+        keep = torch.ones_like(log_probs)
+        keep[-1] = 0
+        return log_probs * keep, entropy
