@@ -86,6 +86,9 @@ class SlimeAPI:
     packed_settings: set = field(default_factory=set)
     packed_gate_settings: set = field(default_factory=set)
     policy_fn: object = None  # policy_loss_function
+    # The first revisions' name and form (2025-06-18 .. 07-03): ``policy_loss_func(args, batch, num_microbatches,
+    # logits)``, which builds its own sample mean and divides the loss by the CP size for Megatron to multiply back.
+    legacy_policy_fn: object = None
     sum_of_sample_mean_fn: object = None  # get_sum_of_sample_mean
     zigzag: bool = False
 
@@ -103,6 +106,8 @@ class SlimeAPI:
             api.packed_gate_settings = _settings_read(api.packed_fn)
             api.packed_settings = api.packed_gate_settings | _settings_read(getattr(loss, "get_responses", None))
             api.policy_fn = getattr(loss, "policy_loss_function", None)
+            if api.policy_fn is None:
+                api.legacy_policy_fn = getattr(loss, "policy_loss_func", None)
             api.zigzag = hasattr(loss, "get_logits_and_tokens_offset_with_cp")
         api.sum_of_sample_mean_fn = getattr(cp_utils, "get_sum_of_sample_mean", None)
         return api
@@ -126,7 +131,7 @@ class SlimeAPI:
             caps |= {"token", "entropy"}
         if self.packed_fn is not None:
             caps |= {"packed", "entropy"}
-            if self.policy_fn is not None and self.sum_of_sample_mean_fn is not None:
+            if self.sum_of_sample_mean_fn is not None and (self.policy_fn or self.legacy_policy_fn) is not None:
                 caps.add("policy_loss")
             if "rollout_temperature" in self.packed_settings:
                 caps.add("temperature")
