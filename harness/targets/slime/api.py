@@ -20,6 +20,7 @@ from pathlib import Path
 
 from harness.targets.slime import stand_ins
 from harness.targets.upstream.checkout import as_sys_modules, namespace_packages
+from harness.targets.upstream.symbols import MissingUpstreamImport
 
 PPO_UTILS = "slime.utils.ppo_utils"
 LOSS = "slime.backends.megatron_utils.loss"
@@ -46,12 +47,28 @@ def load_modules(root: Path) -> dict:
     stand_ins.install_megatron_fusions()
     modules = namespace_packages(root, _PACKAGES)
     with _as_sys_modules(modules), stand_ins.absent_dependencies():
-        importlib.import_module(PPO_UTILS)
+        _import(root, PPO_UTILS)
         for name in (LOSS, CP_UTILS):
             if root.joinpath(*name.split(".")).with_suffix(".py").is_file():
-                importlib.import_module(name)
+                _import(root, name)
     _LOADED[root] = modules
     return modules
+
+
+def _import(root: Path, name: str) -> None:
+    """Import ``name`` from the checkout; a package neither installed nor stood in is a ``MissingUpstreamImport``."""
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or str(exc)
+        if missing.split(".")[0] == "slime":
+            raise  # the checkout itself lacks a module: not a dependency to stand in
+        raise MissingUpstreamImport(
+            missing,
+            f"slime's {name} (checkout {root}, see the traceback for the importing line)",
+            "Install it; or, if slime's log-prob code only imports it, stand it in: a third-party package in "
+            "IMPORT_ONLY, a megatron.* module in MEGATRON_IMPORT_ONLY (harness/targets/slime/stand_ins.py).",
+        ) from exc
 
 
 # ---- feature detection ------------------------------------------------------------------------
