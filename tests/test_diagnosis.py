@@ -44,6 +44,13 @@ def raises_otherwise_at_tp1(case: Case, spec: str = "impl") -> None:
 
 
 @replayable
+def precondition_then_defect(case: Case, spec: str = "impl") -> None:
+    CALLS.append(case)
+    assert case.tp > 1, "this check needs tp > 1"
+    raise AssertionError("defect")
+
+
+@replayable
 def hangs(case: Case, spec: str = "impl") -> None:
     CALLS.append(case)
     raise RankHang("rank 1 stuck in all_reduce")
@@ -83,7 +90,15 @@ def test_the_needed_conditions_are_named_and_the_rest_are_independent():
 def test_a_different_failure_leaves_the_condition_undetermined():
     found = _failure(raises_otherwise_at_tp1).diagnosis
     assert "tp" not in found["independent_of"] and "tp >= 2" not in found["needs"]
-    assert found["undetermined"] == ["tp >= 2 (fails differently (ValueError))"]
+    [entry] = found["undetermined"]
+    assert entry.startswith("tp >= 2 (fails differently (ValueError at test_diagnosis.py:")
+
+
+def test_a_precondition_failing_on_the_ablated_case_is_not_the_same_failure():
+    """Same type, another line: the tp-consistency check's own ``tp > 1`` assertion is no verdict on tp."""
+    found = _failure(precondition_then_defect).diagnosis
+    assert "tp" not in found["independent_of"] and "tp >= 2" not in found["needs"]
+    assert found["undetermined"][0].startswith("tp >= 2 (fails differently (AssertionError at test_diagnosis.py:")
 
 
 def test_a_hang_is_not_ablated():

@@ -11,7 +11,8 @@ off, temperature 1, special values removed, one sample) and replays the same
 check on the same target:
 
 * the ablated Case passes: the failure **needs** that condition;
-* it fails with the same exception type: the failure is **independent of** it;
+* it fails the same way (exception type and raising line): the failure is
+  **independent of** it;
 * anything else (another exception type, a hang, a capability the target
   lacks, a Case the condition cannot be removed from) leaves it
   **undetermined**, with the reason.
@@ -207,9 +208,22 @@ def _judge(failure: BaseException, outcome: BaseException | None) -> tuple[str, 
         return UNDETERMINED, "unsupported by the target"
     if isinstance(outcome, RankHang):
         return UNDETERMINED, f"hangs ({name})"
-    if type(outcome) is type(failure):
+    if _origin(outcome) == _origin(failure):
         return INDEPENDENT, f"fails ({name})"
-    return UNDETERMINED, f"fails differently ({name})"
+    file, line = _origin(outcome)[1:]
+    return UNDETERMINED, f"fails differently ({name} at {os.path.basename(file)}:{line})"
+
+
+def _origin(exc: BaseException) -> tuple:
+    """What makes two failures the same one (as Hypothesis tells failures apart): type and raising line.
+
+    A check whose precondition fails on the ablated Case (``assert case.tp > 1``)
+    raises the same type as its real failure, from another line.
+    """
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return (type(exc), tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb is not None else (type(exc), "", 0)
 
 
 def diagnose(check: Callable, case: Case, spec: str, failure: BaseException, name: str = "") -> Diagnosis:
