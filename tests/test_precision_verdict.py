@@ -69,7 +69,19 @@ def test_true_defects_in_bf16_still_fail_the_contract(check, spec):
     with pytest.raises(AssertionError) as info:
         check(case, FAKES + spec)
     assert not isinstance(info.value, PrecisionOnly)
-    assert not record.current().precision_only
+    assert record.current().precision_only is False
+
+
+def test_one_contract_failure_among_precision_ones_makes_the_test_a_contract_failure():
+    """Hypothesis can report a precision-only and a contract failure of one test together."""
+    precise = Case(seed=7, vocab=2, samples=((3, 2),), dtype="bfloat16", with_entropy=False, logit_scale=4.0)
+    with pytest.raises(PrecisionOnly):
+        check_token_forward(precise, FAKES + "Bf16Arithmetic")
+    with pytest.raises(AssertionError):
+        check_token_forward(Case(seed=7, vocab=8, samples=((5, 3),), dtype="bfloat16"), FAKES + "NeighbourToken")
+    with pytest.raises(PrecisionOnly):
+        check_token_forward(precise, FAKES + "Bf16Arithmetic")
+    assert record.current().precision_only is False
 
 
 HIDDEN = with_hidden_size(Case(seed=4, vocab=8, samples=((9, 5),), chunk_size=3), 6)

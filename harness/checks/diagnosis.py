@@ -293,7 +293,8 @@ def attach(exc: BaseException, *, diagnosis: Diagnosis | None, warnings: list) -
     current = record.current()
     current.diagnosis = facts
     current.warnings = warnings
-    current.precision_only = bool(getattr(exc, "precision_only", False))
+    precision = bool(getattr(exc, "precision_only", False))
+    current.precision_only = precision if current.precision_only is None else current.precision_only and precision
     if diagnosis is not None:
         exc.add_note(f"Diagnosis: {diagnosis.summary()}")
     for entry in warnings:

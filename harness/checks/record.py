@@ -33,9 +33,10 @@ class TestRecord:
     # The warnings the ranks raised during the last failing check call, one entry per distinct message
     # (``harness.ranks.rank_warnings.merged``).
     warnings: list = field(default_factory=list)
-    # The last failure was over the tolerance bound only by what rounding in the Case's dtype explains
+    # Every failure of this test was over the tolerance bound only by what rounding in the Case's dtype explains
     # (``harness.checks.tolerance.PrecisionOnly``): a precision verdict for the hardening tier, not a contract FAIL.
-    precision_only: bool = False
+    # None: no failure was seen; False as soon as one failure was more than that (Hypothesis may report several).
+    precision_only: bool | None = None
 
     __test__ = False  # not a pytest test class, despite its name
 
