@@ -191,3 +191,15 @@ def test_hidden_backward_without_the_tp_all_reduce_needs_tp2_and_carries_torchs_
     c10d = [w for w in exc.rank_warnings if "c10d::broadcast_" in w["message"]]
     assert len(c10d) == 1 and c10d[0]["ranks"] == [0, 1]
     assert record.current().warnings == exc.rank_warnings
+
+
+@replayable
+def calls_another_check(case: Case, spec: str = "impl") -> None:
+    fails_at_tp2_in_bf16(case, spec)
+
+
+def test_a_check_calling_a_check_is_diagnosed_once():
+    exc = _failure(calls_another_check)
+    assert exc.diagnosis["check"].endswith(":fails_at_tp2_in_bf16")
+    assert len(CALLS) == 1 + 6 + 1
+    assert sum(note.startswith("Diagnosis:") for note in exc.__notes__) == 1

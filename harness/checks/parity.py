@@ -51,7 +51,9 @@ def replayable(fn):
             except BaseException as exc:
                 exc.add_note(f"Case: {case.to_json()}")
                 exc.add_note(f"Replay: {replay_command(name, case, spec)}")
-                if isinstance(exc, Exception) and not isinstance(exc, HypothesisException):  # a verdict on the target
+                # A verdict on the target, not yet diagnosed (a check calling another check diagnoses once, inside).
+                verdict = isinstance(exc, Exception) and not isinstance(exc, HypothesisException)
+                if verdict and not hasattr(exc, "diagnosis"):
                     found = diagnosis.diagnose(wrapper, case, spec, exc, name) if diagnosis.should_ablate() else None
                     diagnosis.attach(exc, diagnosis=found, warnings=rank_warnings.merged(seen))
                 raise
