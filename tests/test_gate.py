@@ -439,3 +439,14 @@ def test_a_hang_where_a_rank_finished_is_not_replayed():
     assert retries.confirm_hangs(result, "T", {"side": "head"}, replay=replay) == []
     assert [case for _, items in replay.calls for _, case in items] == ["c2"]
     assert result.verdicts[GATE].outcome == FAIL and result.verdicts[PARITY].outcome == FAIL
+
+
+def test_a_group_holding_a_true_defect_is_judged_by_the_defect():
+    """Hypothesis reports a precision-only failure beside a contract one: the verdict is the contract one's."""
+    precise = failure.mark(failure.CheckFailure("rounding", kind=failure.PRECISION), check=CHECK, case="c1")
+    wrong = failure.mark(failure.CheckFailure("wrong", kind=failure.VALUE), check=CHECK, case="c2")
+    for leaves in ([precise, wrong], [wrong, precise]):
+        verdict = _verdict_of(ExceptionGroup("two", leaves))
+        assert (verdict.kind, verdict.tier, verdict.case) == (failure.VALUE, CONTRACT, "c2")
+    alone = _verdict_of(precise)
+    assert (alone.kind, alone.tier) == (failure.PRECISION, HARDENING)  # rounding alone is never a contract red

@@ -141,9 +141,16 @@ def _kind(exc: BaseException, given: dict) -> str:
 
 def facts_of(exc: BaseException) -> Facts:
     """The facts of a failure. Of a group (Hypothesis found several distinct failures), the last one's that
-    carries a Case, as the group's report lists it last; else the last leaf."""
+    carries a Case and is not precision only (a group holding a true defect is judged by the defect); else the
+    last one's with a Case; else the last leaf."""
     leaves = _leaves(exc)
-    chosen = next((leaf for leaf in reversed(leaves) if getattr(leaf, _ATTRIBUTE, {}).get("case")), leaves[-1])
+
+    def rank(leaf: BaseException) -> tuple[bool, bool]:
+        given = getattr(leaf, _ATTRIBUTE, {})
+        return bool(given.get("case")), given.get("kind") != PRECISION
+
+    best = max(rank(leaf) for leaf in leaves)
+    chosen = [leaf for leaf in leaves if rank(leaf) == best][-1]
     given = dict(getattr(chosen, _ATTRIBUTE, {}))
     # Evidence other stages set as plain attributes (the rank pool, the diagnosis by ablation).
     for name, attribute in (("diverged", "diverged"), ("diagnosis", "diagnosis"), ("warnings", "rank_warnings")):

@@ -38,7 +38,8 @@ from harness.targets import load_target
 BIT_EXACT = "bit_exact"
 
 
-def _exact(spec: str, exact: bool | None) -> bool:
+def promised_bit_exact(spec: str, exact: bool | None) -> bool:
+    """Whether a check demands bit-identity: ``exact`` if given, else the target's ``bit_exact`` declaration."""
     return BIT_EXACT in load_target(spec).capabilities if exact is None else exact
 
 
@@ -77,7 +78,7 @@ def _chunk_invariance(case: Case, spec: str, exact: bool | None, level: str) -> 
     chunked = run_job(job, case, spec)
     whole = run_job(job, case.with_(chunk_size=None), spec)
     label = f"chunk_size={case.chunk_size} vs one chunk"
-    if _exact(spec, exact):
+    if promised_bit_exact(spec, exact):
         _assert_outputs_identical(case, chunked, whole, label)
         _assert_grads_identical(chunked, whole, label)
         return
@@ -116,7 +117,7 @@ def _gate_invariance(case: Case, spec: str, exact: bool | None, level: str) -> N
     case = case.with_(with_entropy=True)
     on = run_job(job, case, spec, entropy_grad=True)
     off = run_job(job, case, spec, entropy_grad=False)
-    if _exact(spec, exact):
+    if promised_bit_exact(spec, exact):
         _assert_outputs_identical(case, on, off, "gate off vs on")
     else:
         forward(case, on)
@@ -162,7 +163,7 @@ def check_response_only(case: Case, spec: str = "impl", *, exact: bool | None = 
     keys = ("log_probs", "entropy") if case.with_entropy else ("log_probs",)
     for key in keys:
         assert_dropped_zero(gather_samples(case, compact, key), consumed, f"{key} (response-only)")
-    if not _exact(spec, exact):
+    if not promised_bit_exact(spec, exact):
         assert_policy_loss(full_case, full, spec)
         assert_policy_loss(compact_case, compact, spec)
         return

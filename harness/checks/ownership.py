@@ -50,7 +50,7 @@ def check_shared_logits(case: Case, spec: str = "impl", *, backwards: int = 1) -
     for name, actual, want in zip(names, results[0]["values"], ref.log_probs, strict=True):
         # The floor includes rounding to the dtype the target returns (an upstream
         # entropy may stay in the logits' bf16); impl returns fp32.
-        assert_close(actual, want, want, what=name, scale=scale, out_dtype=actual.dtype)
+        assert_close(actual, want, want, what=name, scale=scale, out_dtype=actual.dtype, working_dtype=case.torch_dtype)
     a, b = case.row_probe_weights()
     upstream = 3 * float(a.abs().max()) + 2 * float(b.abs().max())
     labels = ("first backward", "second backward (retain_graph)")[:backwards]
@@ -64,6 +64,7 @@ def check_shared_logits(case: Case, spec: str = "impl", *, backwards: int = 1) -
             scale=grad_scale(case, upstream),
             out_dtype=case.torch_dtype,
             kind=GRADIENT,
+            working_dtype=case.torch_dtype,
         )
 
 

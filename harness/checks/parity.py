@@ -17,13 +17,15 @@ import sys
 import torch
 from hypothesis import reject
 from hypothesis.control import currently_in_test_context
+from hypothesis.errors import HypothesisException
 
 from harness.cases import policy
 from harness.cases.case import Case
-from harness.checks import expected, record
+from harness.checks import diagnosis, expected, record
 from harness.checks.failure import GRADIENT, GRAPH, LAYOUT, MUTATION, UNSUPPORTED, VALUE, CheckFailure, ensure, mark
 from harness.checks.tolerance import assert_close, assert_identical, gradient_scale, value_scale
-from harness.jobs.logits import packed_job, policy_job, token_job
+from harness.jobs.logits import packed_job, policy_job, token_job, unmutated_job
+from harness.ranks import rank_warnings
 from harness.ranks.run import run_job
 from harness.targets import Unsupported, load_target
 from harness.targets.protocol import PolicyOptions
@@ -34,21 +36,32 @@ def replay_command(check: str, case: Case, spec: str) -> str:
 
 
 def replayable(fn):
-    """Attach the Case and its replay command to any failure of a check."""
+    """Attach the Case, its replay command and the failure's evidence to any failure of a check.
+
+    The evidence (``harness.checks.diagnosis``): the warnings every rank
+    raised during the call, and which of the Case's conditions the failure
+    needs (ablation; the reported example only).
+    """
 
     @functools.wraps(fn)
     def wrapper(case: Case, spec: str = "impl", **kwargs):
-        try:
-            return fn(case, spec, **kwargs)
-        except Unsupported:
-            raise
-        except BaseException as exc:
-            check = f"{fn.__module__}:{fn.__name__}"
-            replay = replay_command(check, case, spec)
-            mark(exc, check=check, case=case.to_json(), replay=replay)
-            exc.add_note(f"Case: {case.to_json()}")  # for the person reading the traceback; the verdict reads facts
-            exc.add_note(f"Replay: {replay}")
-            raise
+        name = f"{fn.__module__}:{fn.__name__}"
+        with rank_warnings.collecting() as seen:
+            try:
+                return fn(case, spec, **kwargs)
+            except Unsupported:
+                raise
+            except BaseException as exc:
+                replay = replay_command(name, case, spec)
+                mark(exc, check=name, case=case.to_json(), replay=replay)  # the verdict's facts (the outer check wins)
+                exc.add_note(f"Case: {case.to_json()}")  # for a person reading the traceback
+                exc.add_note(f"Replay: {replay}")
+                # A verdict on the target, not yet diagnosed (a check calling another check diagnoses once, inside).
+                verdict = isinstance(exc, Exception) and not isinstance(exc, HypothesisException)
+                if verdict and not hasattr(exc, "diagnosis"):
+                    found = diagnosis.diagnose(wrapper, case, spec, exc, name) if diagnosis.should_ablate() else None
+                    diagnosis.attach(exc, diagnosis=found, warnings=rank_warnings.merged(seen))
+                raise
 
     return wrapper
 
@@ -209,7 +222,7 @@ def _compare_samples(actual: list, ref: list, naive: list, what: str, case: Case
     ensure(len(actual) == len(ref), LAYOUT, f"{what}: {len(actual)} samples returned, {len(ref)} expected")
     scale = value_scale(case.global_logits(), case.temperature)
     for i, (a, r, n) in enumerate(zip(actual, ref, naive)):
-        assert_close(a, r, n, what=f"{what}[sample {i}]", scale=scale)
+        assert_close(a, r, n, what=f"{what}[sample {i}]", scale=scale, working_dtype=case.torch_dtype)
 
 
 def _assert_probe_grad(case: Case, results: list, ref, naive, a: list, b: list) -> None:
@@ -223,6 +236,7 @@ def _assert_probe_grad(case: Case, results: list, ref, naive, a: list, b: list) 
         scale=grad_scale(case, upstream),
         out_dtype=case.torch_dtype,
         kind=GRADIENT,
+        working_dtype=case.torch_dtype,
     )
     assert_inputs_unmutated(results)
 
@@ -240,9 +254,23 @@ def check_token_forward(case: Case, spec: str = "impl") -> None:
 def assert_token_forward(case: Case, results: list) -> None:
     ref, naive = expected.token_reference(case), expected.token_reference(case, precise=False)
     scale = value_scale(case.global_logits(), case.temperature)
-    assert_close(replicated(results, "log_probs"), ref.log_probs, naive.log_probs, what="log_probs", scale=scale)
+    assert_close(
+        replicated(results, "log_probs"),
+        ref.log_probs,
+        naive.log_probs,
+        what="log_probs",
+        scale=scale,
+        working_dtype=case.torch_dtype,
+    )
     if case.with_entropy:
-        assert_close(replicated(results, "entropy"), ref.entropy, naive.entropy, what="entropy", scale=scale)
+        assert_close(
+            replicated(results, "entropy"),
+            ref.entropy,
+            naive.entropy,
+            what="entropy",
+            scale=scale,
+            working_dtype=case.torch_dtype,
+        )
     assert_inputs_unmutated(results)
 
 
@@ -407,7 +435,9 @@ def assert_policy_loss(case: Case, results: list, spec: str) -> None:
     # The gate first: an inverted one (bug 1) is then named as such, not as a gradient mismatch.
     assert_entropy_gate(case, results, spec)
     loss = total_policy_loss(case, results)
-    assert_close(loss, ref.loss, naive.loss, what="policy loss", scale=policy_loss_scale(case))
+    assert_close(
+        loss, ref.loss, naive.loss, what="policy loss", scale=policy_loss_scale(case), working_dtype=case.torch_dtype
+    )
     assert_close(
         assemble_grad(case, results),
         ref.grad,
@@ -416,6 +446,7 @@ def assert_policy_loss(case: Case, results: list, spec: str) -> None:
         scale=grad_scale(case, policy_upstream(case)),
         out_dtype=case.torch_dtype,
         kind=GRADIENT,
+        working_dtype=case.torch_dtype,
     )
     assert_inputs_unmutated(results)
 
@@ -436,11 +467,17 @@ def check_entropy_bonus_gradient(case: Case, spec: str = "impl") -> None:
         scale=2 * grad_scale(case, policy_upstream(case)),
         out_dtype=case.torch_dtype,
         kind=GRADIENT,
+        working_dtype=case.torch_dtype,
     )
 
 
 @replayable
 def check_inputs_unmutated(case: Case, spec: str = "impl") -> None:
-    """Bug 2: forward+backward of the policy loss leaves the logits untouched on every rank."""
+    """Bug 2: forward+backward of the policy loss leaves the logits untouched on every rank.
+
+    The logits are an activation here (``unmutated_job``), so an in-place
+    write is reported as one, whatever torch would have raised on a leaf, or
+    raised afterwards because of it.
+    """
     require(spec, required_capabilities(case, "policy_loss"))
-    assert_inputs_unmutated(run_job(policy_job, case, spec))
+    assert_inputs_unmutated(run_job(unmutated_job, case, spec))

@@ -1,10 +1,12 @@
-"""What one running test observed besides pass/fail: figures it measured and examples it left out.
+"""What one running test observed besides pass/fail: figures, examples left out, a failure's evidence.
 
 A budget check asserts a bound, but a gate comparing a pull request with its
 base also needs the figure itself: a PR that takes a 3x-logits peak to 4x is
 worse even though both exceed the 2x bound. And a property that rejects the
 examples its target cannot run (``require``) must say how many it left out
-and why, so a narrow target never reads as a full pass.
+and why, so a narrow target never reads as a full pass. A failing check
+leaves its evidence here too: which conditions the failure needs (the
+ablation's ``diagnosis``) and the ``warnings`` the ranks raised meanwhile.
 
 The pytest plugin creates one ``TestRecord`` per test item (kept in the
 item's stash) and makes it current for that test (``use``); checks write to
@@ -26,6 +28,15 @@ class TestRecord:
     figures: dict[str, dict] = field(default_factory=dict)
     # (target name, missing capabilities) -> examples rejected for them.
     unsupported: Counter = field(default_factory=Counter)
+    # The last failure's ablation result (``harness.checks.diagnosis.Diagnosis.as_dict``), None if none ran.
+    diagnosis: dict | None = None
+    # The warnings the ranks raised during the last failing check call, one entry per distinct message
+    # (``harness.ranks.rank_warnings.merged``).
+    warnings: list = field(default_factory=list)
+    # Every failure of this test was over the tolerance bound only by what rounding in the Case's dtype explains
+    # (``harness.checks.tolerance.PrecisionOnly``): a precision verdict for the hardening tier, not a contract FAIL.
+    # None: no failure was seen; False as soon as one failure was more than that (Hypothesis may report several).
+    precision_only: bool | None = None
 
     __test__ = False  # not a pytest test class, despite its name
 

@@ -21,6 +21,7 @@ to the rank's device, and its results come back as CPU tensors
 from __future__ import annotations
 
 import functools
+import traceback
 
 import torch
 
@@ -202,9 +203,52 @@ def policy_options(case: Case, ctx) -> dict:
 def policy_job(payload: dict, ctx) -> dict:
     """Policy path: the policy loss (PPO by default) with entropy bonus; the target decides the entropy gate."""
     case = Case.from_json(payload["case"])
-    target = load_target(payload["spec"])
     logits = _leaf_logits(case, ctx)
     before, version = logits.detach().clone(), logits._version
+    loss, log_probs, entropy = _policy_forward_backward(payload, case, ctx, logits)
+    return {
+        "loss": loss.detach().clone(),
+        "log_probs": _detach_all(log_probs),
+        "entropy": _detach_all(entropy),
+        "log_probs_requires_grad": _requires_grad(log_probs),
+        "entropy_requires_grad": _requires_grad(entropy),
+        "entropy_grad_fn_is_none": None if entropy is None else [e.grad_fn is None for e in entropy],
+        "grad": _grad(logits),
+        "trace": _trace(ctx),
+        **_integrity(logits, before, version),
+    }
+
+
+@on_host
+def unmutated_job(payload: dict, ctx) -> dict:
+    """The policy path on logits that are an activation (a trainer's LM-head output), not a leaf.
+
+    On a leaf that requires grad, torch refuses an in-place write with its own
+    error ("a leaf Variable ... used in an in-place operation") before anything
+    is written, so the write would surface as a crash of the target. On an
+    activation the write happens and moves the version counter: the check can
+    name it. When the target also raised after writing (a backward that found
+    its saved tensor modified), the write is what is returned; an error
+    without a write is raised as usual, so the pool still classifies it (a
+    collective timeout stays a hang).
+    """
+    case = Case.from_json(payload["case"])
+    logits = _leaf_logits(case, ctx).clone()
+    before, version = logits.detach().clone(), logits._version
+    error = None
+    try:
+        _policy_forward_backward(payload, case, ctx, logits)
+    except Exception:
+        integrity = _integrity(logits, before, version)
+        if integrity["logits_unchanged"] and integrity["logits_version_delta"] == 0:
+            raise
+        error = traceback.format_exc()
+    return {"error": error, "trace": _trace(ctx), **_integrity(logits, before, version)}
+
+
+def _policy_forward_backward(payload: dict, case: Case, ctx, logits: torch.Tensor):
+    """The target's policy loss on ``logits`` with the Case's inputs, then its backward; the target's outputs."""
+    target = load_target(payload["spec"])
     loss, log_probs, entropy = target.policy_loss(
         logits,
         packed_inputs(case, on_device=True),
@@ -224,17 +268,7 @@ def policy_job(payload: dict, ctx) -> dict:
     )
     if loss.requires_grad and payload.get("backward", True):
         loss.backward()
-    return {
-        "loss": loss.detach().clone(),
-        "log_probs": _detach_all(log_probs),
-        "entropy": _detach_all(entropy),
-        "log_probs_requires_grad": _requires_grad(log_probs),
-        "entropy_requires_grad": _requires_grad(entropy),
-        "entropy_grad_fn_is_none": None if entropy is None else [e.grad_fn is None for e in entropy],
-        "grad": _grad(logits),
-        "trace": _trace(ctx),
-        **_integrity(logits, before, version),
-    }
+    return loss, log_probs, entropy
 
 
 @on_host

@@ -50,7 +50,7 @@ import time
 import traceback
 import weakref
 
-from harness.ranks import device
+from harness.ranks import device, rank_warnings
 from harness.ranks import errors as rank_errors
 from harness.ranks.errors import GRACE_S, CollectiveHang, PoolStartError, RankError, RankHang, hang_errors
 from harness.ranks.process import (
@@ -264,10 +264,14 @@ class RankPool:
         return results, errors, pending
 
     def _receive(self, rank: int) -> tuple[str, object]:
+        """``(status, value)`` of rank ``rank``'s reply; the warnings a job reply carries go to ``rank_warnings``."""
         conn = self._conns[rank]
         try:
             if conn.poll():
-                return pickle.loads(conn.recv_bytes())
+                status, value, *rest = pickle.loads(conn.recv_bytes())
+                if rest:
+                    rank_warnings.note(rank, rest[0])
+                return status, value
         except (EOFError, OSError):
             pass
         except Exception:

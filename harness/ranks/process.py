@@ -173,6 +173,7 @@ def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collecti
 
     ``("rejoin", rendezvous)`` replaces the process groups (``rejoin(rendezvous)``) and answers ``None``.
     """
+    from harness.ranks import rank_warnings
     from harness.ranks.device import to_host
 
     functions: dict = {}
@@ -184,6 +185,7 @@ def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collecti
             return
         tracer.reset()
         last_collective.value = b""
+        caught: list = []
         try:
             message = pickle.loads(blob)
             if message[0] == "stop":
@@ -197,11 +199,15 @@ def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collecti
             if timeout_s != collective_timeout_s:
                 _set_collective_timeout(groups, timeout_s)
                 collective_timeout_s = timeout_s
-            result = _load(functions, fn_path)(payload, _context(rank, world_size, tp, cp, groups, tracer))
+            with rank_warnings.capture() as caught:
+                result = _load(functions, fn_path)(payload, _context(rank, world_size, tp, cp, groups, tracer))
             # Whatever device the job used, the parent receives CPU tensors (a no-op on the CPU).
-            reply = pickle.dumps(("ok", to_host(result)), protocol=PICKLE_PROTOCOL)
+            # A job's reply carries the warnings it raised (evidence for a failure: harness.ranks.rank_warnings).
+            reply = pickle.dumps(("ok", to_host(result), rank_warnings.summary(caught)), protocol=PICKLE_PROTOCOL)
         except BaseException:
-            reply = pickle.dumps(("error", traceback.format_exc()), protocol=PICKLE_PROTOCOL)
+            reply = pickle.dumps(
+                ("error", traceback.format_exc(), rank_warnings.summary(caught)), protocol=PICKLE_PROTOCOL
+            )
         conn.send_bytes(reply)
 
 

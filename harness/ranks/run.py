@@ -23,7 +23,7 @@ from collections.abc import Callable
 from harness.cases import stats
 from harness.cases.case import Case
 from harness.names import name_of
-from harness.ranks import deadline, hang_memo
+from harness.ranks import deadline, hang_memo, rank_warnings
 from harness.ranks.errors import CollectivesDiffer
 from harness.ranks.pool import RankContext, RankHang, get_pool
 from harness.ranks.process import layout_groups
@@ -54,7 +54,13 @@ def run_job(
     stats.record(case)
     payload = {"case": case.to_json(), "spec": spec, **options}
     if case.world_size == 1:
-        return [job(payload, _local_context())]
+        with rank_warnings.capture() as caught:
+            try:
+                result = job(payload, _local_context())
+            finally:
+                rank_warnings.note(0, rank_warnings.summary(caught))
+        rank_warnings.reemit(caught)
+        return [result]
     results = run_pool_job(name_of(job), payload, case, timeout_s)
     if compare_traces:
         assert_collectives_consistent(case, results)

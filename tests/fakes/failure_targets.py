@@ -115,3 +115,120 @@ class HangBackward(_Injected):
         contribution = loss.reshape(1) * 0 if _rank() == 0 else loss.detach().reshape(1) * 0
         reduced = dist_nn.all_reduce(contribution, group=None).sum()
         return loss + reduced, log_probs, entropy
+
+
+class EntropyGradDropped(ImplTarget):
+    """Right values, but the entropy's backward drops the entropy term: its graph carries a zero gradient.
+
+    The stand-in for diagnosis by ablation (harness/checks/diagnosis.py): a
+    failure here needs the entropy gradient and nothing else.
+    """
+
+    name = "impl-entropy-grad-dropped"
+
+    @staticmethod
+    def _drop(entropy, log_probs):
+        # Keeps requires_grad (so gate checks see a graph) while contributing no gradient.
+        return entropy.detach() + (log_probs - log_probs.detach()) * 0
+
+    def token_log_probs(self, logits, targets, **kwargs):
+        log_probs, entropy = super().token_log_probs(logits, targets, **kwargs)
+        if entropy is None or not entropy.requires_grad:
+            return log_probs, entropy
+        return log_probs, self._drop(entropy, log_probs)
+
+    def packed_log_probs(self, logits, inputs, **kwargs):
+        log_probs, entropy = super().packed_log_probs(logits, inputs, **kwargs)
+        if entropy is None:
+            return log_probs, entropy
+        return log_probs, [self._drop(h, lp) if h.requires_grad else h for h, lp in zip(entropy, log_probs)]
+
+
+class HiddenNoTPAllReduce(ImplTarget):
+    """The hidden path's LM-head input enters the TP region through c10d ``broadcast`` instead of a copy
+    whose backward all-reduces: each rank's grad(hidden) is its own shard's ``g @ W_local`` only.
+
+    Values are right at every tp and gradients right at tp=1; torch warns
+    (``c10d::broadcast_: an autograd kernel was not registered``) on every
+    rank. The stand-in for diagnosis ("needs: tp >= 2") and for warnings as
+    evidence.
+    """
+
+    name = "impl-hidden-no-tp-all-reduce"
+
+    def hidden_log_probs(self, hidden, weight, targets, *, tp_group, **kwargs):
+        if tp_group is not None and dist.get_world_size(tp_group) > 1:
+            hidden = hidden.clone()
+            dist.broadcast(hidden, src=dist.get_global_rank(tp_group, 0), group=tp_group)
+        return self.token_log_probs(hidden @ weight.T, targets, tp_group=tp_group, **kwargs)
+
+
+class InPlaceOnLogits(ImplTarget):
+    """Shifts each row of the caller's logits by its max IN PLACE before the loss (values stay right:
+    log-softmax ignores a per-row shift). On a leaf torch refuses the write with its own error first."""
+
+    name = "impl-in-place-on-logits"
+
+    def policy_loss(self, logits, inputs, **kwargs):
+        logits[:].sub_(logits.detach().amax(dim=-1, keepdim=True))
+        return super().policy_loss(logits, inputs, **kwargs)
+
+
+class Bf16Arithmetic(ImplTarget):
+    """Token log-probs computed in the logits' dtype as ``z - logsumexp(z)`` (not log_softmax's order).
+
+    Correct up to rounding in bf16: its error is the working dtype's, but can
+    exceed twice the naive path's when that one happens to round well (the
+    false contract red of a few-class bf16 case). TP=1 only.
+    """
+
+    name = "impl-bf16-arithmetic"
+    capabilities = frozenset({"token", "temperature"})
+
+    def token_log_probs(self, logits, targets, *, temperature, with_entropy, **kwargs):
+        z = logits / temperature
+        log_p = z - torch.logsumexp(z, dim=-1, keepdim=True)
+        return log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1).float(), None
+
+
+class NeighbourToken(ImplTarget):
+    """A forward defect: each row's log-prob is read at the next vocabulary entry (the target index off by one)."""
+
+    name = "impl-neighbour-token"
+
+    def token_log_probs(self, logits, targets, **kwargs):
+        return super().token_log_probs(logits, (targets + 1) % (logits.shape[-1] * _tp_size(kwargs)), **kwargs)
+
+
+def _tp_size(kwargs) -> int:
+    group = kwargs.get("tp_group")
+    return dist.get_world_size(group) if group is not None else 1
+
+
+class HiddenChunkRounding(ImplTarget):
+    """Hidden path whose chunked results differ from one pass by rounding only (about one fp32 unit), as an
+    online log-sum-exp's do; it does not declare ``bit_exact``."""
+
+    name = "impl-hidden-chunk-rounding"
+    capabilities = ImplTarget.capabilities - {"bit_exact"}
+
+    def hidden_log_probs(self, hidden, weight, targets, *, chunk_size, **kwargs):
+        log_probs, entropy = super().hidden_log_probs(hidden, weight, targets, chunk_size=chunk_size, **kwargs)
+        if chunk_size is None:
+            return log_probs, entropy
+        return log_probs * (1 + torch.finfo(torch.float32).eps), entropy
+
+
+class HiddenChunkDropsRows(ImplTarget):
+    """A chunking defect on the hidden path: with chunks, the last row's log-prob is lost (0)."""
+
+    name = "impl-hidden-chunk-drops-rows"
+    capabilities = ImplTarget.capabilities - {"bit_exact"}
+
+    def hidden_log_probs(self, hidden, weight, targets, *, chunk_size, **kwargs):
+        log_probs, entropy = super().hidden_log_probs(hidden, weight, targets, chunk_size=chunk_size, **kwargs)
+        if chunk_size is None:
+            return log_probs, entropy
+        keep = torch.ones_like(log_probs)
+        keep[-1] = 0
+        return log_probs * keep, entropy

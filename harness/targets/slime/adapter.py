@@ -161,6 +161,7 @@ def _args(**settings) -> stand_ins.SlimeArgs:
         calculate_per_token_loss=False,
         rollout_top_p=1.0,
         recompute_loss_function=False,
+        use_dynamic_batch_size=False,  # read by the first revisions' policy_loss_func
     )
     return stand_ins.SlimeArgs(**{**defaults, **settings})
 
@@ -338,6 +339,12 @@ class SlimeTarget(Target):
             keywords["calculate_per_token_loss"] = True
         return fn(list(inputs.total_lengths), list(inputs.response_lengths), masks, **keywords)
 
+    def _legacy_policy_loss(self, args, batch, scores):
+        """The first revisions' ``policy_loss_func``: it returns ``loss / cp_size`` (Megatron multiplies back by the
+        CP size when it reduces gradients), so the CP rank's own share is that times the CP size."""
+        loss, _normaliser, _metrics = self.api.legacy_policy_fn(args, batch, 1, scores)
+        return loss * sys.modules["megatron.core.parallel_state"].get_context_parallel_world_size()
+
     def policy_loss(
         self,
         logits,
@@ -392,10 +399,13 @@ class SlimeTarget(Target):
 
         with self._calling(tp_group, cp_group):
             per_token = options is not None and options.aggregation == "token-sum"
-            sum_of_sample_mean = self._sum_of_sample_mean(inputs, masks, extra, per_token)
             loss_module.get_log_probs_and_entropy = recording
             try:
-                loss, _metrics = self.api.policy_fn(args, batch, scores, sum_of_sample_mean)
+                if self.api.policy_fn is not None:
+                    sum_of_sample_mean = self._sum_of_sample_mean(inputs, masks, extra, per_token)
+                    loss, _metrics = self.api.policy_fn(args, batch, scores, sum_of_sample_mean)
+                else:
+                    loss = self._legacy_policy_loss(args, batch, scores)
             finally:
                 loss_module.get_log_probs_and_entropy = original
         result = recorded["result"]

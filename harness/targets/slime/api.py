@@ -20,6 +20,7 @@ from pathlib import Path
 
 from harness.targets.slime import stand_ins
 from harness.targets.upstream.checkout import as_sys_modules, namespace_packages
+from harness.targets.upstream.symbols import MissingUpstreamImport
 
 PPO_UTILS = "slime.utils.ppo_utils"
 LOSS = "slime.backends.megatron_utils.loss"
@@ -46,12 +47,28 @@ def load_modules(root: Path) -> dict:
     stand_ins.install_megatron_fusions()
     modules = namespace_packages(root, _PACKAGES)
     with _as_sys_modules(modules), stand_ins.absent_dependencies():
-        importlib.import_module(PPO_UTILS)
+        _import(root, PPO_UTILS)
         for name in (LOSS, CP_UTILS):
             if root.joinpath(*name.split(".")).with_suffix(".py").is_file():
-                importlib.import_module(name)
+                _import(root, name)
     _LOADED[root] = modules
     return modules
+
+
+def _import(root: Path, name: str) -> None:
+    """Import ``name`` from the checkout; a package neither installed nor stood in is a ``MissingUpstreamImport``."""
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or str(exc)
+        if missing.split(".")[0] == "slime":
+            raise  # the checkout itself lacks a module: not a dependency to stand in
+        raise MissingUpstreamImport(
+            missing,
+            f"slime's {name} (checkout {root}, see the traceback for the importing line)",
+            "Install it; or, if slime's log-prob code only imports it, stand it in: a third-party package in "
+            "IMPORT_ONLY, a megatron.* module in MEGATRON_IMPORT_ONLY (harness/targets/slime/stand_ins.py).",
+        ) from exc
 
 
 # ---- feature detection ------------------------------------------------------------------------
@@ -86,6 +103,9 @@ class SlimeAPI:
     packed_settings: set = field(default_factory=set)
     packed_gate_settings: set = field(default_factory=set)
     policy_fn: object = None  # policy_loss_function
+    # The first revisions' name and form (2025-06-18 .. 07-03): ``policy_loss_func(args, batch, num_microbatches,
+    # logits)``, which builds its own sample mean and divides the loss by the CP size for Megatron to multiply back.
+    legacy_policy_fn: object = None
     sum_of_sample_mean_fn: object = None  # get_sum_of_sample_mean
     zigzag: bool = False
 
@@ -103,6 +123,8 @@ class SlimeAPI:
             api.packed_gate_settings = _settings_read(api.packed_fn)
             api.packed_settings = api.packed_gate_settings | _settings_read(getattr(loss, "get_responses", None))
             api.policy_fn = getattr(loss, "policy_loss_function", None)
+            if api.policy_fn is None:
+                api.legacy_policy_fn = getattr(loss, "policy_loss_func", None)
             api.zigzag = hasattr(loss, "get_logits_and_tokens_offset_with_cp")
         api.sum_of_sample_mean_fn = getattr(cp_utils, "get_sum_of_sample_mean", None)
         return api
@@ -126,7 +148,7 @@ class SlimeAPI:
             caps |= {"token", "entropy"}
         if self.packed_fn is not None:
             caps |= {"packed", "entropy"}
-            if self.policy_fn is not None and self.sum_of_sample_mean_fn is not None:
+            if self.sum_of_sample_mean_fn is not None and (self.policy_fn or self.legacy_policy_fn) is not None:
                 caps.add("policy_loss")
             if "rollout_temperature" in self.packed_settings:
                 caps.add("temperature")

@@ -12,8 +12,10 @@ upstream code is copied.
   ``(softmax - onehot) * grad``.
 * absent third-party dependencies: slime's utility modules import ``ray`` and
   ``httpx`` at module level (``slime.utils.misc`` / ``http_utils``, pulled in
-  by the loss module) for functions the adapter never calls. While slime is
-  being loaded, those two, when not installed, are given placeholder modules
+  by the loss module) for functions the adapter never calls; revisions of
+  2025-06/07 also import ``wandb`` and two Megatron modules from their data
+  module (``MEGATRON_IMPORT_ONLY``). While slime is
+  being loaded, those, when not installed, are given placeholder modules
   whose every use raises a clear error; the placeholders are removed from
   ``sys.modules`` once loading is done, so no other code ever sees them. The
   list is explicit (``IMPORT_ONLY``): no module slime's log-prob code imports
@@ -146,7 +148,7 @@ def _absent(name: str) -> type:
 
 
 # Packages slime's log-prob modules import at module level but use only in functions the adapter never calls.
-IMPORT_ONLY = ("ray", "httpx")
+IMPORT_ONLY = ("ray", "httpx", "wandb")
 
 
 class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -171,11 +173,26 @@ class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
+# Megatron modules slime's older data module (2025-06/07, imported by the loss module) imports at module level for
+# functions the adapter never calls. Under the mpu stand-in ``megatron.core`` is a plain module, so they cannot be
+# found by a finder: they are placed in ``sys.modules`` directly, and only while slime loads.
+MEGATRON_IMPORT_ONLY = ("megatron.core.packed_seq_params", "megatron.core.utils")
+
+
 @contextmanager
-def absent_dependencies(names: tuple[str, ...] = IMPORT_ONLY):
-    """While active, importing one of ``names`` that is not installed yields a placeholder module."""
+def absent_dependencies(names: tuple[str, ...] = IMPORT_ONLY, megatron_modules: tuple[str, ...] = MEGATRON_IMPORT_ONLY):
+    """While active, importing one of ``names`` that is not installed yields a placeholder module.
+
+    ``megatron_modules`` get placeholders too, when ``megatron.core`` is the stand-in (real Megatron: untouched).
+    """
     finder = _AbsentFinder(names)
     sys.meta_path.append(finder)
+    state = sys.modules.get("megatron.core.parallel_state")
+    if state is not None and (state.__doc__ or "").startswith("harness stand-in"):
+        for name in megatron_modules:
+            if name not in sys.modules:
+                sys.modules[name] = AbsentDependency(name)
+                finder.created.append(name)
     try:
         yield finder
     finally:

@@ -1,0 +1,312 @@
+"""Diagnosis by ablation: which of a failing Case's conditions the failure needs.
+
+A shrunk Case says *where* a check fails, not *why*: a backward-parity
+failure at ``tp=2, bf16, chunk_size=3, with_entropy`` could be the entropy
+term, the TP reduction, the rounding of bf16 or the chunk loop. Replaying the
+Case by hand with one condition removed at a time answers that; this module
+does it for every failing check (the domain form of Hypothesis' generic
+``explain`` phase). Each *ablation* removes one condition the Case has
+(entropy gradient off, ``tp -> 1``, ``cp -> 1``, dtype -> float32, chunking
+off, temperature 1, special values removed, one sample) and replays the same
+check on the same target:
+
+* the ablated Case passes: the failure **needs** that condition;
+* it fails the same way (exception type and raising line): the failure is
+  **independent of** it;
+* anything else (another exception type, a hang, a capability the target
+  lacks, a Case the condition cannot be removed from) leaves it
+  **undetermined**, with the reason.
+
+Then every independent condition is removed at once and the result replayed:
+if it still fails, the conditions named as needed are together sufficient,
+and that smaller Case (``minimal_case``) is the one to debug.
+
+Bounded: a hang-class failure is not ablated (each trial could wait out a
+whole deadline; its report already names the stuck rank), and trials stop
+once ``LPH_ABLATION_BUDGET_S`` (default 20 s) is spent on one failure.
+``LPH_ABLATION=0`` switches ablation off (to measure its cost, or when only
+the verdict matters). Inside Hypothesis only the final, reported example is
+ablated, never the examples met while shrinking.
+
+The result is data (``Diagnosis.as_dict``): the check wrapper
+(``harness.checks.parity.replayable``) puts it on the exception as
+``exc.diagnosis`` and in the running test's record, with the warnings the
+ranks raised (``attach``); a one-line summary is also added as a note, for a
+reader of the raw traceback.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from hypothesis.control import current_build_context, currently_in_test_context
+from hypothesis.errors import HypothesisException
+
+from harness.cases.case import Case
+from harness.checks import failure as failure_facts
+from harness.checks import record, tolerance
+from harness.ranks import hang_memo
+from harness.ranks.errors import PoolStartError, RankHang
+from harness.targets import Unsupported
+
+DEFAULT_BUDGET_S = 20.0
+# Every check raises through these: a failure's own line is the innermost one outside them.
+_HELPERS = frozenset({failure_facts.__file__, tolerance.__file__})
+
+NEEDS, INDEPENDENT, UNDETERMINED = "needs", "independent", "undetermined"
+
+_ABLATING: contextvars.ContextVar[bool] = contextvars.ContextVar("lph_ablating", default=False)
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """One condition a Case may have, and the Case without it (None: the Case does not have it)."""
+
+    dimension: str  # what "independent of" names: "tp", "dtype", ...
+    condition: Callable[[Case, str], str]  # what "needs" names, for this Case and check: "tp >= 2", ...
+    remove: Callable[[Case], Case | None]
+
+
+def _policy_level(check: str) -> bool:
+    return "policy" in check or "entropy_bonus" in check
+
+
+def _entropy_condition(case: Case, check: str) -> str:
+    if _policy_level(check) and case.entropy_coef == 0:
+        return "entropy computed (coefficient 0)"
+    return "entropy gradient on"
+
+
+ABLATIONS = (
+    Ablation(
+        "entropy gradient",
+        _entropy_condition,
+        lambda c: c.with_(with_entropy=False, entropy_coef=0.0) if c.with_entropy else None,
+    ),
+    Ablation("tp", lambda c, _: "tp >= 2", lambda c: c.with_(tp=1) if c.tp > 1 else None),
+    Ablation(
+        "cp",
+        lambda c, _: f"cp >= 2 ({c.cp_mode})",
+        lambda c: c.with_(cp=1, cp_mode="none") if c.cp > 1 else None,
+    ),
+    Ablation(
+        "dtype",
+        lambda c, _: f"dtype {c.dtype}",
+        lambda c: c.with_(dtype="float32") if c.dtype != "float32" else None,
+    ),
+    Ablation(
+        "chunking",
+        lambda c, _: f"chunking (chunk_size={c.chunk_size})",
+        lambda c: c.with_(chunk_size=None) if c.chunk_size is not None else None,
+    ),
+    Ablation(
+        "temperature",
+        lambda c, _: f"temperature {c.temperature:g}",
+        lambda c: c.with_(temperature=1.0) if c.temperature != 1.0 else None,
+    ),
+    Ablation(
+        "special values",
+        lambda c, _: f"special values ({', '.join(c.special)})",
+        lambda c: c.with_(special=()) if c.special else None,
+    ),
+    Ablation(
+        "several samples",
+        lambda c, _: f"{len(c.samples)} samples",
+        lambda c: c.with_(samples=c.samples[:1]) if len(c.samples) > 1 else None,
+    ),
+)
+
+
+@dataclass
+class Trial:
+    dimension: str
+    condition: str
+    verdict: str  # NEEDS / INDEPENDENT / UNDETERMINED
+    detail: str  # "passes", "fails (AssertionError)", "fails differently (RankError)", "unsupported", ...
+    case: str  # the ablated Case's JSON ("" when none could be built)
+    seconds: float
+
+
+@dataclass
+class Diagnosis:
+    check: str
+    needs: list[str] = field(default_factory=list)
+    independent_of: list[str] = field(default_factory=list)
+    undetermined: list[str] = field(default_factory=list)
+    minimal_case: str | None = None  # every independent condition removed, and it still fails
+    skipped: str = ""  # why nothing was ablated
+    seconds: float = 0.0
+    trials: list[Trial] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if self.skipped:
+            return f"not ablated: {self.skipped}"
+        parts = [f"needs: {', '.join(self.needs) if self.needs else 'none of the conditions tried'}"]
+        if self.independent_of:
+            parts.append(f"independent of: {', '.join(self.independent_of)}")
+        if self.undetermined:
+            parts.append(f"undetermined: {', '.join(self.undetermined)}")
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["summary"] = self.summary()
+        return out
+
+
+def enabled() -> bool:
+    return os.environ.get("LPH_ABLATION", "1") != "0"
+
+
+def budget_s() -> float:
+    text = os.environ.get("LPH_ABLATION_BUDGET_S", str(DEFAULT_BUDGET_S))
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"LPH_ABLATION_BUDGET_S must be a number of seconds, got {text!r}") from None
+    return value
+
+
+def should_ablate() -> bool:
+    """Ablate this failure: switched on, not already inside an ablation, and the reported example if in Hypothesis."""
+    if not enabled() or _ABLATING.get():
+        return False
+    return not currently_in_test_context() or current_build_context().is_final
+
+
+def _isolated(check: Callable, case: Case, spec: str) -> BaseException | None:
+    """Run ``check`` on ``case`` with a scratch test record and hang memo; the exception, or None if it passed."""
+
+    def run() -> BaseException | None:
+        _ABLATING.set(True)
+        record.use(record.TestRecord())  # a trial's rejections and figures are not the test's
+        hang_memo.use(hang_memo.HangMemo())  # nor its hangs: the test's memo must not reject later examples
+        try:
+            check(case, spec)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # pytest's skip is a BaseException: an UNSUPPORTED trial
+            return exc
+        return None
+
+    return contextvars.copy_context().run(run)
+
+
+def _skip_types() -> tuple:
+    """pytest's skip exception (how ``require`` reports UNSUPPORTED under pytest), if pytest is loaded."""
+    pytest = sys.modules.get("pytest")
+    return (pytest.skip.Exception,) if pytest is not None else ()
+
+
+def _judge(failure: BaseException, outcome: BaseException | None) -> tuple[str, str]:
+    if outcome is None:
+        return NEEDS, "passes"
+    name = type(outcome).__name__
+    if isinstance(outcome, (HypothesisException, Unsupported, *_skip_types())):
+        return UNDETERMINED, "unsupported by the target"
+    if isinstance(outcome, RankHang):
+        return UNDETERMINED, f"hangs ({name})"
+    if _origin(outcome) == _origin(failure):
+        return INDEPENDENT, f"fails ({name})"
+    file, line = _origin(outcome)[2:]
+    return UNDETERMINED, f"fails differently ({name} at {os.path.basename(file)}:{line})"
+
+
+def _origin(exc: BaseException) -> tuple:
+    """What makes two failures the same one: type, failure kind, and the check's line that raised it.
+
+    A check whose precondition fails on the ablated Case (``assert case.tp > 1``)
+    raises the same type as its real failure, from another line. The line is the
+    innermost one outside the helpers every check raises through
+    (``failure.ensure``, the tolerance comparisons), which would make all
+    failures look alike.
+    """
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    own = [tb for tb in frames if tb.tb_frame.f_code.co_filename not in _HELPERS] or frames
+    kind = failure_facts.facts_of(exc).kind
+    if not own:
+        return (type(exc), kind, "", 0)
+    return (type(exc), kind, own[-1].tb_frame.f_code.co_filename, own[-1].tb_lineno)
+
+
+def diagnose(check: Callable, case: Case, spec: str, failure: BaseException, name: str = "") -> Diagnosis:
+    """Ablate ``case``'s conditions one at a time under ``check`` (which failed with ``failure``)."""
+    name = name or getattr(check, "__name__", repr(check))
+    result = Diagnosis(check=name)
+    if isinstance(failure, RankHang):
+        result.skipped = f"a hang-class failure ({type(failure).__name__}): each trial could wait out a deadline"
+        return result
+    if isinstance(failure, PoolStartError):
+        result.skipped = "the rank pool did not start: no verdict on the target to ablate"
+        return result
+    started, limit = time.monotonic(), budget_s()
+    independent: list[Ablation] = []
+    for ablation in ABLATIONS:
+        condition = ablation.condition(case, name)
+        try:
+            variant = ablation.remove(case)
+        except ValueError as exc:  # the Case cannot exist without this condition
+            result.undetermined.append(f"{condition} (cannot be removed: {exc})")
+            continue
+        if variant is None:
+            continue
+        if time.monotonic() - started >= limit:
+            result.undetermined.append(f"{condition} (time budget of {limit:g} s spent)")
+            continue
+        t0 = time.monotonic()
+        verdict, detail = _judge(failure, _isolated(check, variant, spec))
+        result.trials.append(
+            Trial(ablation.dimension, condition, verdict, detail, variant.to_json(), time.monotonic() - t0)
+        )
+        if verdict == NEEDS:
+            result.needs.append(condition)
+        elif verdict == INDEPENDENT:
+            result.independent_of.append(ablation.dimension)
+            independent.append(ablation)
+        else:
+            result.undetermined.append(f"{condition} ({detail})")
+    if len(independent) > 1 and time.monotonic() - started < limit:
+        result.minimal_case = _confirm(check, case, spec, failure, independent)
+    elif len(independent) == 1:
+        result.minimal_case = next(t.case for t in result.trials if t.verdict == INDEPENDENT)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _confirm(check: Callable, case: Case, spec: str, failure: BaseException, independent: list) -> str | None:
+    """Every independent condition removed at once: the Case's JSON if it still fails the same way."""
+    smaller = case
+    try:
+        for ablation in independent:
+            smaller = ablation.remove(smaller) or smaller
+    except ValueError:
+        return None
+    verdict, _ = _judge(failure, _isolated(check, smaller, spec))
+    return smaller.to_json() if verdict == INDEPENDENT else None
+
+
+def attach(exc: BaseException, *, diagnosis: Diagnosis | None, warnings: list) -> None:
+    """Put a failure's evidence on the exception (``exc.diagnosis``, ``exc.rank_warnings``) and in the record.
+
+    The record also keeps whether the failure was precision only (``PrecisionOnly.precision_only``).
+    """
+    facts = diagnosis.as_dict() if diagnosis is not None else None
+    exc.diagnosis = facts
+    exc.rank_warnings = warnings
+    current = record.current()
+    current.diagnosis = facts
+    current.warnings = warnings
+    precision = bool(getattr(exc, "precision_only", False))
+    current.precision_only = precision if current.precision_only is None else current.precision_only and precision
+    if diagnosis is not None:
+        exc.add_note(f"Diagnosis: {diagnosis.summary()}")
+    for entry in warnings:
+        exc.add_note(f"Warning on rank(s) {entry['ranks']}: {entry['category']}: {entry['message']}")

@@ -1,0 +1,137 @@
+"""Loading one function or class from an upstream module without executing the module's imports.
+
+An adapter usually needs one function (a log-prob routine, a loss) from a
+module whose top-level imports pull a whole trainer: Ray, vLLM, Megatron, a
+model registry. ``load_symbol(path, name)`` parses the file, keeps the
+symbol's definition plus the module-level statements it needs, transitively
+(the functions, classes and assignments it refers to, and the import
+statements that bind names it uses), and executes only those, as a fresh
+module. Unused imports never run. The kept statements are compiled from the
+file's own syntax tree, so tracebacks and ``inspect.getsource`` point at the
+real file and lines.
+
+A needed import that fails is a ``MissingUpstreamImport`` naming the module,
+the line that imports it, and how to stand it in: ``stand_ins={"name":
+object}`` binds a name instead of running the import (or the definition)
+that would have bound it.
+
+Limits (what ``load_symbol`` cannot see, so an adapter must stand it in):
+
+* names bound only inside module-level ``if``/``try``/``with`` blocks or by
+  ``from m import *`` (they are not collected; the symbol then fails with a
+  NameError when it reaches them, as it would with the name missing);
+* names reached dynamically (``globals()[...]``, ``getattr(module, ...)``,
+  strings given to ``eval``);
+* module-level side effects the symbol relies on (registries filled by
+  decorators elsewhere, monkey-patches): only the kept statements run;
+* relative imports need ``package=`` (the dotted package the file lives in),
+  resolvable in this process.
+"""
+
+from __future__ import annotations
+
+import ast
+import types
+from pathlib import Path
+
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+class MissingUpstreamImport(ImportError):
+    """An upstream module the code under test imports is not installed and not stood in (a load ERROR, not a FAIL)."""
+
+    def __init__(self, missing: str, where: str, how: str):
+        super().__init__(f"{where} imports {missing!r}, which is not installed here. {how}", name=missing)
+        self.missing, self.where, self.how = missing, where, how
+
+
+def _bound_names(node: ast.stmt) -> list[str]:
+    """The module-level names ``node`` binds (definitions, simple assignments, imports)."""
+    if isinstance(node, _DEFINITIONS):
+        return [node.name]
+    if isinstance(node, ast.Import):
+        return [alias.asname or alias.name.split(".")[0] for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [alias.asname or alias.name for alias in node.names if alias.name != "*"]
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return [name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name)]
+
+
+def _annotations(node: ast.AST):
+    """The annotation subtrees under ``node`` (arguments, returns, annotated assignments)."""
+    for child in ast.walk(node):
+        if isinstance(child, ast.arg) and child.annotation is not None:
+            yield child.annotation
+        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and child.returns is not None:
+            yield child.returns
+        elif isinstance(child, ast.AnnAssign):
+            yield child.annotation
+
+
+def _used_names(node: ast.AST, skip_annotations: bool) -> set[str]:
+    """Every name ``node`` reads (a superset of its free names: locals are filtered by the module's bindings).
+
+    Under ``from __future__ import annotations`` annotations are never
+    evaluated, so the names only they mention are not needed.
+    """
+    skipped = {id(n) for a in _annotations(node) for n in ast.walk(a)} if skip_annotations else set()
+    return {
+        child.id
+        for child in ast.walk(node)
+        if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load) and id(child) not in skipped
+    }
+
+
+def needed_statements(tree: ast.Module, name: str, stand_ins=()) -> list[ast.stmt]:
+    """The module-level statements ``name`` needs, in file order (stand-in names are not followed)."""
+    future = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "__future__"]
+    lazy_annotations = any(alias.name == "annotations" for n in future for alias in n.names)
+    binders: dict[str, list[ast.stmt]] = {}
+    for node in tree.body:
+        for bound in _bound_names(node):
+            binders.setdefault(bound, []).append(node)
+    if name not in binders or not any(isinstance(n, _DEFINITIONS) for n in binders[name]):
+        raise LookupError(f"no module-level function or class {name!r} (a name inside if/try is not collected)")
+    kept: set[int] = set()
+    pending = [name]
+    while pending:
+        current = pending.pop()
+        if current in stand_ins or current not in binders:
+            continue
+        for node in binders[current]:
+            if id(node) in kept:
+                continue
+            kept.add(id(node))
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                pending.extend(_used_names(node, lazy_annotations) - {current})
+    return future + [node for node in tree.body if id(node) in kept and node not in future]
+
+
+def load_symbol(path, name: str, *, stand_ins: dict | None = None, package: str | None = None):
+    """``name`` (a module-level function or class of the file ``path``), loaded without the module's other code.
+
+    ``stand_ins`` binds names before anything runs: the statements that would
+    have bound them are skipped. ``package``: the file's package, for relative
+    imports. Returns the object; its module (``__module__``) is a fresh one.
+    """
+    path = Path(path)
+    stand_ins = dict(stand_ins or {})
+    tree = ast.parse(path.read_text(), filename=str(path))
+    module = types.ModuleType(f"lph_symbol_{path.stem}_{name}")
+    module.__file__, module.__package__ = str(path), package
+    module.__dict__.update(stand_ins)
+    for node in needed_statements(tree, name, stand_ins):
+        if set(_bound_names(node)) <= set(stand_ins) and _bound_names(node):
+            continue
+        code = compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec")
+        try:
+            exec(code, module.__dict__)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or str(exc)
+            bound = ", ".join(f"{b!r}" for b in _bound_names(node))
+            raise MissingUpstreamImport(
+                missing,
+                f"{path}:{node.lineno} (needed by {name!r})",
+                f"Install it, or stand it in: load_symbol(..., stand_ins={{{bound}: <object>}}).",
+            ) from exc
+    return module.__dict__[name]
