@@ -253,7 +253,7 @@ def raw_rows(verdicts) -> list[Row]:
     for v in verdicts:
         outcome = "FAIL (hang)" if v.kind == HANG else v.outcome
         reproduce = v.replay if v.outcome in (FAIL, ERROR) else ""
-        rows.append(Row(v.id, v.tier, outcome, v.reason, reproduce, tuple(v.missing), v.kind))
+        rows.append(Row(v.id, v.tier, outcome, v.detail, reproduce, tuple(v.missing), v.kind))
     return rows
 
 

@@ -47,6 +47,12 @@ class Verdict:
         return self.outcome == FAIL
 
     @property
+    def detail(self) -> str:
+        """The reason, with the diagnosis (which conditions the failure needs) when there is one."""
+        summary = self.diagnosis.get("summary", "") if self.diagnosis else ""
+        return f"{self.reason} [diagnosis: {summary}]" if summary else self.reason
+
+    @property
     def replayable(self) -> bool:
         """A Hypothesis counterexample that ``harness.replay`` can rerun on another target."""
         return bool(self.check and self.case)
