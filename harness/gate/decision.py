@@ -118,7 +118,7 @@ class Decision:
 def row(verdict, outcome: str, detail: str = "") -> Row:
     reproduce = verdict.replay if verdict.outcome in (FAIL, ERROR) else ""
     return Row(
-        verdict.id, verdict.tier, outcome, detail or verdict.reason, reproduce, tuple(verdict.missing), verdict.kind
+        verdict.id, verdict.tier, outcome, detail or verdict.detail, reproduce, tuple(verdict.missing), verdict.kind
     )
 
 
