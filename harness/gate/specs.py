@@ -6,6 +6,8 @@
   directory (``.packages/skyrl-X``) and loaded by path, so a base and a PR on
   two versions can live side by side in one virtualenv;
 * ``skyrl=PATH``, ``slime=PATH``, ``nemo_rl=PATH``: a checkout, loaded by path;
+* ``liger==X`` / ``liger=PATH`` and ``trl==X`` / ``trl=PATH``: the same, for
+  Liger-Kernel (PyPI ``liger-kernel``) and TRL;
 * ``module:attr`` or ``path/to/adapter.py:attr``: any adapter (docs/targets.md);
 * ``mutant=NAME``: impl/ carrying one re-created historic bug (the gate's own tests and demos).
 
@@ -32,6 +34,17 @@ ADAPTERS = {
 }
 CHECKOUT_VARIABLES = {"skyrl": "LPH_SKYRL_PATH", "slime": "LPH_SLIME_PATH", "nemo_rl": "LPH_NEMO_RL_PATH"}
 PYPI = {"skyrl"}
+# Families from this round: Liger's token + hidden paths, TRL's helpers and chunked LM head (docs/targets.md).
+ADAPTERS.update(
+    {
+        "liger": "harness.targets.liger.family:LigerFamilyTarget",
+        "trl": "harness.targets.trl.family:TRLFamilyTarget",
+    }
+)
+CHECKOUT_VARIABLES.update({"liger": "LPH_LIGER_PATH", "trl": "LPH_TRL_PATH"})
+PYPI |= {"liger", "trl"}
+# A family whose PyPI distribution is named otherwise (``liger==X`` installs ``liger-kernel==X``).
+PIP_NAMES = {"liger": "liger-kernel"}
 
 
 @dataclass
@@ -73,7 +86,7 @@ def resolve(spec: str) -> ResolvedSpec:
             f"{name}-{version}",
             name,
             {CHECKOUT_VARIABLES[name]: str(directory)},
-            pip_requirement=f"{name}=={version}",
+            pip_requirement=f"{PIP_NAMES.get(name, name)}=={version}",
         )
     if name in CHECKOUT_VARIABLES and sep:
         path = Path(value).expanduser().resolve()
@@ -86,7 +99,7 @@ def resolve(spec: str) -> ResolvedSpec:
         return ResolvedSpec(spec, spec, slug_of(spec))
     raise ValueError(
         f"unknown SPEC {spec!r}: expected impl, impl-triton, mutant=NAME, skyrl==X, skyrl=PATH, slime=PATH, "
-        "nemo_rl=PATH, module:attr or path/to/adapter.py:attr"
+        "nemo_rl=PATH, liger==X, liger=PATH, trl==X, trl=PATH, module:attr or path/to/adapter.py:attr"
     )
 
 
