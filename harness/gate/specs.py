@@ -6,8 +6,9 @@
   directory (``.packages/skyrl-X``) and loaded by path, so a base and a PR on
   two versions can live side by side in one virtualenv;
 * ``skyrl=PATH``, ``slime=PATH``, ``nemo_rl=PATH``: a checkout, loaded by path;
-* ``liger==X`` / ``liger=PATH`` and ``trl==X`` / ``trl=PATH``: the same, for
-  Liger-Kernel (PyPI ``liger-kernel``) and TRL;
+* ``liger==X`` / ``liger=PATH``, ``trl==X`` / ``trl=PATH``, ``te==X`` /
+  ``te=PATH``: the same, for Liger-Kernel (PyPI ``liger-kernel``), TRL and
+  TransformerEngine (PyPI ``transformer-engine``, whose wheel is pure Python);
 * ``module:attr`` or ``path/to/adapter.py:attr``: any adapter (docs/targets.md);
 * ``mutant=NAME``: impl/ carrying one re-created historic bug (the gate's own tests and demos).
 
@@ -39,12 +40,13 @@ ADAPTERS.update(
     {
         "liger": "harness.targets.liger.family:LigerFamilyTarget",
         "trl": "harness.targets.trl.family:TRLFamilyTarget",
+        "te": "harness.targets.transformer_engine.token:TECrossEntropyTarget",
     }
 )
-CHECKOUT_VARIABLES.update({"liger": "LPH_LIGER_PATH", "trl": "LPH_TRL_PATH"})
-PYPI |= {"liger", "trl"}
+CHECKOUT_VARIABLES.update({"liger": "LPH_LIGER_PATH", "trl": "LPH_TRL_PATH", "te": "LPH_TE_PATH"})
+PYPI |= {"liger", "trl", "te"}
 # A family whose PyPI distribution is named otherwise (``liger==X`` installs ``liger-kernel==X``).
-PIP_NAMES = {"liger": "liger-kernel"}
+PIP_NAMES = {"liger": "liger-kernel", "te": "transformer-engine"}
 
 
 @dataclass
@@ -99,7 +101,8 @@ def resolve(spec: str) -> ResolvedSpec:
         return ResolvedSpec(spec, spec, slug_of(spec))
     raise ValueError(
         f"unknown SPEC {spec!r}: expected impl, impl-triton, mutant=NAME, skyrl==X, skyrl=PATH, slime=PATH, "
-        "nemo_rl=PATH, liger==X, liger=PATH, trl==X, trl=PATH, module:attr or path/to/adapter.py:attr"
+        "nemo_rl=PATH, liger==X, liger=PATH, trl==X, trl=PATH, te==X, te=PATH, "
+        "module:attr or path/to/adapter.py:attr"
     )
 
 
