@@ -9,6 +9,9 @@
 * ``liger==X`` / ``liger=PATH``, ``trl==X`` / ``trl=PATH``, ``te==X`` /
   ``te=PATH``: the same, for Liger-Kernel (PyPI ``liger-kernel``), TRL and
   TransformerEngine (PyPI ``transformer-engine``, whose wheel is pure Python);
+* ``ms_swift==X`` / ``ms_swift=PATH``: ms-swift (PyPI ``ms-swift``); its
+  log-probs run Megatron-core's cross entropy from the checkout in
+  ``LPH_MEGATRON_PATH``, which the caller sets;
 * ``module:attr`` or ``path/to/adapter.py:attr``: any adapter (docs/targets.md);
 * ``mutant=NAME``: impl/ carrying one re-created historic bug (the gate's own tests and demos).
 
@@ -41,12 +44,15 @@ ADAPTERS.update(
         "liger": "harness.targets.liger.family:LigerFamilyTarget",
         "trl": "harness.targets.trl.family:TRLFamilyTarget",
         "te": "harness.targets.transformer_engine.token:TECrossEntropyTarget",
+        "ms_swift": "harness.targets.ms_swift.token:MsSwiftTarget",
     }
 )
-CHECKOUT_VARIABLES.update({"liger": "LPH_LIGER_PATH", "trl": "LPH_TRL_PATH", "te": "LPH_TE_PATH"})
-PYPI |= {"liger", "trl", "te"}
+CHECKOUT_VARIABLES.update(
+    {"liger": "LPH_LIGER_PATH", "trl": "LPH_TRL_PATH", "te": "LPH_TE_PATH", "ms_swift": "LPH_MS_SWIFT_PATH"}
+)
+PYPI |= {"liger", "trl", "te", "ms_swift"}
 # A family whose PyPI distribution is named otherwise (``liger==X`` installs ``liger-kernel==X``).
-PIP_NAMES = {"liger": "liger-kernel", "te": "transformer-engine"}
+PIP_NAMES = {"liger": "liger-kernel", "te": "transformer-engine", "ms_swift": "ms-swift"}
 
 
 @dataclass
@@ -102,6 +108,7 @@ def resolve(spec: str) -> ResolvedSpec:
     raise ValueError(
         f"unknown SPEC {spec!r}: expected impl, impl-triton, mutant=NAME, skyrl==X, skyrl=PATH, slime=PATH, "
         "nemo_rl=PATH, liger==X, liger=PATH, trl==X, trl=PATH, te==X, te=PATH, "
+        "ms_swift==X, ms_swift=PATH, "
         "module:attr or path/to/adapter.py:attr"
     )
 
