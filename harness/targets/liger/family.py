@@ -17,9 +17,9 @@ from harness.targets.protocol import Target
 
 
 class LigerFamilyTarget(Target):
-    def __init__(self):
-        self.token = LigerVocabParallelTarget()
-        self.hidden = LigerHiddenTarget()
+    def __init__(self, root=None):
+        self.token = LigerVocabParallelTarget(root)
+        self.hidden = LigerHiddenTarget(root)
         self.name = self.hidden.name
         self.capabilities = self.token.capabilities | self.hidden.capabilities
 

@@ -38,9 +38,9 @@ from harness.targets.protocol import Target
 from harness.targets.upstream import located
 
 
-def _function():
+def _function(root):
     try:
-        root, module = import_liger("ops.fused_linear_cross_entropy")
+        root, module = import_liger("ops.fused_linear_cross_entropy", root)
     except ImportError as exc:
         raise ImportError(f"liger-kernel is not importable: `pip install --no-deps liger-kernel` ({exc})") from exc
     return root, module.LigerFusedLinearCrossEntropyFunction
@@ -49,8 +49,8 @@ def _function():
 class LigerTarget(Target):
     capabilities = frozenset({"hidden"})
 
-    def __init__(self):
-        root, self.function = _function()
+    def __init__(self, root=None):
+        root, self.function = _function(root)
         self.name = f"liger-kernel-{located.version(root, 'liger-kernel')}"
 
     def hidden_log_probs(

@@ -19,9 +19,11 @@ Two Functions, two targets:
   ``LigerCrossEntropyLoss``), one rank over the whole vocabulary, called with
   ``reduction="none"``. At TP > 1 the adapter gathers the shards first
   (``harness.targets.upstream.whole_vocab``), as a trainer must. Its forward
-  writes the logits' gradient into the input logits (its design: the logits
-  buffer is reused for the gradient), which the suite's unmutated-inputs check
-  sees.
+  writes the logits' gradient into the input logits (its design: the LM-head
+  output's buffer is reused for the gradient; a trainer never reads it again).
+  The protocol's logits are the caller's, so Liger gets a tensor of its own as
+  it would in a trainer: the gathered logits at TP > 1, a copy at one rank
+  (which the memory checks charge to Liger).
 
 Mapping: ``log_probs = -loss``; targets are global ids, never Liger's
 ``ignore_index`` (``-100``, its default). Not declared, hence UNSUPPORTED:
@@ -51,11 +53,16 @@ def liger_root() -> Path:
     )
 
 
-def import_liger(module: str):
-    """``liger_kernel.<module>`` from ``liger_root()``, under Triton's CPU interpreter unless ``LPH_DEVICE=cuda``."""
+def import_liger(module: str, root: Path | None = None):
+    """``liger_kernel.<module>`` from ``root`` (default ``liger_root()``), under Triton's CPU interpreter.
+
+    Liger is imported as the package it is (its modules import each other as
+    ``liger_kernel.*``), so one process holds one Liger: the first root wins.
+    ``TRITON_INTERPRET=1`` is set unless ``LPH_DEVICE=cuda``.
+    """
     if not os.environ.get("LPH_DEVICE", "cpu").startswith("cuda"):
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    root = liger_root()
+    root = liger_root() if root is None else Path(root)
     located.put_first_on_path(root)
     return root, importlib.import_module(f"liger_kernel.{module}")
 
@@ -65,8 +72,8 @@ class LigerVocabParallelTarget(Target):
 
     capabilities = frozenset({"token"})
 
-    def __init__(self):
-        root, module = import_liger("ops.vocab_parallel_cross_entropy")
+    def __init__(self, root: Path | None = None):
+        root, module = import_liger("ops.vocab_parallel_cross_entropy", root)
         self.function = module.LigerVocabParallelCEFunction
         self.name = f"liger-kernel-{located.version(root, 'liger-kernel')}-vocab-parallel"
 
@@ -83,8 +90,8 @@ class LigerTokenTarget(Target):
 
     capabilities = frozenset({"token"})
 
-    def __init__(self):
-        root, module = import_liger("ops.cross_entropy")
+    def __init__(self, root: Path | None = None):
+        root, module = import_liger("ops.cross_entropy", root)
         self.function = module.LigerCrossEntropyFunction
         self.name = f"liger-kernel-{located.version(root, 'liger-kernel')}-cross-entropy"
 
@@ -92,5 +99,7 @@ class LigerTokenTarget(Target):
         if with_entropy or temperature != 1.0 or chunk_size is not None:
             raise RuntimeError(f"{self.name}: no entropy, temperature or chunk (capabilities not declared)")
         whole = gather_vocabulary(logits, tp_group)
+        if whole is logits:  # one rank: Liger would write its gradient into the caller's logits
+            whole = logits.clone()
         loss = self.function.apply(whole, targets, None, IGNORE_INDEX, 0.0, 0.0, "none")[0]
         return -loss, None

@@ -26,9 +26,11 @@ first (``logits_packed.div_(temperature)``); the adapter divides out of place
 
 Megatron's cross entropy subtracts the row max from its input IN PLACE, which
 ms-swift documents (``vocab_parallel_gather_logps``: callers must not read the
-logits again); the adapter passes the logits as ms-swift's trainer does (at
-temperature 1 the caller's tensor itself), so the suite's unmutated-inputs
-check sees it.
+logits again) and its trainer honours (it passes its own fresh model output,
+divided in place by the temperature). The protocol's logits are the caller's,
+so the adapter hands ms-swift a fresh tensor the same way: the division out of
+place, or a copy at temperature 1 (a copy a trainer does not make, so the
+memory checks charge ms-swift one logits buffer more than its trainer uses).
 
 Not declared, hence UNSUPPORTED: ``entropy_gate`` (no switch: the entropy is
 always built with its graph), ``chunking`` (only the entropy is chunked, at a
@@ -69,17 +71,17 @@ def load_utils(root: Path, megatron: Path):
 class MsSwiftTarget(Target):
     capabilities = frozenset({"token", "entropy", "temperature"})
 
-    def __init__(self):
-        self.root = ms_swift_root()
+    def __init__(self, root: Path | None = None, megatron: Path | None = None):
+        self.root = ms_swift_root() if root is None else Path(root)
         self.name = f"ms-swift-{located.version(self.root, 'ms-swift')}"
-        self.module = load_utils(self.root, megatron_ce.megatron_root())
+        self.module = load_utils(self.root, megatron_ce.megatron_root() if megatron is None else Path(megatron))
 
     def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
         if chunk_size is not None or (with_entropy and not entropy_grad):
             raise RuntimeError(f"{self.name}: no chunk and no entropy gate (capabilities not declared)")
         megatron_stand_in.set_groups(tp_group, None)
-        if temperature != 1.0:
-            logits = logits / temperature
+        # The trainer's logits are its own fresh model output (divided in place); the protocol's are the caller's.
+        logits = logits / temperature if temperature != 1.0 else logits.clone()
         log_probs, entropy = self.module.compute_logps_and_entropy_from_logits(
             logits.unsqueeze(0), targets.unsqueeze(0), compute_entropy=with_entropy
         )

@@ -107,8 +107,8 @@ class TECrossEntropyTarget(Target):
 
     capabilities = frozenset({"token"})
 
-    def __init__(self):
-        self.root = te_root()
+    def __init__(self, root: Path | None = None):
+        self.root = te_root() if root is None else Path(root)
         revision = checkout.revision(self.root) or "unknown"
         self.name = f"transformer-engine-{located.version(self.root, 'transformer-engine', revision)}"
         self.module = load(self.root)

@@ -15,8 +15,8 @@ from harness.targets.trl.token import TRLTokenTarget
 
 
 class TRLFamilyTarget(Target):
-    def __init__(self):
-        self.token = TRLTokenTarget()
+    def __init__(self, root=None):
+        self.token = TRLTokenTarget(root)
         self.hidden = TRLHiddenTarget(self.token.root)
         self.name = self.token.name
         self.capabilities = self.token.capabilities | self.hidden.capabilities

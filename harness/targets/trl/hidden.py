@@ -25,6 +25,8 @@ itself).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch.distributed as dist
 
 from harness.targets.protocol import Target
@@ -35,7 +37,7 @@ class TRLHiddenTarget(Target):
     capabilities = frozenset({"hidden", "entropy", "temperature"})
 
     def __init__(self, root=None):
-        self.root = loading.trl_root() if root is None else root
+        self.root = loading.trl_root() if root is None else Path(root)
         self.name = f"trl-{loading.trl_version(self.root)}-chunked"
         self.function = loading.kernels(self.root).chunked.ChunkedLogProbFunction
         self.vocab_chunk = loading.chunk_default(self.root)

@@ -33,6 +33,8 @@ entropy's graph; the detach is the utils wrapper's).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness.targets.protocol import Target
 from harness.targets.trl import loading
 from harness.targets.upstream.whole_vocab import gather_vocabulary
@@ -44,7 +46,7 @@ class TRLTokenTarget(Target):
     capabilities = frozenset({"token", "entropy", "entropy_gate", "temperature"})
 
     def __init__(self, root=None):
-        self.root = loading.trl_root() if root is None else root
+        self.root = loading.trl_root() if root is None else Path(root)
         self.name = f"trl-{loading.trl_version(self.root)}"
         self.functions = loading.utils_functions(self.root)
 
@@ -65,7 +67,7 @@ class TRLTritonTarget(Target):
     capabilities = frozenset({"token", "entropy", "temperature"})
 
     def __init__(self, root=None):
-        self.root = loading.trl_root() if root is None else root
+        self.root = loading.trl_root() if root is None else Path(root)
         self.name = f"trl-{loading.trl_version(self.root)}-triton"
         fused = loading.kernels(self.root).fused
         if fused is None:
