@@ -18,6 +18,8 @@ def compute_logps_and_entropy_from_logits(logits, labels, compute_entropy=False,
     if compute_entropy:
         log_p = _vocab_parallel_log_softmax(logits)
         partial = -(log_p.exp() * log_p).sum(-1)
-        entropy = torch.distributed.nn.all_reduce(partial, group=mpu.get_tensor_model_parallel_group())
+        # A raw all-reduce, as ms-swift's: every rank's backward already sees the total derivative.
+        torch.distributed.all_reduce(partial, group=mpu.get_tensor_model_parallel_group())
+        entropy = partial
     safe = labels.masked_fill(labels == -100, 0)
     return -tensor_parallel.vocab_parallel_cross_entropy(vocab_parallel_logits=logits, target=safe), entropy

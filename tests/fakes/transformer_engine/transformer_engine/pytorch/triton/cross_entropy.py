@@ -13,8 +13,9 @@ def cross_entropy_forward(
     x = _input.reshape(-1, _input.shape[-1]).float()
     stats = row_statistics(x, target.reshape(-1), rank * x.shape[-1])
     if world > 1:
-        gathered = torch.empty((world, *stats.shape), dtype=stats.dtype)
+        gathered = torch.empty((world * stats.shape[0], stats.shape[1]), dtype=stats.dtype)
         dist.all_gather_into_tensor(gathered, stats, group=dist_process_group)
+        gathered = gathered.view(world, *stats.shape)
     else:
         gathered = stats.unsqueeze(0)
     top = gathered[..., 0].amax(0)
