@@ -17,6 +17,7 @@ from harness.checks.hidden import check_hidden_backward, check_hidden_forward
 from harness.checks.parity import check_token_backward, check_token_forward
 from harness.targets import load_target
 from harness.targets.trl import loading
+from harness.targets.trl.token import TRLTokenTarget
 from tests.fakes.reach_targets import HERE
 
 SPEC, TRITON = "tests/fakes/reach_targets.py:TRL", "tests/fakes/reach_targets.py:TRLTriton"
@@ -30,7 +31,7 @@ CASES = [
 def test_declares_what_trl_has():
     target = load_target(SPEC)
     assert target.name == "trl-1.0.0+stand-in"
-    assert target.capabilities == {"token", "entropy", "entropy_gate", "temperature", "hidden"}
+    assert target.capabilities == {"token", "entropy", "temperature", "hidden"}  # entropy_gate: token path only
     assert load_target(TRITON).capabilities == {"token", "entropy", "temperature"}
 
 
@@ -47,8 +48,10 @@ def test_triton_kernel_module_passes_parity():
 def test_entropy_gate_is_trls_entropy_requires_grad():
     logits, targets = torch.randn(4, 6, requires_grad=True), torch.tensor([0, 5, 2, 1])
     options = {"tp_group": None, "chunk_size": None, "with_entropy": True, "temperature": 1.0}
-    _, gated = load_target(SPEC).token_log_probs(logits, targets, entropy_grad=False, **options)
-    _, live = load_target(SPEC).token_log_probs(logits, targets, entropy_grad=True, **options)
+    target = TRLTokenTarget(HERE / "trl")
+    assert "entropy_gate" in target.capabilities
+    _, gated = target.token_log_probs(logits, targets, entropy_grad=False, **options)
+    _, live = target.token_log_probs(logits, targets, entropy_grad=True, **options)
     assert not gated.requires_grad and live.requires_grad
 
 

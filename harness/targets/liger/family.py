@@ -3,8 +3,8 @@
 Token level: ``LigerVocabParallelCEFunction`` (``harness.targets.liger.token``),
 the Function Liger ships for Megatron-style vocab-parallel logits, so TP > 1 runs
 Liger's own collectives. Hidden states: ``LigerFusedLinearCrossEntropyFunction``
-(``harness.targets.liger.hidden``, unchanged). The capabilities are the union
-of the two; each entry point delegates. Liger's one-rank
+(``harness.targets.liger.hidden``, unchanged). Capabilities:
+``harness.targets.upstream.combined``. Liger's one-rank
 ``LigerCrossEntropyFunction`` is ``harness.targets.liger.token:LigerTokenTarget``
 (a ``module:attr`` SPEC).
 """
@@ -13,18 +13,10 @@ from __future__ import annotations
 
 from harness.targets.liger.hidden import LigerTarget as LigerHiddenTarget
 from harness.targets.liger.token import LigerVocabParallelTarget
-from harness.targets.protocol import Target
+from harness.targets.upstream.combined import TokenAndHidden
 
 
-class LigerFamilyTarget(Target):
+class LigerFamilyTarget(TokenAndHidden):
     def __init__(self, root=None):
-        self.token = LigerVocabParallelTarget(root)
-        self.hidden = LigerHiddenTarget(root)
-        self.name = self.hidden.name
-        self.capabilities = self.token.capabilities | self.hidden.capabilities
-
-    def token_log_probs(self, logits, targets, **options):
-        return self.token.token_log_probs(logits, targets, **options)
-
-    def hidden_log_probs(self, hidden, weight, targets, **options):
-        return self.hidden.hidden_log_probs(hidden, weight, targets, **options)
+        hidden = LigerHiddenTarget(root)
+        super().__init__(LigerVocabParallelTarget(root), hidden, hidden.name)
