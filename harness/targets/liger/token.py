@@ -26,7 +26,9 @@ Two Functions, two targets:
   (which the memory checks charge to Liger).
 
 Mapping: ``log_probs = -loss``; targets are global ids, never Liger's
-``ignore_index`` (``-100``, its default). Not declared, hence UNSUPPORTED:
+``ignore_index`` (``-100``, its default). An entropy request is answered
+with ``None``: the suite asks for entropy values only from targets that
+declare it, and its bad-input rows ask regardless, which must reach Liger. Not declared, hence UNSUPPORTED:
 ``entropy`` (none returned), ``temperature`` (no such argument: Liger's
 callers divide the logits themselves; ``softcap`` is a different transform),
 ``chunking`` (no chunk argument), ``packed`` and the rest.
@@ -78,8 +80,8 @@ class LigerVocabParallelTarget(Target):
         self.name = f"liger-kernel-{located.version(root, 'liger-kernel')}-vocab-parallel"
 
     def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
-        if with_entropy or temperature != 1.0 or chunk_size is not None:
-            raise RuntimeError(f"{self.name}: no entropy, temperature or chunk (capabilities not declared)")
+        if temperature != 1.0 or chunk_size is not None:
+            raise RuntimeError(f"{self.name}: no temperature and no chunk (capabilities not declared)")
         batched, batched_targets = logits.unsqueeze(1), targets.unsqueeze(1)  # Megatron's [seq, batch = 1, ...]
         loss = self.function.apply(batched, batched_targets, tp_group, IGNORE_INDEX, 0.0, "pytorch", "global")
         return -loss.squeeze(1), None
@@ -96,8 +98,8 @@ class LigerTokenTarget(Target):
         self.name = f"liger-kernel-{located.version(root, 'liger-kernel')}-cross-entropy"
 
     def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
-        if with_entropy or temperature != 1.0 or chunk_size is not None:
-            raise RuntimeError(f"{self.name}: no entropy, temperature or chunk (capabilities not declared)")
+        if temperature != 1.0 or chunk_size is not None:
+            raise RuntimeError(f"{self.name}: no temperature and no chunk (capabilities not declared)")
         whole = gather_vocabulary(logits, tp_group)
         if whole is logits:  # one rank: Liger would write its gradient into the caller's logits
             whole = logits.clone()

@@ -29,7 +29,9 @@ Mapping: logits ``[rows, V_local]`` -> TE's ``(B = 1, SQ = rows, V_local)``,
 targets ``[rows]`` global ids, ``dist_process_group`` = the TP group (None at
 one rank: TE's own single-device form), ``label_smoothing = 0``,
 ``reduce_loss = False``, ``ignore_idx = -100`` (its default, never a valid id);
-``log_probs = -loss`` (TE returns fp32). Not declared, hence UNSUPPORTED:
+``log_probs = -loss`` (TE returns fp32); an entropy request is answered with
+``None`` (the suite asks for entropy values only from targets that declare it;
+its bad-input rows ask regardless, and must reach TE). Not declared, hence UNSUPPORTED:
 ``entropy`` (none returned), ``temperature`` (no argument; Megatron divides
 the logits before), ``chunking``, ``packed``. ``donation`` is not declared
 either: ``overwrite_input=True`` reuses the logits' storage for the gradient
@@ -114,8 +116,8 @@ class TECrossEntropyTarget(Target):
         self.module = load(self.root)
 
     def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
-        if with_entropy or temperature != 1.0 or chunk_size is not None:
-            raise RuntimeError(f"{self.name}: no entropy, temperature or chunk (capabilities not declared)")
+        if temperature != 1.0 or chunk_size is not None:
+            raise RuntimeError(f"{self.name}: no temperature and no chunk (capabilities not declared)")
         batched = logits.unsqueeze(0)
         if logits.is_cuda:
             loss = self.module.parallel_cross_entropy(batched, targets, 0.0, False, tp_group, IGNORE_INDEX)
