@@ -69,3 +69,11 @@ def test_a_shard_offset_bug_fails_parity(tmp_path):
     )
     with pytest.raises(AssertionError, match="log_probs"):
         check_token_forward(CASES[1], f"{adapter}:T")
+
+
+def test_spec_installs_the_pypi_distribution_and_names_its_directory():
+    from harness.gate import specs
+
+    resolved = specs.resolve("liger==9.9.9")
+    assert resolved.family == "liger" and resolved.pip_requirement == "liger-kernel==9.9.9"
+    assert resolved.env == {"LPH_LIGER_PATH": str(specs.PACKAGES / "liger-9.9.9")}

@@ -72,3 +72,11 @@ def test_an_autograd_reduce_of_the_entropy_fails_the_gradient(tmp_path):
     check_token_forward(CASES[1], f"{adapter}:T")
     with pytest.raises(AssertionError, match="grad"):
         check_token_backward(CASES[1], f"{adapter}:T")
+
+
+def test_spec_installs_the_pypi_distribution_and_names_its_directory():
+    from harness.gate import specs
+
+    resolved = specs.resolve("ms_swift==9.9.9")
+    assert resolved.family == "ms_swift" and resolved.pip_requirement == "ms-swift==9.9.9"
+    assert resolved.env == {"LPH_MS_SWIFT_PATH": str(specs.PACKAGES / "ms_swift-9.9.9")}

@@ -52,3 +52,11 @@ def test_a_lost_rank_offset_fails_parity(tmp_path):
     )
     with pytest.raises(AssertionError, match="log_probs"):
         check_token_forward(CASES[1], f"{adapter}:T")
+
+
+def test_spec_installs_the_pypi_distribution_and_names_its_directory():
+    from harness.gate import specs
+
+    resolved = specs.resolve("te==9.9.9")
+    assert resolved.family == "te" and resolved.pip_requirement == "transformer-engine==9.9.9"
+    assert resolved.env == {"LPH_TE_PATH": str(specs.PACKAGES / "te-9.9.9")}

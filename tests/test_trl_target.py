@@ -91,3 +91,11 @@ def test_a_wrong_entropy_sign_fails_parity(tmp_path):
     )
     with pytest.raises(AssertionError, match="entropy"):
         check_token_forward(CASES[0], f"{adapter}:T")
+
+
+def test_spec_installs_the_pypi_distribution_and_names_its_directory():
+    from harness.gate import specs
+
+    resolved = specs.resolve("trl==9.9.9")
+    assert resolved.family == "trl" and resolved.pip_requirement == "trl==9.9.9"
+    assert resolved.env == {"LPH_TRL_PATH": str(specs.PACKAGES / "trl-9.9.9")}
