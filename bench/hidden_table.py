@@ -11,7 +11,8 @@
 * ``torch-chunked``: ``linear_cross_entropy(..., options=LinearCrossEntropyOptions(batch_chunk_size=1024))``;
 * ``torch-reference``: ``linear_cross_entropy(..., options=None)`` (logits, then cross-entropy);
 * ``skyrl-fused``: SkyRL's ``FusedLinearChunkedDistributedLogprob`` (chunk 1024) through
-  ``harness.targets.skyrl.hidden``, when an installed ``skyrl`` (or ``LPH_SKYRL_PATH``) has it.
+  ``harness.targets.skyrl.hidden``, when an installed ``skyrl`` (or ``LPH_SKYRL_PATH``) has it;
+* ``trl-chunked``: TRL's ``ChunkedLogProbFunction`` (its own vocabulary tiles) where TRL loads (``bench.peers``).
 
 Liger's fused linear cross entropy is not timed: on a CPU its kernels run in
 Triton's interpreter, whose time says nothing about the kernel.
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from bench.peers import hidden_peers
 from harness.memory.hidden import REAL_SCALES, HiddenMemoryCase, measure_hidden_memory, target_runner
 from impl.hidden_states import hidden_log_probs_and_entropy
 from impl.token_level import log_probs_and_entropy
@@ -137,6 +139,10 @@ def main() -> None:
     skyrl = _skyrl_fused()
     if skyrl is not None:
         paths["skyrl-fused"] = skyrl
+    # TRL's chunk is a vocabulary width of its own (not the caller's rows): the call's chunk option is None.
+    paths.update(
+        hidden_peers(HiddenMemoryCase(rows=0, hidden_size=0, vocab_local=0, chunk_size=None, with_entropy=False))
+    )
     table: dict = {"rounds": ROUNDS, "chunk": CHUNK, "shapes": {}, "real_scale": {}, "impl_vs_torch_chunked": {}}
     for label, shape in SHAPES.items():
         timed = time_paths(paths, shape)
@@ -148,7 +154,7 @@ def main() -> None:
             print(f"{label:16} {name:16} {median:8.3f} s (min {fastest:.3f})  peak {peak / 2**20:9.1f} MiB", flush=True)
         table["impl_vs_torch_chunked"][label] = _ratios(table["shapes"][label])
     real = REAL_SCALES["qwen-tp8-fp32"]
-    for name in ("impl+entropy", "impl", "unfused", "torch-chunked", "skyrl-fused"):
+    for name in ("impl+entropy", "impl", "unfused", "torch-chunked", "skyrl-fused", "trl-chunked"):
         if name not in paths:
             continue
         try:

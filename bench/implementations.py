@@ -6,7 +6,8 @@
 * peers, where they load: SkyRL's ``DistributedLogprob`` + ``vocab_parallel_entropy``
   from the INSTALLED ``skyrl`` package (``pip install --no-deps skyrl==0.3.0``;
   nothing of it is copied here), on a single-rank process group and a minimal
-  stand-in for the ``megatron.core.parallel_state`` lookups it makes.
+  stand-in for the ``megatron.core.parallel_state`` lookups it makes;
+* this round's peers (TRL, ms-swift) through their adapters (``bench.peers``).
 
 Each entry is measured on a single rank (tp = 1).
 """
@@ -118,6 +119,9 @@ def implementations(for_memory: bool = False) -> dict[str, Callable]:
         from importlib.metadata import version
 
         table[f"skyrl-{version('skyrl')}"] = skyrl
+    from bench.peers import token_peers
+
+    table.update(token_peers())
     return table
 
 

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from bench.implementations import AsTarget, implementations, single_rank_collectives
+from bench.peers import MEASURE_BY_PROXY
 from harness.memory.logits import MemoryCase, measure_token_memory
 
 OUT = Path("reports/bench")
@@ -29,16 +30,21 @@ NAMED = {
 PROXY_ROWS = 512
 
 
-def _measure(run, case: MemoryCase) -> dict:
-    """Fake tensors at full scale; an implementation that cannot trace (data-dependent shapes) is measured
-    on REAL tensors at ``PROXY_ROWS`` rows and scaled linearly, and says so."""
-    try:
-        report = measure_token_memory(case, AsTarget(run))
-        method = "fake tensors, full scale"
-    except Exception as exc:  # noqa: BLE001 - any tracing failure falls back to a real measurement
-        proxy = MemoryCase(**{**case.__dict__, "rows": PROXY_ROWS})
+def _measure(run, case: MemoryCase, by_proxy: bool = False) -> dict:
+    """Fake tensors at full scale; an implementation that cannot trace (data-dependent shapes), or one whose
+    per-row loops are too many ops to trace (``by_proxy``), is measured on REAL tensors at ``PROXY_ROWS`` rows
+    and scaled linearly, and says so."""
+    proxy = MemoryCase(**{**case.__dict__, "rows": PROXY_ROWS})
+    if by_proxy:
         report = measure_token_memory(proxy, AsTarget(run), fake=False)
-        method = f"real tensors at T={PROXY_ROWS}, scaled linearly ({type(exc).__name__} under fake tensors)"
+        method = f"real tensors at T={PROXY_ROWS}, scaled linearly (per-row loops: bench.peers)"
+    else:
+        try:
+            report = measure_token_memory(case, AsTarget(run))
+            method = "fake tensors, full scale"
+        except Exception as exc:  # noqa: BLE001 - any tracing failure falls back to a real measurement
+            report = measure_token_memory(proxy, AsTarget(run), fake=False)
+            method = f"real tensors at T={PROXY_ROWS}, scaled linearly ({type(exc).__name__} under fake tensors)"
     return {
         "rows": case.rows,
         "vocab": case.vocab_local,
@@ -57,7 +63,7 @@ def measure_all() -> dict:
     for name, run in implementations(for_memory=True).items():
         with single_rank_collectives():
             for label, case in cases.items():
-                table.setdefault(name, {})[label] = _measure(run, case)
+                table.setdefault(name, {})[label] = _measure(run, case, name.startswith(MEASURE_BY_PROXY))
     return table
 
 

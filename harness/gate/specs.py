@@ -6,6 +6,12 @@
   directory (``.packages/skyrl-X``) and loaded by path, so a base and a PR on
   two versions can live side by side in one virtualenv;
 * ``skyrl=PATH``, ``slime=PATH``, ``nemo_rl=PATH``: a checkout, loaded by path;
+* ``liger==X`` / ``liger=PATH``, ``trl==X`` / ``trl=PATH``, ``te==X`` /
+  ``te=PATH``: the same, for Liger-Kernel (PyPI ``liger-kernel``), TRL and
+  TransformerEngine (PyPI ``transformer-engine``, whose wheel is pure Python);
+* ``ms_swift==X`` / ``ms_swift=PATH``: ms-swift (PyPI ``ms-swift``); its
+  log-probs run Megatron-core's cross entropy from the checkout in
+  ``LPH_MEGATRON_PATH``, which the caller sets;
 * ``module:attr`` or ``path/to/adapter.py:attr``: any adapter (docs/targets.md);
 * ``mutant=NAME``: impl/ carrying one re-created historic bug (the gate's own tests and demos).
 
@@ -33,6 +39,21 @@ ADAPTERS = {
 }
 CHECKOUT_VARIABLES = {"skyrl": "LPH_SKYRL_PATH", "slime": "LPH_SLIME_PATH", "nemo_rl": "LPH_NEMO_RL_PATH"}
 PYPI = {"skyrl"}
+# Families from this round: Liger's token + hidden paths, TRL's helpers and chunked LM head (docs/targets.md).
+ADAPTERS.update(
+    {
+        "liger": "harness.targets.liger.family:LigerFamilyTarget",
+        "trl": "harness.targets.trl.family:TRLFamilyTarget",
+        "te": "harness.targets.transformer_engine.token:TECrossEntropyTarget",
+        "ms_swift": "harness.targets.ms_swift.token:MsSwiftTarget",
+    }
+)
+CHECKOUT_VARIABLES.update(
+    {"liger": "LPH_LIGER_PATH", "trl": "LPH_TRL_PATH", "te": "LPH_TE_PATH", "ms_swift": "LPH_MS_SWIFT_PATH"}
+)
+PYPI |= {"liger", "trl", "te", "ms_swift"}
+# A family whose PyPI distribution is named otherwise (``liger==X`` installs ``liger-kernel==X``).
+PIP_NAMES = {"liger": "liger-kernel", "te": "transformer-engine", "ms_swift": "ms-swift"}
 
 
 @dataclass
@@ -74,7 +95,7 @@ def resolve(spec: str) -> ResolvedSpec:
             f"{name}-{version}",
             name,
             {CHECKOUT_VARIABLES[name]: str(directory)},
-            pip_requirement=f"{name}=={version}",
+            pip_requirement=f"{PIP_NAMES.get(name, name)}=={version}",
         )
     if name in CHECKOUT_VARIABLES and sep:
         path = Path(value).expanduser().resolve()
@@ -87,7 +108,9 @@ def resolve(spec: str) -> ResolvedSpec:
         return ResolvedSpec(spec, spec, slug_of(spec))
     raise ValueError(
         f"unknown SPEC {spec!r}: expected impl, impl-triton, mutant=NAME, skyrl==X, skyrl=PATH, slime=PATH, "
-        "nemo_rl=PATH, module:attr or path/to/adapter.py:attr"
+        "nemo_rl=PATH, liger==X, liger=PATH, trl==X, trl=PATH, te==X, te=PATH, "
+        "ms_swift==X, ms_swift=PATH, "
+        "module:attr or path/to/adapter.py:attr"
     )
 
 

@@ -1,8 +1,8 @@
 """Liger-Kernel's fused linear cross entropy through the hidden-state entry point.
 
 ``LigerFusedLinearCrossEntropyFunction`` (``liger_kernel/ops/fused_linear_cross_entropy.py``)
-from the installed ``liger-kernel`` package (``pip install --no-deps
-liger-kernel``; nothing of it is copied here), called with
+from the installed ``liger-kernel`` package or ``LPH_LIGER_PATH`` (``harness.targets.liger.token``'s
+lookup; nothing of it is copied here), called with
 ``reduction="none"``: ``log_probs = -loss`` per row (its per-token cross
 entropy of ``hidden @ weight.T`` is minus the target's log-prob). Since 0.8
 its ``reduction="none"`` backward recomputes the chunked logits and folds the
@@ -31,32 +31,27 @@ Capabilities: ``hidden`` only, so the checks that need more read UNSUPPORTED:
 
 from __future__ import annotations
 
-import os
-from importlib import metadata
-
 import torch
 
+from harness.targets.liger.token import IGNORE_INDEX, import_liger
 from harness.targets.protocol import Target
+from harness.targets.upstream import located
 
-IGNORE_INDEX = -100  # Liger's default; never a valid vocabulary id
 
-
-def _function():
-    if not os.environ.get("LPH_DEVICE", "cpu").startswith("cuda"):
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+def _function(root):
     try:
-        from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
+        root, module = import_liger("ops.fused_linear_cross_entropy", root)
     except ImportError as exc:
         raise ImportError(f"liger-kernel is not importable: `pip install --no-deps liger-kernel` ({exc})") from exc
-    return LigerFusedLinearCrossEntropyFunction
+    return root, module.LigerFusedLinearCrossEntropyFunction
 
 
 class LigerTarget(Target):
     capabilities = frozenset({"hidden"})
 
-    def __init__(self):
-        self.function = _function()
-        self.name = f"liger-kernel-{metadata.version('liger-kernel')}"
+    def __init__(self, root=None):
+        root, self.function = _function(root)
+        self.name = f"liger-kernel-{located.version(root, 'liger-kernel')}"
 
     def hidden_log_probs(
         self, hidden, weight, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature

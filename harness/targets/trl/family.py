@@ -1,0 +1,21 @@
+"""The ``trl`` family's target (SPEC ``trl==X`` / ``trl=PATH``): TRL's token helpers and chunked LM head in one.
+
+Token level: ``selective_log_softmax`` / ``selective_log_softmax_and_entropy``
+(``harness.targets.trl.token:TRLTokenTarget``); hidden states:
+``ChunkedLogProbFunction`` (``harness.targets.trl.hidden``). Capabilities:
+``harness.targets.upstream.combined`` (``entropy_gate`` is the token path's
+only, so the family leaves it out; ``TRLTokenTarget`` alone checks it). TRL's
+Triton kernel alone is ``harness.targets.trl.token:TRLTritonTarget``.
+"""
+
+from __future__ import annotations
+
+from harness.targets.trl.hidden import TRLHiddenTarget
+from harness.targets.trl.token import TRLTokenTarget
+from harness.targets.upstream.combined import TokenAndHidden
+
+
+class TRLFamilyTarget(TokenAndHidden):
+    def __init__(self, root=None):
+        token = TRLTokenTarget(root)
+        super().__init__(token, TRLHiddenTarget(token.root), token.name)

@@ -1,0 +1,42 @@
+"""TRL, Liger, TransformerEngine and ms-swift adapters pointed at the stand-in packages beside this file."""
+
+from pathlib import Path
+
+from harness.targets.liger.family import LigerFamilyTarget
+from harness.targets.liger.token import LigerTokenTarget
+from harness.targets.ms_swift.token import MsSwiftTarget
+from harness.targets.transformer_engine.token import TECrossEntropyTarget
+from harness.targets.trl.family import TRLFamilyTarget
+from harness.targets.trl.token import TRLTritonTarget
+
+HERE = Path(__file__).resolve().parent
+
+
+class TRL(TRLFamilyTarget):
+    def __init__(self):
+        super().__init__(root=HERE / "trl")
+
+
+class TRLTriton(TRLTritonTarget):
+    def __init__(self):
+        super().__init__(root=HERE / "trl")
+
+
+class Liger(LigerFamilyTarget):
+    def __init__(self):
+        super().__init__(root=HERE / "liger")
+
+
+class LigerOneRank(LigerTokenTarget):
+    def __init__(self):
+        super().__init__(root=HERE / "liger")
+
+
+class TE(TECrossEntropyTarget):
+    def __init__(self):
+        super().__init__(root=HERE / "transformer_engine")
+
+
+class MsSwift(MsSwiftTarget):
+    def __init__(self):
+        super().__init__(root=HERE / "ms_swift", megatron=HERE / "megatron")

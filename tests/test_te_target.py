@@ -1,0 +1,62 @@
+"""The TransformerEngine adapter's seams, on ``tests/fakes/transformer_engine`` (no TE, no CUDA, no Triton).
+
+The stand-in keeps TE's three files, their imports (``transformer_engine.*``
+absolute imports, ``pytorch.jit.no_torch_dynamo``) and package ``__init__``
+files that raise if executed; its ``parallel_cross_entropy`` refuses CPU
+tensors as TE's does. The adapter must load the three files alone, pass the TP
+group as TE's ``dist_process_group`` and call the Function on the CPU.
+"""
+
+import shutil
+
+import pytest
+
+from harness.cases.case import Case
+from harness.checks.parity import check_token_backward, check_token_forward
+from harness.targets import load_target
+from harness.targets.transformer_engine import token as te_token
+from tests.fakes.reach_targets import HERE
+
+SPEC = "tests/fakes/reach_targets.py:TE"
+CASES = [
+    Case(seed=1, vocab=12, samples=((6, 4),), with_entropy=False),
+    Case(seed=2, vocab=16, tp=2, samples=((5, 3),), with_entropy=False),
+    Case(seed=3, vocab=8, tp=2, samples=((4, 2),), dtype="bfloat16", with_entropy=False),
+]
+
+
+def test_declares_token_only():
+    assert load_target(SPEC).name == "transformer-engine-0.0.0+stand-in"
+    assert load_target(SPEC).capabilities == {"token"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"tp{c.tp}-{c.dtype}")
+def test_passes_parity_through_its_process_group(case):
+    check_token_forward(case, SPEC)
+    check_token_backward(case, SPEC)
+
+
+def test_a_lost_rank_offset_fails_parity(tmp_path):
+    """TE's launcher with every rank believing it holds the first shard: tp=2 parity must fail."""
+    root = tmp_path / "te"
+    shutil.copytree(HERE / "transformer_engine", root)
+    launchers = root / te_token.LAUNCHERS
+    text = launchers.read_text()
+    assert "row_statistics(x, target.reshape(-1), rank * x.shape[-1])" in text
+    launchers.write_text(text.replace("rank * x.shape[-1])", "0)"))
+    te_token.load.cache_clear()
+    adapter = tmp_path / "te_adapter.py"
+    adapter.write_text(
+        "from harness.targets.transformer_engine.token import TECrossEntropyTarget\n\n"
+        f"class T(TECrossEntropyTarget):\n    def __init__(self):\n        super().__init__(root={str(root)!r})\n"
+    )
+    with pytest.raises(AssertionError, match="log_probs"):
+        check_token_forward(CASES[1], f"{adapter}:T")
+
+
+def test_spec_installs_the_pypi_distribution_and_names_its_directory():
+    from harness.gate import specs
+
+    resolved = specs.resolve("te==9.9.9")
+    assert resolved.family == "te" and resolved.pip_requirement == "transformer-engine==9.9.9"
+    assert resolved.env == {"LPH_TE_PATH": str(specs.PACKAGES / "te-9.9.9")}
