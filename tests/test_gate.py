@@ -391,7 +391,8 @@ def test_reports_and_summary(tmp_path):
     assert [e["id"] for e in gate["new_failures"]] == [GATE] and gate["new_failures"][0]["tier"] == CONTRACT
     assert gate["exit_code"] == 1 and gate["fixed"] == [] and gate["still_failing"] == []
     summary = (tmp_path / SUMMARY_FILE).read_text()
-    assert summary.index("1 new failure") < summary.index("NEW FAIL [contract]") < summary.index(CASE)
+    assert summary.splitlines()[0].endswith("RED, 1 blocking (gated tiers: contract, budget, hardening)")
+    assert summary.index(f"### BLOCKING `{GATE}`") < summary.index("- tier: **contract**") < summary.index(CASE)
     assert "python -m harness.replay" in summary
     assert any("coverage lost" in note for note in decision.notes)
 
