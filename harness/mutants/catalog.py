@@ -247,6 +247,35 @@ TRITON_MUTANTS = (
 MUTANTS = MUTANTS + TRITON_MUTANTS
 
 
+# Input classes the generator once never drew (a row selection with donation, many low-precision blocks): each
+# mutant is exposed by that class only.
+INPUT_CLASS_MUTANTS = (
+    Mutant(
+        name="donated_unselected_rows_keep_logits",
+        bug="input class 'donation combined with row selection': with donate_logits=True and rows=, the rows never "
+        "evaluated are not zeroed ('their gradient is 0, nothing to write'), so the returned gradient holds the "
+        "logits there; without rows, or without donation (a fresh zero buffer), nothing changes",
+        module="impl.row_stats",
+        original="        buffer.masked_fill_(unselected.unsqueeze(1), 0)\n",
+        replacement="        pass  # 'rows never evaluated get no write'\n",
+        killed_by=("properties/test_donation.py",),
+    ),
+    Mutant(
+        name="donated_rows_zeroed_before_read",
+        bug="input class 'donation combined with row selection', Triton backend: the donated buffer is zeroed "
+        "whole before the backward ('unselected rows must read 0') although it IS the logits the kernel reads "
+        "its selected rows from, so every selected row's gradient is computed from zeros",
+        module="impl.row_stats",
+        original="        buffer.masked_fill_(unselected.unsqueeze(1), 0)\n",
+        replacement="        buffer.zero_()\n",
+        killed_by=("properties/test_donation.py",),
+        target="impl-triton",
+    ),
+)
+
+MUTANTS = MUTANTS + INPUT_CLASS_MUTANTS
+
+
 def by_name(name: str) -> Mutant:
     for mutant in MUTANTS:
         if mutant.name == name:
