@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from harness.cases.case import Case
-from harness.cases.hidden import global_hidden, global_weight, hidden_size
+from harness.cases.hidden import global_hidden, global_weight, hidden_size, probe_weights
 from harness.checks.expected_hidden import hidden_reference
 from harness.checks.parity import option_capabilities, replayable, replicated, require
 from harness.checks.tolerance import (
@@ -73,7 +73,7 @@ def check_hidden_backward(case: Case, spec: str = "impl") -> None:
     require(spec, hidden_capabilities(case))
     results = run_job(hidden_job, case, spec)
     ref, naive = hidden_reference(case), hidden_reference(case, precise=False)
-    a, b = case.row_probe_weights()
+    a, b = probe_weights(case)
     upstream = float(a.abs().max()) + (float(b.abs().max()) if case.with_entropy else 0.0)
     hidden, weight = global_hidden(case), global_weight(case)
     scale_hidden, scale_weight = hidden_gradient_scales(hidden, weight, ref.grad_logits, case.temperature, upstream)

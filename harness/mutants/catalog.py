@@ -271,6 +271,19 @@ INPUT_CLASS_MUTANTS = (
         killed_by=("properties/test_donation.py",),
         target="impl-triton",
     ),
+    Mutant(
+        name="hidden_weight_grad_input_dtype_accumulation",
+        bug="input class 'low-precision accumulation across many blocks': the hidden-state path adds each row "
+        "block's grad(weight) contribution to a running sum kept in the weight's dtype ('the head is bf16 "
+        "anyway'); exact in fp32, and within tolerance in bf16/fp16 over the few blocks the ordinary shapes hold",
+        module="impl.hidden_states",
+        original="                    weight_acc.addmm_(grad_z.t(), hidden[block_start:block_end].float())\n",
+        replacement=(
+            "                    block = grad_z.t().mm(hidden[block_start:block_end].float()).to(weight.dtype)\n"
+            "                    weight_acc.copy_(weight_acc.to(weight.dtype).add_(block))\n"
+        ),
+        killed_by=("properties/test_hidden_states.py",),
+    ),
 )
 
 MUTANTS = MUTANTS + INPUT_CLASS_MUTANTS
