@@ -10,16 +10,20 @@ and entropy out, gradients into both. Through the rank pool, tp 1/2/4:
   (contract), bit for bit where the target declares ``bit_exact`` and in the
   ``_bit_for_bit`` variants (hardening);
 * hidden and weight never written (values and version counters);
-* TP ranks return identical replicated outputs and issue the same collectives.
+* TP ranks return identical replicated outputs and issue the same collectives;
+* grad(weight) over a thousand row blocks in bf16/fp16 (``many_block_cases``):
+  its per-block contributions must not be accumulated in the input dtype.
+  At seconds per example it draws a twentieth of the profile's examples (the
+  ci profile: 4), beside an explicit bf16 example for every profile.
 """
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from harness.cases.case import Case
 from harness.cases.hidden import with_hidden_size
-from harness.cases.hidden_strategies import hidden_cases
+from harness.cases.hidden_strategies import MANY_BLOCKS, hidden_cases, many_block_cases
 from harness.checks.hidden import (
     check_hidden_backward,
     check_hidden_chunk_invariance,
@@ -43,6 +47,26 @@ def test_hidden_forward_parity(case, spec):
 @given(case=hidden_cases())
 @example(case=with_hidden_size(Case(seed=5, vocab=12, tp=2, samples=((300, 5), (9, 2)), chunk_size=7), 8))
 def test_hidden_backward_parity(case, spec):
+    check_hidden_backward(case, spec)
+
+
+@pytest.mark.tier("contract")
+@settings(max_examples=max(1, settings.default.max_examples // 20))
+@given(case=many_block_cases())
+@example(
+    case=with_hidden_size(
+        Case(
+            seed=3,
+            vocab=4,
+            tp=2,
+            samples=((MANY_BLOCKS * 256 + 17, 3),),
+            dtype="bfloat16",
+            extra={"same_sign_upstream": True},
+        ),
+        2,
+    )
+)
+def test_hidden_weight_grad_many_blocks(case, spec):
     check_hidden_backward(case, spec)
 
 

@@ -23,7 +23,7 @@ import torch
 from oracles import layout
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-SPECIALS = ("ties", "neg_inf_columns", "huge_offset")
+SPECIALS = ("ties", "neg_inf_columns", "huge_offset", "masked_shard")
 MASK_MODES = ("ones", "zeros", "mixed")
 CP_MODES = ("none", "zigzag", "allgather")
 
@@ -136,8 +136,32 @@ class Case:
         count = max(1, self.vocab // 4)
         return sorted(torch.randperm(self.vocab, generator=g)[:count].tolist())
 
+    def masked_shard(self) -> tuple[int, list[int]] | None:
+        """With the ``masked_shard`` special: ``(kept TP shard, rows confined to it)``; None otherwise.
+
+        A mask (a sampling kept set, a banned-token mask) can confine a row's
+        support to one TP shard: every other shard sees the row all ``-inf``,
+        so its local row max is ``-inf`` (the rescale to the global max must
+        give 0, not ``0 * -inf = NaN``). Half the rows, drawn from the seed,
+        are confined to the shard of a column left finite; the other rows
+        keep their full support, so a call mixes both. At tp=1 there is no
+        other shard and nothing is masked.
+        """
+        if "masked_shard" not in self.special or self.tp < 2:
+            return None
+        g = self.generator(_STREAM_LOGITS + 200)
+        finite = [v for v in range(self.vocab) if v not in set(self.neg_inf_columns())]
+        kept = finite[int(torch.randint(0, len(finite), (1,), generator=g))] // self.vocab_local
+        rows = torch.randperm(self.rows, generator=g)[: max(1, self.rows // 2)]
+        return kept, sorted(rows.tolist())
+
     def allowed_token_ids(self) -> torch.Tensor:
+        """Token/target ids: never a masked entry (with ``masked_shard``, only the kept shard's columns)."""
         masked = set(self.neg_inf_columns())
+        shard = self.masked_shard()
+        if shard is not None:
+            width = self.vocab_local
+            masked |= set(range(self.vocab)) - set(range(shard[0] * width, (shard[0] + 1) * width))
         return torch.tensor([v for v in range(self.vocab) if v not in masked], dtype=torch.long)
 
     def global_logits(self) -> torch.Tensor:
@@ -155,6 +179,12 @@ class Case:
         columns = self.neg_inf_columns()
         if columns:
             logits[:, columns] = float("-inf")
+        shard = self.masked_shard()
+        if shard is not None:
+            kept, rows = shard
+            width = self.vocab_local
+            outside = [v for v in range(self.vocab) if not kept * width <= v < (kept + 1) * width]
+            logits[torch.tensor(rows).unsqueeze(1), torch.tensor(outside)] = float("-inf")
         return logits.to(self.torch_dtype)
 
     def local_rows(self, cp_rank: int) -> list:

@@ -6,7 +6,8 @@ come from the Case's seed on generator streams of their own (so the existing
 quantities of a Case never change): ``hidden = randn(rows, H) * scale /
 sqrt(H)`` and ``W = randn(V, H)``, so the logits ``h @ W.T`` have about the
 Case's ``logit_scale``. Both are rounded to the Case's dtype before anyone
-(oracle, naive path, target) sees them.
+(oracle, naive path, target) sees them. ``extra["same_sign_upstream"]``
+makes the probe loss's row weights one sign (``probe_weights``).
 """
 
 from __future__ import annotations
@@ -47,3 +48,19 @@ def rank_weight(case: Case, tp_rank: int) -> torch.Tensor:
     """TP rank ``tp_rank``'s head shard ``[V_local, H]``: rows ``[r*V_local, (r+1)*V_local)``."""
     width = case.vocab_local
     return global_weight(case)[tp_rank * width : (tp_rank + 1) * width].contiguous()
+
+
+def probe_weights(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """The row probe weights ``(a, b)`` of the hidden path's loss ``sum(a*lp + b*H)``.
+
+    ``Case.row_probe_weights``, or their magnitudes with
+    ``extra["same_sign_upstream"]``: a trainer's upstream has one sign over
+    long stretches of rows (one advantage per response, one entropy
+    coefficient), so ``grad(weight) = sum_rows g h`` grows with the row count
+    instead of averaging out, which is what makes an accumulation across many
+    row blocks in a low-precision dtype lose whole contributions.
+    """
+    a, b = case.row_probe_weights()
+    if case.extra.get("same_sign_upstream"):
+        return a.abs(), b.abs()
+    return a, b

@@ -5,8 +5,9 @@ size, dtype, chunking, masks, scales, special values, flags); the Case's
 seed fills the bulk values. Every hard case the contract covers is reachable
 and none is filtered out silently: R=0 and P=1 samples, chunk sizes of 1,
 ragged, exactly N and beyond N, all-zero / all-one / mixed masks, logit
-scales up to 1e4, ties, -inf columns, huge offsets, non-unit temperatures and
-non-contiguous upstream gradients.
+scales up to 1e4, ties, -inf columns, huge offsets, masked shards (rows whose
+support a mask confines to one TP shard: every other shard all -inf),
+non-unit temperatures and non-contiguous upstream gradients.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.cases.case import Case
-from harness.cases.hidden import global_hidden, global_weight
+from harness.cases.hidden import global_hidden, global_weight, probe_weights
 from oracles import hidden as oracle
 from oracles import token
 
@@ -37,7 +37,7 @@ def _grads(loss: torch.Tensor, leaves: list[torch.Tensor]) -> list[torch.Tensor]
 
 
 def _probe(case: Case, log_probs, entropy) -> torch.Tensor:
-    a, b = case.row_probe_weights()
+    a, b = probe_weights(case)
     loss = (a * log_probs.double()).sum()
     return loss + (b * entropy.double()).sum() if entropy is not None else loss
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from harness.cases.case import Case
-from harness.cases.hidden import global_hidden, global_weight, hidden_size
+from harness.cases.hidden import global_hidden, global_weight, hidden_size, probe_weights
 from harness.checks.expected_hidden import hidden_reference
 from harness.checks.failure import GRADIENT, GRAPH, MUTATION, VALUE, ensure
 from harness.checks.invariances import promised_bit_exact
@@ -98,7 +98,7 @@ def check_hidden_backward(case: Case, spec: str = "impl") -> None:
 def assert_hidden_backward(case: Case, results: list) -> None:
     """grad(hidden) and the assembled grad(weight) against the oracle; hidden and weight untouched."""
     ref, naive = hidden_reference(case), hidden_reference(case, precise=False)
-    a, b = case.row_probe_weights()
+    a, b = probe_weights(case)
     upstream = float(a.abs().max()) + (float(b.abs().max()) if case.with_entropy else 0.0)
     hidden, weight = global_hidden(case), global_weight(case)
     scale_hidden, scale_weight = hidden_gradient_scales(hidden, weight, ref.grad_logits, case.temperature, upstream)

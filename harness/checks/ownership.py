@@ -9,6 +9,8 @@ they live together, apart from the value checks of ``harness.checks.parity``.
 
 from __future__ import annotations
 
+import torch
+
 from harness.cases.case import Case
 from harness.checks import expected
 from harness.checks.failure import ACCEPTED, ERROR, GRADIENT, MUTATION, VALUE, ensure
@@ -21,7 +23,7 @@ from harness.checks.parity import (
     required_capabilities,
 )
 from harness.checks.tolerance import assert_close, assert_identical, value_scale
-from harness.jobs.logits import donation_job, shared_logits_job
+from harness.jobs.logits import donation_job, selected_rows, shared_logits_job
 from harness.ranks.run import run_job
 
 
@@ -84,9 +86,19 @@ def check_donation(case: Case, spec: str = "impl") -> None:
     * donated vs plain: identical log-probs, entropy and gradient on every rank;
     * a second backward (retain_graph) after donation raises;
     * with another node that saved the logits, donation either raises or
-      returns exactly the gradient of the same graph without donation.
+      returns exactly the gradient of the same graph without donation;
+    * a response-only Case evaluates only its selected rows (``rows=``,
+      capability ``token_rows``): the donated buffer held logits in the rows
+      never read, which must read exactly 0, and the selected rows' log-probs
+      must be the oracle's (a selection applied to the wrong rows).
     """
-    require(spec, required_capabilities(case, "token") | {"donation", "entropy"})
+    rows = selected_rows(case)
+    require(
+        spec,
+        required_capabilities(case, "token")
+        | {"donation", "entropy"}
+        | ({"token_rows"} if rows is not None else set()),
+    )
     results = run_job(donation_job, case, spec)
     for rank, result in enumerate(results):
         plain, donated = result["plain"], result["donated"]
@@ -110,3 +122,26 @@ def check_donation(case: Case, spec: str = "impl") -> None:
                     what=f"rank {rank} grad with another consumer {consumer}, donated vs plain",
                     kind=GRADIENT,
                 )
+    if rows is not None:
+        _assert_selection(case, rows, results)
+
+
+def _assert_selection(case: Case, rows, results: list) -> None:
+    """The rows outside the selection read 0 in the (donated) gradient; the selected rows' values are right."""
+    unselected = torch.ones(case.rows, dtype=torch.bool)
+    unselected[rows] = False
+    for rank, result in enumerate(results):
+        leftover = result["donated"]["grad"][unselected]
+        assert bool((leftover == 0).all()), (
+            f"rank {rank}: {int((leftover != 0).any(dim=1).sum())} of {int(unselected.sum())} rows outside the "
+            f"selection hold non-zero values in the donated gradient (the logits they held, or a misplaced row)"
+        )
+    ref, naive = expected.token_reference(case), expected.token_reference(case, precise=False)
+    scale = value_scale(case.global_logits(), case.temperature)
+    for key, want, naive_values in (
+        ("log_probs", ref.log_probs, naive.log_probs),
+        ("entropy", ref.entropy, naive.entropy),
+    ):
+        if want is not None:
+            actual = results[0]["donated"][key]
+            assert_close(actual, want[rows], naive_values[rows], what=f"{key} of the selected rows", scale=scale)

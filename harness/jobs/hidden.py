@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from harness.cases.case import Case
-from harness.cases.hidden import global_hidden, rank_weight
+from harness.cases.hidden import global_hidden, probe_weights, rank_weight
 from harness.jobs.logits import _backward, _trace, on_host
 from harness.ranks.device import to_device
 from harness.targets import load_target
@@ -53,7 +53,7 @@ def hidden_job(payload: dict, ctx) -> dict:
         entropy_grad=payload.get("entropy_grad", True),
         temperature=case.temperature,
     )
-    a, b = case.row_probe_weights()
+    a, b = probe_weights(case)
     _backward([log_probs, entropy], [a, b], case.noncontig_grads)
     return {
         "log_probs": log_probs.detach().clone(),

@@ -318,14 +318,40 @@ def shared_logits_job(payload: dict, ctx) -> dict:
     }
 
 
-def _donation_run(case: Case, ctx, target, donate: bool, consumer: str | None = None, twice: bool = False) -> dict:
-    """One token-level forward+backward; ``consumer`` adds another node that saves the logits, before or after."""
+def selected_rows(case: Case) -> torch.Tensor | None:
+    """The token-level row selection a response-only (loss-mask-only) Case stands for; None: every row.
+
+    The rows predicting the response tokens (``Case.response_rows``), and with
+    ``loss_mask_only`` only those whose loss mask is 1: the rows a trainer's
+    response-only evaluation passes as ``rows=`` (possibly none at all).
+    """
+    if not case.response_only:
+        return None
+    rows = [row for sample in case.response_rows() for row in sample]
+    if case.loss_mask_only:
+        keep = torch.cat([mask.bool() for mask in case.loss_masks()] + [torch.zeros(0, dtype=torch.bool)])
+        rows = [row for row, kept in zip(rows, keep.tolist(), strict=True) if kept]
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def _donation_run(
+    case: Case, ctx, target, donate: bool, consumer: str | None = None, twice: bool = False, rows=None
+) -> dict:
+    """One token-level forward+backward; ``consumer`` adds another node that saves the logits, before or after.
+
+    ``rows`` (a ``selected_rows`` index): only those rows are evaluated (the
+    target's ``rows=``), with their targets and probe weights.
+    """
     logits = _leaf_logits(case, ctx)
     extra = {"donate_logits": True} if donate else {}
+    targets, (a, b) = case.row_targets(), case.row_probe_weights()
+    if rows is not None:
+        extra["rows"] = to_device(rows)
+        targets, a, b = targets[rows], a[rows], b[rows]
     other = logits.pow(2).sum() if consumer == "before" else None
     log_probs, entropy = target.token_log_probs(
         logits,
-        to_device(case.row_targets()),
+        to_device(targets),
         tp_group=ctx.tp_group,
         chunk_size=case.chunk_size,
         with_entropy=True,
@@ -335,7 +361,7 @@ def _donation_run(case: Case, ctx, target, donate: bool, consumer: str | None = 
     )
     if consumer == "after":
         other = logits.pow(2).sum()
-    a, b = (to_device(w.float()) for w in case.row_probe_weights())
+    a, b = to_device(a.float()), to_device(b.float())
     loss = (a * log_probs).sum() + (b * entropy).sum() + (other if other is not None else 0.0)
     try:
         loss.backward(retain_graph=twice)
@@ -353,15 +379,21 @@ def _donation_run(case: Case, ctx, target, donate: bool, consumer: str | None = 
 
 @on_host
 def donation_job(payload: dict, ctx) -> dict:
-    """Donation (writing the gradient over the logits) against the same computation without it."""
+    """Donation (writing the gradient over the logits) against the same computation without it.
+
+    A response-only Case evaluates its ``selected_rows`` only, in every
+    scenario: donation combined with row selection, where the rows never
+    read must come back as exactly 0 although the buffer held logits.
+    """
     case = Case.from_json(payload["case"])
     target = load_target(payload["spec"])
+    run = functools.partial(_donation_run, case, ctx, target, rows=selected_rows(case))
     scenarios = {
-        "plain": _donation_run(case, ctx, target, donate=False),
-        "donated": _donation_run(case, ctx, target, donate=True),
-        "twice": _donation_run(case, ctx, target, donate=True, twice=True),
+        "plain": run(donate=False),
+        "donated": run(donate=True),
+        "twice": run(donate=True, twice=True),
     }
     for consumer in ("before", "after"):
-        scenarios[f"consumer_{consumer}"] = _donation_run(case, ctx, target, donate=False, consumer=consumer)
-        scenarios[f"donated_consumer_{consumer}"] = _donation_run(case, ctx, target, donate=True, consumer=consumer)
+        scenarios[f"consumer_{consumer}"] = run(donate=False, consumer=consumer)
+        scenarios[f"donated_consumer_{consumer}"] = run(donate=True, consumer=consumer)
     return {**scenarios, "trace": _trace(ctx)}

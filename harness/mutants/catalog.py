@@ -376,6 +376,48 @@ SAMPLING_MUTANTS = (
 MUTANTS = MUTANTS + TRITON_MUTANTS + SAMPLING_MUTANTS
 
 
+# Input classes the generator once never drew (a row selection with donation, many low-precision blocks): each
+# mutant is exposed by that class only.
+INPUT_CLASS_MUTANTS = (
+    Mutant(
+        name="donated_unselected_rows_keep_logits",
+        bug="input class 'donation combined with row selection': with donate_logits=True and rows=, the rows never "
+        "evaluated are not zeroed ('their gradient is 0, nothing to write'), so the returned gradient holds the "
+        "logits there; without rows, or without donation (a fresh zero buffer), nothing changes",
+        module="impl.row_stats",
+        original="        buffer.masked_fill_(unselected.unsqueeze(1), 0)\n",
+        replacement="        pass  # 'rows never evaluated get no write'\n",
+        killed_by=("properties/test_donation.py",),
+    ),
+    Mutant(
+        name="donated_rows_zeroed_before_read",
+        bug="input class 'donation combined with row selection', Triton backend: the donated buffer is zeroed "
+        "whole before the backward ('unselected rows must read 0') although it IS the logits the kernel reads "
+        "its selected rows from, so every selected row's gradient is computed from zeros",
+        module="impl.row_stats",
+        original="        buffer.masked_fill_(unselected.unsqueeze(1), 0)\n",
+        replacement="        buffer.zero_()\n",
+        killed_by=("properties/test_donation.py",),
+        target="impl-triton",
+    ),
+    Mutant(
+        name="hidden_weight_grad_input_dtype_accumulation",
+        bug="input class 'low-precision accumulation across many blocks': the hidden-state path adds each row "
+        "block's grad(weight) contribution to a running sum kept in the weight's dtype ('the head is bf16 "
+        "anyway'); exact in fp32, and within tolerance in bf16/fp16 over the few blocks the ordinary shapes hold",
+        module="impl.hidden_states",
+        original="                    weight_acc.addmm_(grad_z.t(), hidden[block_start:block_end].float())\n",
+        replacement=(
+            "                    block = grad_z.t().mm(hidden[block_start:block_end].float()).to(weight.dtype)\n"
+            "                    weight_acc.copy_(weight_acc.to(weight.dtype).add_(block))\n"
+        ),
+        killed_by=("properties/test_hidden_states.py",),
+    ),
+)
+
+MUTANTS = MUTANTS + INPUT_CLASS_MUTANTS
+
+
 def by_name(name: str) -> Mutant:
     for mutant in MUTANTS:
         if mutant.name == name:

@@ -40,7 +40,17 @@ class ImplTarget(Target):
     backend = TORCH
 
     def token_log_probs(
-        self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature, donate_logits=False
+        self,
+        logits,
+        targets,
+        *,
+        tp_group,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        donate_logits=False,
+        rows=None,
     ):
         with use_backend(self.backend):
             return token_log_probs_and_entropy(
@@ -52,6 +62,7 @@ class ImplTarget(Target):
                 entropy_grad=entropy_grad,
                 temperature=temperature,
                 donate_logits=donate_logits,
+                rows=rows,
             )
 
     def hidden_log_probs(

@@ -56,6 +56,7 @@ CAPABILITIES = frozenset(
             for mode in ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean")
             + ("seq-mean-token-sum-norm",)
         ),
+        "token_rows",  # token_log_probs(..., rows=index): only the selected rows evaluated, the others' gradient 0
     }
 )
 # Sampling-distribution replay (docs/sampling.md): sampling_log_probs over a kept set K.
