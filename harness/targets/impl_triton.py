@@ -47,7 +47,8 @@ class ImplTritonTarget(ImplTarget):
     """``impl`` forced onto its Triton backend (see the module docstring)."""
 
     name = "impl-triton"
-    capabilities = CAPABILITIES - {"hidden", "hidden_tp"}
+    # The kernels' online row sums follow their tile order within a shard: not the same bits across TP degrees.
+    capabilities = CAPABILITIES - {"hidden", "hidden_tp", "topology_invariant"}
     backend = TRITON
 
     def __init__(self):

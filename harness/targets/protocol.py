@@ -40,6 +40,7 @@ CAPABILITIES = frozenset(
         "bit_exact",  # chunking, the entropy gate and response-only change no bit (else: within tolerance)
         "hidden",  # hidden_log_probs: hidden states [rows, H] and this rank's LM-head shard [V_local, H]
         "hidden_tp",  # hidden_log_probs over a TP group (tp > 1): the head sharded by vocabulary rows
+        "topology_invariant",  # a row's values and gradient are the same bits at every TP degree, CP layout, chunk
     }
 )
 

@@ -1,0 +1,30 @@
+"""Topology invariance: the same rows, another TP degree, CP layout or chunk size, the same results.
+
+A row's log-prob, entropy and logits gradient must not depend on how the
+trainer (or the rollout engine) laid the batch out: TP 1/2/4, CP none /
+zigzag / allgather at 2 or 4, any chunk size, and therefore any position
+of the row among any other rows (docs/topology.md).
+
+Tiers (docs/gate.md): for a target declaring ``topology_invariant`` (impl)
+the contract is bit for bit; for any other target the contract is both
+topologies within the tolerance policy of the float64 oracle, and the
+``_bit_for_bit`` twin (every target, special values too) is hardening.
+"""
+
+import pytest
+from hypothesis import given
+
+from harness.cases.strategies import ANY_VALUES, topology_pairs
+from harness.checks.topology import check_topology_invariance
+
+
+@pytest.mark.tier("contract")
+@given(case=topology_pairs())
+def test_topology_invariance(case, spec):
+    check_topology_invariance(case, spec)
+
+
+@pytest.mark.tier("hardening")
+@given(case=topology_pairs(special=ANY_VALUES))
+def test_topology_invariance_bit_for_bit(case, spec):
+    check_topology_invariance(case, spec, exact=True)
