@@ -9,13 +9,15 @@ Tiers (docs/gate.md): for a target declaring ``topology_invariant`` (impl)
 the contract is bit for bit; for any other target the contract is both
 topologies within the tolerance policy of the float64 oracle, and the
 ``_bit_for_bit`` twin (every target, special values too) is hardening.
+The token-level pair (cp=1: TP degree and chunk size) serves token-only
+targets (NeMo-RL, SkyRL's Functions).
 """
 
 import pytest
 from hypothesis import given
 
-from harness.cases.strategies import ANY_VALUES, topology_pairs
-from harness.checks.topology import check_topology_invariance
+from harness.cases.strategies import ANY_VALUES, TOKEN_LEVEL, topology_pairs
+from harness.checks.topology import check_token_topology_invariance, check_topology_invariance
 
 
 @pytest.mark.tier("contract")
@@ -28,3 +30,15 @@ def test_topology_invariance(case, spec):
 @given(case=topology_pairs(special=ANY_VALUES))
 def test_topology_invariance_bit_for_bit(case, spec):
     check_topology_invariance(case, spec, exact=True)
+
+
+@pytest.mark.tier("contract")
+@given(case=topology_pairs(cp_sizes=TOKEN_LEVEL))
+def test_token_topology_invariance(case, spec):
+    check_token_topology_invariance(case, spec)
+
+
+@pytest.mark.tier("hardening")
+@given(case=topology_pairs(cp_sizes=TOKEN_LEVEL, special=ANY_VALUES))
+def test_token_topology_invariance_bit_for_bit(case, spec):
+    check_token_topology_invariance(case, spec, exact=True)

@@ -112,16 +112,17 @@ def cases(
 
 
 @st.composite
-def topology_pairs(draw, **kwargs):
+def topology_pairs(draw, *, cp_sizes=CP_SIZES, **kwargs):
     """A Case (``cases(**kwargs)``) and a second topology of the same rows: TP degree, CP layout, chunk size.
 
     The vocabulary is a multiple of both TP degrees; a side with context
     parallelism makes both sides thd (the rows must be the same), and
     neither side is loss-mask-only then (impl rejects it with CP).
+    ``cp_sizes=TOKEN_LEVEL`` keeps both sides at cp=1 (token-level checks).
     """
-    case = draw(cases(**kwargs))
+    case = draw(cases(cp_sizes=cp_sizes, **kwargs))
     tp2 = draw(st.sampled_from(TP_SIZES))
-    cp2 = draw(st.sampled_from([c for c in CP_SIZES if tp2 * c <= MAX_WORLD]))
+    cp2 = draw(st.sampled_from([c for c in cp_sizes if tp2 * c <= MAX_WORLD] or [1]))
     mode2 = "none" if cp2 == 1 else draw(st.sampled_from(CP_MODES))
     chunk2 = draw(st.one_of(st.none(), st.just(1), st.integers(2, 17)))
     both = math.lcm(case.tp, tp2)
