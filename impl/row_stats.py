@@ -92,9 +92,12 @@ def sum_in_rank_order(tensor: torch.Tensor, group) -> torch.Tensor:
 
 
 def pairwise_sum(parts: list) -> torch.Tensor:
-    """``(p0 + p1) + (p2 + p3) ...``: adjacent pairs first, an odd last part carried up; fixed by ``len(parts)``."""
+    """``(p0 + p1) + (p2 + p3) ...`` of owned buffers (written in place): adjacent pairs first, an odd one carried.
+
+    The order is fixed by ``len(parts)`` alone; no allocation.
+    """
     while len(parts) > 1:
-        paired = [parts[index] + parts[index + 1] for index in range(0, len(parts) - 1, 2)]
+        paired = [parts[index].add_(parts[index + 1]) for index in range(0, len(parts) - 1, 2)]
         parts = paired + parts[2 * len(paired) :]
     return parts[0]
 
@@ -210,23 +213,30 @@ def grad_of_log_p(log_p: torch.Tensor, spare: torch.Tensor, g_lp, g_h, entropy) 
     return probs.mul_(neg_coef)
 
 
+def _fold(rows: torch.Tensor) -> int:
+    """Fold the last dimension of ``rows`` onto its lower half until one column is left; returns 1 (or 0 if empty).
+
+    ``x[..., :h] += x[..., n-h:n]`` with ``h = n // 2``: pairwise summation
+    made of elementwise adds only, in place, the order fixed by the width.
+    """
+    width = rows.shape[-1]
+    while width > 1:
+        half = width // 2
+        rows[..., :half].add_(rows[..., width - half : width])
+        width -= half
+    return width
+
+
 def row_sum_fixed_order(rows: torch.Tensor) -> torch.Tensor:
     """Sum each row of the 2-D ``rows`` (destroying it) in an order fixed by the column count alone.
 
-    Folds the upper part of each row onto the lower part, ``x[:, :h] +=
-    x[:, n-h:n]`` with ``h = n // 2``, until one column is left: pairwise
-    summation made of elementwise adds only, so the result of a row is
-    bit-identical whether it is summed alone or among any number of others,
-    on any device. In place on a private buffer: no allocation but the
-    ``[rows]`` result. Costs ``log2(V)`` launches, which is why the CPU, where
-    ``torch.sum`` is already row-count invariant, keeps ``torch.sum``.
+    Folds the upper part of each row onto the lower part (``_fold``) until
+    one column is left: the result of a row is bit-identical whether it is
+    summed alone or among any number of others, on any device. In place on
+    a private buffer: no allocation but the ``[rows]`` result. Costs
+    ``log2(V)`` launches.
     """
-    width = rows.shape[1]
-    while width > 1:
-        half = width // 2
-        rows[:, :half].add_(rows[:, width - half : width])
-        width -= half
-    return rows[:, 0].clone() if width == 1 else rows.new_zeros(rows.shape[0])
+    return rows[:, 0].clone() if _fold(rows) == 1 else rows.new_zeros(rows.shape[0])
 
 
 # The finest vocabulary split whose results are the same bits as one rank's: the row sums' tree has at most
@@ -267,5 +277,9 @@ def row_sum(rows: torch.Tensor, blocks: int = 1) -> torch.Tensor:
     count, width = rows.shape
     if blocks == 1 or count == 0:
         return row_sum_fixed_order(rows)
-    block_sums = row_sum_fixed_order(rows.view(count * blocks, width // blocks)).view(count, blocks)
-    return pairwise_sum(list(block_sums.unbind(1)))
+    leaves = rows.view(count, blocks, width // blocks)
+    _fold(leaves)
+    sums = leaves[:, :, 0]
+    while sums.shape[1] > 1:  # ``blocks`` is a power of two: adjacent pairs, in place
+        sums = sums[:, 0::2].add_(sums[:, 1::2])
+    return sums[:, 0].clone()

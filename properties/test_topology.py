@@ -14,31 +14,39 @@ targets (NeMo-RL, SkyRL's Functions).
 """
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 
 from harness.cases.strategies import ANY_VALUES, TOKEN_LEVEL, topology_pairs
 from harness.checks.topology import check_token_topology_invariance, check_topology_invariance
 
+# Each example runs the target twice, on up to two rank pools: a quarter of the active profile's examples
+# (20 under ``ci``, 250 under ``thorough``) keeps the file near a minute in ``nox -s tests``.
+SHARE = settings(max_examples=max(5, settings.default.max_examples // 4))
+
 
 @pytest.mark.tier("contract")
+@SHARE
 @given(case=topology_pairs())
 def test_topology_invariance(case, spec):
     check_topology_invariance(case, spec)
 
 
 @pytest.mark.tier("hardening")
+@SHARE
 @given(case=topology_pairs(special=ANY_VALUES))
 def test_topology_invariance_bit_for_bit(case, spec):
     check_topology_invariance(case, spec, exact=True)
 
 
 @pytest.mark.tier("contract")
+@SHARE
 @given(case=topology_pairs(cp_sizes=TOKEN_LEVEL))
 def test_token_topology_invariance(case, spec):
     check_token_topology_invariance(case, spec)
 
 
 @pytest.mark.tier("hardening")
+@SHARE
 @given(case=topology_pairs(cp_sizes=TOKEN_LEVEL, special=ANY_VALUES))
 def test_token_topology_invariance_bit_for_bit(case, spec):
     check_token_topology_invariance(case, spec, exact=True)
