@@ -21,6 +21,13 @@ TORCH = "torch==2.13.0"
 TRITON = ["triton==3.9.0", "numpy==2.4.6"]
 SUITE = ["properties", "regressions"]
 TRITON_KERNEL_TESTS = "tests/test_triton_kernels.py"
+# The Triton backend does not promise the same bits across TP degrees (it does not declare topology_invariant:
+# its kernels sum in tile order relative to the rank-local max, docs/topology.md), so the bit-for-bit topology
+# twins, which fail on it as documented, are left out of its run; the within-policy topology checks still run.
+TRITON_NOT_PROMISED = [
+    "--deselect=properties/test_topology.py::test_topology_invariance_bit_for_bit",
+    "--deselect=properties/test_topology.py::test_token_topology_invariance_bit_for_bit",
+]
 # Short names of targets `nox -s check -- --target NAME` accepts beside impl (the gate takes module:attr).
 
 
@@ -47,6 +54,7 @@ def tests(session: nox.Session) -> None:
         "pytest",
         TRITON_KERNEL_TESTS,
         *SUITE,
+        *TRITON_NOT_PROMISED,
         "--target",
         "impl-triton",
         *session.posargs,

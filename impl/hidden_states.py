@@ -13,10 +13,13 @@ chunk is the unit of the backward's TP sum. Decisions, and the bugs behind them:
   go through the same per-row statistics as ``impl.token_level``, the
   same code (``impl.row_stats``: ``sum exp``, ``sum exp * shift``, the
   target's shifted logit, ``0 log 0 = 0`` by the same clamp; the outputs,
-  the backward's ``dL/dz`` and the rank-order TP sums). Only the shift differs: the forward sees each
-  block's logits once, so it shifts by the rank-local row max and rescales
-  the statistics to the global max after the MAX all-reduce (one ``exp`` per
-  row). Two forward collectives per call, as on the logits path: the MAX
+  the backward's ``dL/dz`` and the rank-order TP sums), shifted by the
+  GLOBAL row max as there: the forward computes each block's logits twice,
+  once for the row max (then the MAX all-reduce) and once for the
+  statistics, so every ``exp(z - m)`` and the row sums' tree are those of the
+  logits path whatever the TP degree (docs/topology.md). Shifting by the
+  rank-local max and rescaling afterwards saved that matmul but made a
+  row's bits depend on the TP degree. Two forward collectives per call, as on the logits path: the MAX
   all-reduce and the rank-order all-gather of the stacked statistics; their
   number and shapes never depend on the data (the hang class of docs/bugs.md #5).
 * **Matmuls in fixed row blocks.** A BLAS matmul does not give a row the
@@ -59,7 +62,7 @@ from .row_stats import (
     exp_sums,
     finish,
     grad_of_log_p,
-    rescale_to_global_max,
+    leaf_blocks,
     shard_targets,
     sum_in_rank_order,
     tp_world,
@@ -113,23 +116,25 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
     def forward(ctx, hidden, weight, targets, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
         v_local = weight.shape[0]
         rows = hidden.shape[0]
-        _, tp_rank = tp_world(tp_group)
+        tp_size, tp_rank = tp_world(tp_group)
 
         in_shard, gather_index = shard_targets(targets, tp_rank, v_local)
 
         stats = torch.zeros(rows, 3 if with_entropy else 2, dtype=torch.float32, device=hidden.device)
-        local_max = torch.empty(rows, dtype=torch.float32, device=hidden.device)
+        global_max = torch.empty(rows, dtype=torch.float32, device=hidden.device)
         workspace = _workspace(rows, v_local, hidden.device)
         for start, end in _blocks(0, rows):
             logits = _block_logits(hidden, weight, start, end, temperature, workspace[0, : end - start])
-            torch.amax(logits, dim=1, out=local_max[start:end])
-            shifted = logits.sub_(local_max[start:end].unsqueeze(1))
-            stats[start:end, 1] = shifted.gather(1, gather_index[start:end]).squeeze(1)
-            exp_sums(stats[start:end], shifted, workspace[1, : end - start], with_entropy)
-        del workspace
-        global_max = local_max.clone()
+            torch.amax(logits, dim=1, out=global_max[start:end])
         all_reduce_max(global_max, tp_group)
-        rescale_to_global_max(stats, local_max, global_max, in_shard)
+        blocks = leaf_blocks(v_local, tp_size)
+        for start, end in _blocks(0, rows):
+            logits = _block_logits(hidden, weight, start, end, temperature, workspace[0, : end - start])
+            shifted = logits.sub_(global_max[start:end].unsqueeze(1))
+            target_shift = shifted.gather(1, gather_index[start:end]).squeeze(1)
+            stats[start:end, 1] = torch.where(in_shard[start:end], target_shift, 0.0)
+            exp_sums(stats[start:end], shifted, workspace[1, : end - start], with_entropy, blocks)
+        del workspace
         stats = sum_in_rank_order(stats, tp_group)
         log_probs, entropy = finish(stats, with_entropy)
 

@@ -11,9 +11,11 @@ lives here once, so the paths cannot drift apart:
   of the row maxima, then one all-gather of the stacked statistics added in
   rank order; both issued by every rank whatever the data;
 * which targets fall on this rank's shard (``shard_targets``);
-* the row sums that build the statistics (``row_sum``: ``torch.sum`` on the
-  CPU, a fixed-order pairwise tree elsewhere, so chunking changes no bit) and
-  the statistics of a block of shifted rows (``exp_sums``);
+* the row sums that build the statistics (``row_sum``: a fixed tree of
+  elementwise adds over the GLOBAL column index, whose subtrees are the TP
+  shards, so neither chunking nor the TP degree changes a bit; see
+  ``leaf_blocks`` and docs/topology.md) and the statistics of a block of
+  shifted rows (``exp_sums``);
 * the outputs from the summed statistics (``finish``, ``entropy_from``) and
   the backward's ``dL/dz`` (``backward_terms``, ``grad_of_log_p``).
 """
@@ -68,24 +70,36 @@ def all_reduce_max(tensor: torch.Tensor, group) -> None:
 
 
 def sum_in_rank_order(tensor: torch.Tensor, group) -> torch.Tensor:
-    """Sum over the TP group, adding the ranks' parts in rank order.
+    """Sum over the TP group: the ranks' parts added as the top of the row sums' tree (``pairwise_sum``).
 
     A ring all-reduce adds an element's parts in an order that depends on
     the element's POSITION in the buffer, so the same row would round
     differently in a batch of another composition (e.g. response-only vs the
     full stream). Gathering the small ``[rows, k]`` statistics and adding
     them in a fixed order makes every row's result independent of its
-    neighbours, and identical on every rank.
+    neighbours, and identical on every rank. The order is the adjacent-pair
+    tree over rank order, ``(r0 + r1) + (r2 + r3)``: with a power-of-two TP
+    degree each rank's part is a subtree of the tree over the whole
+    vocabulary (``leaf_blocks``), so the sum is the same bits at every such
+    degree (docs/topology.md).
     """
     size, _ = tp_world(group)
     if size == 1:
         return tensor
     parts = [torch.empty_like(tensor) for _ in range(size)]
     dist.all_gather(parts, tensor.contiguous(), group=group)
-    total = parts[0]
-    for part in parts[1:]:
-        total = total.add_(part)
-    return total
+    return pairwise_sum(parts)
+
+
+def pairwise_sum(parts: list) -> torch.Tensor:
+    """``(p0 + p1) + (p2 + p3) ...`` of owned buffers (written in place): adjacent pairs first, an odd one carried.
+
+    The order is fixed by ``len(parts)`` alone; no allocation.
+    """
+    while len(parts) > 1:
+        paired = [parts[index].add_(parts[index + 1]) for index in range(0, len(parts) - 1, 2)]
+        parts = paired + parts[2 * len(paired) :]
+    return parts[0]
 
 
 def gradient_buffer(logits: torch.Tensor, row_index: torch.Tensor | None, donate: bool) -> torch.Tensor:
@@ -127,7 +141,7 @@ def rescale_to_global_max(stats, local_max, global_max, in_shard) -> None:
     stats[:, 1] = torch.where(in_shard, stats[:, 1] + delta, 0.0)
 
 
-def exp_sums(stats: torch.Tensor, shifted: torch.Tensor, spare: torch.Tensor, with_entropy: bool) -> None:
+def exp_sums(stats: torch.Tensor, shifted: torch.Tensor, spare: torch.Tensor, with_entropy: bool, blocks: int) -> None:
     """``stats[:, 0] = sum exp(s)`` and, with entropy, ``stats[:, 2] = sum exp(s) s`` of the shifted rows ``s``.
 
     ``shifted`` (``z - m`` in a private fp32 buffer) is destroyed; ``spare``
@@ -135,12 +149,13 @@ def exp_sums(stats: torch.Tensor, shifted: torch.Tensor, spare: torch.Tensor, wi
     still needs ``s``, else the exponential is taken in place (one buffer
     fewer to stream). ``s`` is clamped to the log-zero floor only after its
     exponential is taken: ``0 log 0 = 0`` for ``-inf`` entries, never NaN.
+    ``blocks`` is ``leaf_blocks`` of the shard: the row sums' tree.
     """
     probs = torch.exp(shifted, out=spare) if with_entropy else shifted.exp_()
     if with_entropy:
         # p * log p into the shifted buffer first: the row sums below consume their buffers.
-        stats[:, 2] = row_sum(shifted.clamp_(min=LOG_ZERO_FLOOR).mul_(probs))
-    stats[:, 0] = row_sum(probs)
+        stats[:, 2] = row_sum(shifted.clamp_(min=LOG_ZERO_FLOOR).mul_(probs), blocks)
+    stats[:, 0] = row_sum(probs, blocks)
 
 
 def finish(stats: torch.Tensor, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -198,25 +213,73 @@ def grad_of_log_p(log_p: torch.Tensor, spare: torch.Tensor, g_lp, g_h, entropy) 
     return probs.mul_(neg_coef)
 
 
+def _fold(rows: torch.Tensor) -> int:
+    """Fold the last dimension of ``rows`` onto its lower half until one column is left; returns 1 (or 0 if empty).
+
+    ``x[..., :h] += x[..., n-h:n]`` with ``h = n // 2``: pairwise summation
+    made of elementwise adds only, in place, the order fixed by the width.
+    """
+    width = rows.shape[-1]
+    while width > 1:
+        half = width // 2
+        rows[..., :half].add_(rows[..., width - half : width])
+        width -= half
+    return width
+
+
 def row_sum_fixed_order(rows: torch.Tensor) -> torch.Tensor:
     """Sum each row of the 2-D ``rows`` (destroying it) in an order fixed by the column count alone.
 
-    Folds the upper part of each row onto the lower part, ``x[:, :h] +=
-    x[:, n-h:n]`` with ``h = n // 2``, until one column is left: pairwise
-    summation made of elementwise adds only, so the result of a row is
-    bit-identical whether it is summed alone or among any number of others,
-    on any device. In place on a private buffer: no allocation but the
-    ``[rows]`` result. Costs ``log2(V)`` launches, which is why the CPU, where
-    ``torch.sum`` is already row-count invariant, keeps ``torch.sum``.
+    Folds the upper part of each row onto the lower part (``_fold``) until
+    one column is left: the result of a row is bit-identical whether it is
+    summed alone or among any number of others, on any device. In place on
+    a private buffer: no allocation but the ``[rows]`` result. Costs
+    ``log2(V)`` launches.
     """
-    width = rows.shape[1]
-    while width > 1:
-        half = width // 2
-        rows[:, :half].add_(rows[:, width - half : width])
-        width -= half
-    return rows[:, 0].clone() if width == 1 else rows.new_zeros(rows.shape[0])
+    return rows[:, 0].clone() if _fold(rows) == 1 else rows.new_zeros(rows.shape[0])
 
 
-def row_sum(rows: torch.Tensor) -> torch.Tensor:
-    """Row sums of a private workspace buffer, independent of the chunk's row count on every device."""
-    return rows.sum(dim=1) if rows.device.type == "cpu" else row_sum_fixed_order(rows)
+# The finest vocabulary split whose results are the same bits as one rank's: the row sums' tree has at most
+# this many leaf blocks (a power of two), so every power-of-two TP degree up to it that divides V is covered.
+MAX_LEAF_BLOCKS = 64
+
+
+def leaf_blocks(v_local: int, tp: int) -> int:
+    """How many leaf blocks of the global summation tree one shard row holds (1: the shard is one block).
+
+    The tree over a row of the GLOBAL vocabulary ``V = v_local * tp``: ``G``
+    equal contiguous leaf blocks, ``G`` the largest power of two up to
+    ``MAX_LEAF_BLOCKS`` dividing ``V``; each block is summed by
+    ``row_sum_fixed_order`` (fixed by the block's width), then the blocks by
+    ``pairwise_sum`` over the block index. At a TP degree ``tp`` dividing
+    ``G`` a shard is ``G / tp`` whole leaf blocks, i.e. a subtree, and the
+    rank combination (``sum_in_rank_order``) is the tree's top: the same
+    additions in the same order at every such degree. At a degree that does
+    not divide ``G`` (not a power of two, or above ``G``) the shard is one
+    block: deterministic, but not the same bits as at other degrees.
+    """
+    vocab, leaves = v_local * tp, 1
+    while leaves < MAX_LEAF_BLOCKS and vocab > 0 and vocab % (2 * leaves) == 0:
+        leaves *= 2
+    return leaves // tp if leaves % tp == 0 else 1
+
+
+def row_sum(rows: torch.Tensor, blocks: int = 1) -> torch.Tensor:
+    """Row sums of a private contiguous workspace buffer (destroyed), by the global tree of ``leaf_blocks``.
+
+    Only elementwise adds, each fixed by the column index alone: a row's sum
+    does not depend on how many rows share the call (chunking, packing,
+    response-only selection), on the device, on the thread count, nor (for
+    ``blocks`` from ``leaf_blocks``) on the TP degree. ``torch.sum`` on the CPU
+    is row-count invariant for most shapes but splits one long reduction
+    across threads, so it is not used.
+    """
+    count, width = rows.shape
+    if blocks == 1 or count == 0:
+        return row_sum_fixed_order(rows)
+    leaves = rows.view(count, blocks, width // blocks)
+    _fold(leaves)
+    sums = leaves[:, :, 0]
+    while sums.shape[1] > 1:  # ``blocks`` is a power of two: adjacent pairs, in place
+        sums = sums[:, 0::2].add_(sums[:, 1::2])
+    return sums[:, 0].clone()

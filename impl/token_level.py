@@ -30,13 +30,16 @@ vocabulary"). Design decisions, each tied to a historic bug (docs/bugs.md):
   ranks holding shards of different widths, different row counts or
   options, or one rank with bad input, raise the same clear error on every
   rank instead of hanging in a mismatched all-gather.
-* Chunking changes no bit (chunk invariance): on the CPU ``torch.sum`` of a
-  row does not depend on how many rows share the call, but on CUDA it does
-  (the reduction kernel's launch shape follows the number of rows; seen on an
-  H100 by ``nox -s gpu`` under the ``ci`` profile, one last bit at
-  chunk_size=1 vs one chunk). Off the CPU the row sums therefore use
-  ``row_sum_fixed_order``: a pairwise tree of elementwise adds, whose every
-  addition is fixed by the column index alone.
+* The same bits on every topology (docs/topology.md): the row max is
+  all-reduced BEFORE any exponential, so every element's ``exp(z - m)`` is
+  the same whatever the layout, and the row sums follow ONE tree over the
+  global column index (``impl.row_stats.row_sum`` and ``leaf_blocks``) whose
+  subtrees are the TP shards, the rank combination being its top. Only
+  elementwise adds: ``torch.sum``'s order follows the launch shape on CUDA
+  (seen on an H100 by ``nox -s gpu``: one last bit at chunk_size=1 vs one
+  chunk) and the thread split on the CPU. So a row's log-prob, entropy and
+  gradient do not depend on the chunk size, the other rows of the call, the
+  row's position, the CP layout, or the (power-of-two) TP degree.
 * Two backends for the passes over ``[rows, V_local]`` (``impl.backend``):
   the torch chunk loop below, and fused Triton kernels (``impl.triton``,
   one read forward, one read and one write backward) chosen for CUDA
@@ -58,6 +61,7 @@ from .row_stats import (
     finish,
     grad_of_log_p,
     gradient_buffer,
+    leaf_blocks,
     shard_targets,
     sum_in_rank_order,
     tp_world,
@@ -139,6 +143,7 @@ def _torch_forward_stats(
     rows, v_local = gather_index.shape[0], logits.shape[1]
     row_max = _row_max(logits, row_index, bounds, temperature)
     all_reduce_max(row_max, tp_group)
+    blocks = leaf_blocks(v_local, tp_world(tp_group)[0])
     stats = torch.zeros(rows, 3 if with_entropy else 2, dtype=torch.float32, device=logits.device)
     workspace = _workspace(rows, chunk_size, v_local, logits.device)
     for start, end in bounds:
@@ -146,7 +151,7 @@ def _torch_forward_stats(
         shifted = _shifted_rows(logits, row_index, start, end, row_max[start:end], temperature, *workspace_pair)
         target_shift = shifted.gather(1, gather_index[start:end]).squeeze(1)
         stats[start:end, 1] = torch.where(in_shard[start:end], target_shift, 0.0)
-        exp_sums(stats[start:end], shifted, workspace_pair[1], with_entropy)
+        exp_sums(stats[start:end], shifted, workspace_pair[1], with_entropy, blocks)
     return row_max, stats
 
 

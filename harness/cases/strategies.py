@@ -12,11 +12,14 @@ non-unit temperatures and non-contiguous upstream gradients.
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import strategies as st
 
 from harness.cases import case as case_module
 from harness.cases import limits as case_limits
 from harness.cases.case import Case
+from harness.cases.topology import with_topology
 from oracles import layout
 
 TP_SIZES = (1, 2, 4)
@@ -107,3 +110,26 @@ def cases(
         loss_mask_only=is_response_only and cp_size == 1 and draw(st.booleans()),
         noncontig_grads=draw(st.booleans()),
     )
+
+
+@st.composite
+def topology_pairs(draw, *, cp_sizes=CP_SIZES, **kwargs):
+    """A Case (``cases(**kwargs)``) and a second topology of the same rows: TP degree, CP layout, chunk size.
+
+    The vocabulary is a multiple of both TP degrees; a side with context
+    parallelism makes both sides thd (the rows must be the same), and
+    neither side is loss-mask-only then (impl rejects it with CP).
+    ``cp_sizes=TOKEN_LEVEL`` keeps both sides at cp=1 (token-level checks).
+    """
+    case = draw(cases(cp_sizes=cp_sizes, **kwargs))
+    tp2 = draw(st.sampled_from(TP_SIZES))
+    cp2 = draw(st.sampled_from([c for c in cp_sizes if tp2 * c <= MAX_WORLD] or [1]))
+    mode2 = "none" if cp2 == 1 else draw(st.sampled_from(CP_MODES))
+    chunk2 = draw(st.one_of(st.none(), st.just(1), st.integers(2, 17)))
+    both = math.lcm(case.tp, tp2)
+    most = max(1, case_limits.cap("max_vocab_local", 96) * min(case.tp, tp2) // both)
+    changes = {"vocab": both * draw(st.integers(1, most))}
+    if cp2 > 1 or case.cp > 1:
+        changes.update(qkv_format="thd", loss_mask_only=False)
+    case = case.with_(**changes)
+    return with_topology(case, tp=tp2, cp=cp2, cp_mode=mode2, chunk_size=chunk2)

@@ -66,14 +66,14 @@ def _assert_grads_identical(first: list, second: list, label: str) -> None:
 # ---- chunking and the entropy-gradient gate, at either level -------------------------------
 
 # level -> (job, forward check against the oracle, backward check against the oracle)
-_LEVELS = {
+LEVELS = {
     "packed": (packed_job, assert_packed_forward, assert_packed_backward),
     "token": (token_job, assert_token_forward, assert_token_backward),
 }
 
 
 def _chunk_invariance(case: Case, spec: str, exact: bool | None, level: str) -> None:
-    job, forward, backward = _LEVELS[level]
+    job, forward, backward = LEVELS[level]
     require(spec, required_capabilities(case, level) | {"chunking"})
     chunked = run_job(job, case, spec)
     whole = run_job(job, case.with_(chunk_size=None), spec)
@@ -112,7 +112,7 @@ def _assert_gate_flags(off: list, token_level: bool) -> None:
 
 
 def _gate_invariance(case: Case, spec: str, exact: bool | None, level: str) -> None:
-    job, forward, _ = _LEVELS[level]
+    job, forward, _ = LEVELS[level]
     require(spec, required_capabilities(case, level) | {"entropy", "entropy_gate"})
     case = case.with_(with_entropy=True)
     on = run_job(job, case, spec, entropy_grad=True)

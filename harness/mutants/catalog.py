@@ -280,6 +280,15 @@ MUTANTS = (
         '            out.entropy, masks, counts, "sum-of-sample-mean", [], None\n'
         "        )\n",
         killed_by=("properties/test_policy_losses.py",),
+    Mutant(
+        name="tp_shard_sums_own_order",
+        bug="docs/topology.md: each TP shard sums its row in its own order (one tree per shard, not a subtree of "
+        "the tree over the global vocabulary), so a row's log-prob, entropy and gradient change in the last bits "
+        "with the TP degree: a rollout at TP 1 and training at TP 4 no longer agree exactly",
+        module="impl.row_stats",
+        original="    return leaves // tp if leaves % tp == 0 else 1\n",
+        replacement="    return 1  # 'each rank sums its own shard'\n",
+        killed_by=("properties/test_topology.py",),
     ),
 )
 

@@ -49,7 +49,8 @@ class ImplTritonTarget(ImplTarget):
     """``impl`` forced onto its Triton backend (see the module docstring)."""
 
     name = "impl-triton"
-    capabilities = CAPABILITIES - {"hidden", "hidden_tp"} - SAMPLING_CAPABILITIES
+    # The kernels' online row sums follow their tile order within a shard: not the same bits across TP degrees.
+    capabilities = CAPABILITIES - {"hidden", "hidden_tp", "topology_invariant"} - SAMPLING_CAPABILITIES
     backend = TRITON
 
     def __init__(self):

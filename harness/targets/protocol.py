@@ -57,6 +57,7 @@ CAPABILITIES = frozenset(
             + ("seq-mean-token-sum-norm",)
         ),
         "token_rows",  # token_log_probs(..., rows=index): only the selected rows evaluated, the others' gradient 0
+        "topology_invariant",  # a row's values and gradient are the same bits at every TP degree, CP layout, chunk
     }
 )
 # Sampling-distribution replay (docs/sampling.md): sampling_log_probs over a kept set K.
