@@ -280,6 +280,7 @@ MUTANTS = (
         '            out.entropy, masks, counts, "sum-of-sample-mean", [], None\n'
         "        )\n",
         killed_by=("properties/test_policy_losses.py",),
+    ),
     Mutant(
         name="tp_shard_sums_own_order",
         bug="docs/topology.md: each TP shard sums its row in its own order (one tree per shard, not a subtree of "
