@@ -5,7 +5,8 @@
 * ``skyrl==X``: SkyRL X from PyPI, installed WITHOUT dependencies into its own
   directory (``.packages/skyrl-X``) and loaded by path, so a base and a PR on
   two versions can live side by side in one virtualenv;
-* ``skyrl=PATH``, ``slime=PATH``, ``nemo_rl=PATH``: a checkout, loaded by path;
+* ``skyrl=PATH``, ``slime=PATH``, ``nemo_rl=PATH``, ``miles=PATH``: a checkout, loaded by path
+  (``miles``: radixark/miles, slime's fork, through the slime adapter);
 * ``module:attr`` or ``path/to/adapter.py:attr``: any adapter (docs/targets.md);
 * ``mutant=NAME``: impl/ carrying one re-created historic bug (the gate's own tests and demos).
 
@@ -29,8 +30,14 @@ ADAPTERS = {
     "skyrl": "harness.targets.skyrl.token:SkyRLTarget",
     "slime": "harness.targets.slime.adapter:SlimeTarget",
     "nemo_rl": "harness.targets.nemo_rl.token:NemoRLTarget",
+    "miles": "harness.targets.slime.adapter:MilesTarget",
 }
-CHECKOUT_VARIABLES = {"skyrl": "LPH_SKYRL_PATH", "slime": "LPH_SLIME_PATH", "nemo_rl": "LPH_NEMO_RL_PATH"}
+CHECKOUT_VARIABLES = {
+    "skyrl": "LPH_SKYRL_PATH",
+    "slime": "LPH_SLIME_PATH",
+    "nemo_rl": "LPH_NEMO_RL_PATH",
+    "miles": "LPH_MILES_PATH",
+}
 PYPI = {"skyrl"}
 
 
@@ -85,8 +92,9 @@ def resolve(spec: str) -> ResolvedSpec:
     if ":" in spec and not sep:
         return ResolvedSpec(spec, spec, slug_of(spec))
     raise ValueError(
-        f"unknown SPEC {spec!r}: expected impl, impl-triton, mutant=NAME, skyrl==X, skyrl=PATH, slime=PATH, "
-        "nemo_rl=PATH, module:attr or path/to/adapter.py:attr"
+        f"unknown SPEC {spec!r}: expected impl, impl-triton, mutant=NAME, "
+        f"{', '.join(sorted(f'{name}==X' for name in PYPI))}, "
+        f"{', '.join(sorted(f'{name}=PATH' for name in CHECKOUT_VARIABLES))}, module:attr or path/to/adapter.py:attr"
     )
 
 

@@ -114,21 +114,41 @@ import torch
 
 from harness.targets.protocol import Target
 from harness.targets.slime import stand_ins
-from harness.targets.slime.api import LOSS, SlimeAPI, _as_sys_modules, _parameters, load_modules
+from harness.targets.slime.api import (
+    PACKED_GATE_PARAMETER,
+    SlimeAPI,
+    _as_sys_modules,
+    _parameters,
+    layout_of,
+    load_modules,
+)
 from harness.targets.upstream import megatron_stand_in
 from harness.targets.upstream.checkout import revision
 
 PATH_VARIABLE = "LPH_SLIME_PATH"
 
 
-def slime_root(root: str | os.PathLike | None = None) -> Path:
-    """The checkout: ``root`` if given, else ``LPH_SLIME_PATH``; it must hold ``slime/utils/ppo_utils.py``."""
-    where = root if root is not None else os.environ.get(PATH_VARIABLE)
+MILES_PATH_VARIABLE = "LPH_MILES_PATH"
+
+
+def slime_root(root: str | os.PathLike | None = None, variable: str = PATH_VARIABLE) -> Path:
+    """The checkout: ``root`` if given, else ``$variable``; it must hold one layout's token module (api.LAYOUTS).
+
+    That is ``slime/utils/ppo_utils.py`` (THUDM/slime) or
+    ``miles/backends/training_utils/loss_hub/math_utils.py`` (radixark/miles).
+    """
+    where = root if root is not None else os.environ.get(variable)
     if not where:
-        raise RuntimeError(f"set {PATH_VARIABLE} to a THUDM/slime checkout (the directory holding the slime package)")
+        raise RuntimeError(
+            f"set {variable} to a THUDM/slime or radixark/miles checkout (the directory holding the slime or miles "
+            "package)"
+        )
     path = Path(where).expanduser().resolve()
-    if not (path / "slime" / "utils" / "ppo_utils.py").is_file():
-        raise FileNotFoundError(f"{PATH_VARIABLE}={where}: no slime/utils/ppo_utils.py under {path}")
+    if layout_of(path) is None:
+        raise FileNotFoundError(
+            f"{variable}={where}: neither slime/utils/ppo_utils.py nor "
+            f"miles/backends/training_utils/loss_hub/math_utils.py under {path}"
+        )
     return path
 
 
@@ -160,6 +180,10 @@ def _args(**settings) -> stand_ins.SlimeArgs:
         calculate_per_token_loss=False,
         rollout_top_p=1.0,
         recompute_loss_function=False,
+        # miles' settings (absent from slime, which never reads them)
+        true_on_policy_mode=False,
+        observe_training_entropy=False,
+        skip_actor_forward_only=False,
     )
     return stand_ins.SlimeArgs(**{**defaults, **settings})
 
@@ -183,18 +207,25 @@ def _accepted(names: set, **kwargs) -> dict:
 class SlimeTarget(Target):
     """slime's log-prob/entropy and policy-loss code from ``LPH_SLIME_PATH`` (see the module docstring)."""
 
+    path_variable = PATH_VARIABLE
+
     def __init__(self, root: str | os.PathLike | None = None):
-        self.root = slime_root(root)
+        self.root = slime_root(root, self.path_variable)
+        layout = layout_of(self.root)
         rev = revision(self.root)
-        self.name = f"slime@{rev}" if rev else "slime"
-        self.api = SlimeAPI.detect(load_modules(self.root))
+        self.name = f"{layout.package}@{rev}" if rev else layout.package
+        self.api = SlimeAPI.detect(load_modules(self.root, layout), layout)
         self.capabilities = self.api.capabilities()
 
     @contextlib.contextmanager
     def _calling(self, tp_group, cp_group):
-        """slime's modules in place, the job's groups in the mpu stand-in, ``torch.compile`` run eagerly."""
+        """The checkout's modules in place, the job's groups in the mpu stand-in (and miles' parallel state),
+        ``torch.compile`` run eagerly."""
         megatron_stand_in.set_groups(tp_group, cp_group)
-        with _as_sys_modules(self.api.modules), torch._dynamo.config.patch(disable=True):
+        layout = self.api.layout
+        with _as_sys_modules(self.api.modules, layout.package), torch._dynamo.config.patch(disable=True):
+            if layout.parallel is not None:
+                sys.modules[layout.parallel].set_parallel_state(stand_ins.parallel_state(tp_group, cp_group))
             yield
 
     def _chunk(self, chunk_size: int | None) -> int:
@@ -320,6 +351,8 @@ class SlimeTarget(Target):
             log_probs_chunk_size=self._chunk(chunk_size),
             entropy_coef=1.0 if with_entropy and entropy_grad else 0.0,
         )
+        if PACKED_GATE_PARAMETER in self.api.packed_parameters:
+            extra[PACKED_GATE_PARAMETER] = bool(with_entropy and entropy_grad)
         with self._calling(tp_group, cp_group):
             result = self._packed_call(scores, args, inputs, with_entropy, extra)
         entropy = result.get("entropy") if with_entropy else None
@@ -359,6 +392,7 @@ class SlimeTarget(Target):
             rollout_temperature=temperature,
             log_probs_chunk_size=self._chunk(chunk_size),
             entropy_coef=float(entropy_coef) if with_entropy else 0.0,
+            observe_training_entropy=bool(with_entropy),
             eps_clip=eps_clip,
             eps_clip_high=eps_clip if eps_clip_high is None else eps_clip_high,
         )
@@ -372,7 +406,8 @@ class SlimeTarget(Target):
             "loss_masks": masks,
             **extra,
         }
-        loss_module = self.api.modules[LOSS]
+        # The policy module's own name for the packed entry point (miles imports it from another module).
+        loss_module = self.api.modules[self.api.layout.policy]
         original = loss_module.get_log_probs_and_entropy
         recorded = {}
 
@@ -392,3 +427,9 @@ class SlimeTarget(Target):
         result = recorded["result"]
         entropy = list(result["entropy"]) if with_entropy else None
         return loss, list(result["log_probs"]), entropy
+
+
+class MilesTarget(SlimeTarget):
+    """The same adapter on a radixark/miles checkout named by ``LPH_MILES_PATH`` (api.LAYOUTS: the miles layout)."""
+
+    path_variable = MILES_PATH_VARIABLE
