@@ -1,7 +1,8 @@
 """Would the gate have caught it? Base-vs-PR over an upstream repository's history.
 
-``python -m harness.gate.history slime=PATH_TO_GIT_REPO [--since 2025-12-01] [--until REV]
-[--paths a.py,b.py] [--reports reports/history] [pytest args]``
+``python -m harness.gate.history FAMILY=PATH_TO_GIT_REPO [--since 2025-12-01] [--until REV]
+[--paths a.py,b.py] [--reports reports/history] [pytest args]``, FAMILY any checkout family of
+``harness/gate/specs.py`` (slime, miles, verl, skyrl, nemo_rl)
 
 For every commit (author date from ``--since``, up to ``--until``) that
 touches the files holding the code under test, the commit is the PR and its
@@ -25,6 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import names
 from harness.gate import compare as comparison
 from harness.gate import specs
 from harness.gate.runner import run_checked
@@ -34,15 +36,28 @@ from harness.gate.verdicts import Run
 # Verdicts are valid for one revision of this harness: a changed suite reruns.
 HARNESS_REVISION = specs.git_revision(specs.ROOT)
 
-# The files each adapter loads (harness/targets/<family>.py docstrings).
+
+def _skyrl_files() -> tuple[str, ...]:
+    from harness.targets.skyrl import policy, token
+
+    return tuple(str(path) for path in (token.MODEL_UTILS, policy.PPO_UTILS, policy.WRAPPER))
+
+
+# The files loaded by the adapters that do not name them themselves (their module docstrings); an adapter class
+# with a ``files_under_test`` attribute (paths relative to the checkout root) names its own.
 FILES_UNDER_TEST = {
-    "slime": (
-        "slime/utils/ppo_utils.py",
-        "slime/backends/megatron_utils/loss.py",
-        "slime/backends/megatron_utils/cp_utils.py",
-    ),
-    "nemo_rl": ("nemo_rl/distributed/model_utils.py", "nemo_rl/algorithms/loss_functions.py"),
+    "nemo_rl": lambda: ("nemo_rl/distributed/model_utils.py", "nemo_rl/algorithms/loss_functions.py"),
+    "skyrl": _skyrl_files,
 }
+
+
+def files_under_test(family: str) -> tuple[str, ...] | None:
+    """The files ``family``'s adapter loads: its class's ``files_under_test``, else ``FILES_UNDER_TEST``."""
+    adapter = names.resolve(specs.ADAPTERS[family])
+    named = getattr(adapter, "files_under_test", None)
+    if named:
+        return tuple(named)
+    return FILES_UNDER_TEST[family]() if family in FILES_UNDER_TEST else None
 
 
 @dataclass
@@ -124,7 +139,7 @@ def main(argv=None) -> int:
         print(f"history: SPEC must be FAMILY=PATH with FAMILY in {sorted(specs.CHECKOUT_VARIABLES)}", file=sys.stderr)
         return 2
     repo = Path(location).expanduser().resolve()
-    paths = tuple(args.paths.split(",")) if args.paths else FILES_UNDER_TEST.get(family)
+    paths = tuple(args.paths.split(",")) if args.paths else files_under_test(family)
     if not paths:
         print(f"history: give --paths for {family}", file=sys.stderr)
         return 2

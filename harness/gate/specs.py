@@ -2,7 +2,7 @@
 
 * ``impl``: this project's implementation (torch backend); ``impl-triton``:
   the same on its Triton kernels (Triton's CPU interpreter on a CPU run);
-* ``skyrl==X``: SkyRL X from PyPI, installed WITHOUT dependencies into its own
+* ``skyrl==X``, ``verl==X``: SkyRL / verl X from PyPI, installed WITHOUT dependencies into its own
   directory (``.packages/skyrl-X``) and loaded by path, so a base and a PR on
   two versions can live side by side in one virtualenv;
 * ``skyrl=PATH``, ``slime=PATH``, ``nemo_rl=PATH``, ``miles=PATH``: a checkout, loaded by path
@@ -31,14 +31,16 @@ ADAPTERS = {
     "slime": "harness.targets.slime.adapter:SlimeTarget",
     "nemo_rl": "harness.targets.nemo_rl.token:NemoRLTarget",
     "miles": "harness.targets.slime.adapter:MilesTarget",
+    "verl": "harness.targets.verl.token:VerlTarget",
 }
 CHECKOUT_VARIABLES = {
     "skyrl": "LPH_SKYRL_PATH",
     "slime": "LPH_SLIME_PATH",
     "nemo_rl": "LPH_NEMO_RL_PATH",
     "miles": "LPH_MILES_PATH",
+    "verl": "LPH_VERL_PATH",
 }
-PYPI = {"skyrl"}
+PYPI = {"skyrl", "verl"}
 
 
 @dataclass

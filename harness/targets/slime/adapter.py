@@ -115,6 +115,7 @@ import torch
 from harness.targets.protocol import Target
 from harness.targets.slime import stand_ins
 from harness.targets.slime.api import (
+    LAYOUTS,
     PACKED_GATE_PARAMETER,
     SlimeAPI,
     _as_sys_modules,
@@ -208,6 +209,7 @@ class SlimeTarget(Target):
     """slime's log-prob/entropy and policy-loss code from ``LPH_SLIME_PATH`` (see the module docstring)."""
 
     path_variable = PATH_VARIABLE
+    files_under_test = LAYOUTS[0].files()  # what a history replay keys revisions by
 
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = slime_root(root, self.path_variable)
@@ -433,3 +435,4 @@ class MilesTarget(SlimeTarget):
     """The same adapter on a radixark/miles checkout named by ``LPH_MILES_PATH`` (api.LAYOUTS: the miles layout)."""
 
     path_variable = MILES_PATH_VARIABLE
+    files_under_test = LAYOUTS[1].files()
