@@ -55,7 +55,7 @@ import os
 import torch
 
 from harness.targets.protocol import Target
-from harness.targets.upstream import megatron_stand_in
+from harness.targets.upstream import megatron_stand_in, packing
 from harness.targets.verl import policy as verl_policy
 from harness.targets.verl import source
 
@@ -135,7 +135,7 @@ class VerlTarget(Target):
         response_only,
         loss_mask_only,
     ):
-        if cp_group is not None or inputs.cp_mode != "none":
+        if packing.cp_size_and_rank(cp_group)[0] > 1 or inputs.cp_mode != "none":
             raise ValueError(f"{self.name}: context parallelism is not mapped for verl (no 'cp_zigzag' capability)")
         if inputs.qkv_format != "thd":
             raise ValueError(f"{self.name}: qkv_format={inputs.qkv_format!r}: only thd is mapped for verl")
