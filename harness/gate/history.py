@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -99,6 +100,7 @@ class Revisions:
 
     def __init__(self, family: str, repo: Path, cache: Path, trees: Path, pytest_args: list[str]):
         self.family, self.repo, self.cache, self.trees, self.pytest_args = family, repo, cache, trees, pytest_args
+        self._load_errors: dict[str, str | None] = {}
 
     def tree(self, key: str, revision: str) -> Path:
         path = self.trees / key
@@ -113,6 +115,29 @@ class Revisions:
     def side(self, key: str, revision: str) -> comparison.Side:
         variable = specs.CHECKOUT_VARIABLES[self.family]
         return comparison.Side(revision[:9], specs.ADAPTERS[self.family], {variable: str(self.tree(key, revision))})
+
+    def load_error(self, key: str, revision: str) -> str | None:
+        """Why the adapter cannot load this revision (its last error line), None where it loads.
+
+        Checked in a subprocess with the revision's environment, once per key: a
+        revision the adapter cannot load gets no verdict (its row is ERROR with
+        this reason), never a FAIL of every check.
+        """
+        if key not in self._load_errors:
+            side = self.side(key, revision)
+            probe = "from harness.targets import load_target; load_target(__import__('sys').argv[1])"
+            done = subprocess.run(
+                [sys.executable, "-c", probe, side.target],
+                cwd=specs.ROOT,
+                env={**os.environ, **side.env},
+                capture_output=True,
+                text=True,
+            )
+            lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+            self._load_errors[key] = (
+                None if done.returncode == 0 else (lines[-1] if lines else f"exit {done.returncode}")
+            )
+        return self._load_errors[key]
 
     def run(self, key: str, revision: str) -> Run:
         out = self.cache / "runs" / HARNESS_REVISION / key
@@ -152,6 +177,16 @@ def main(argv=None) -> int:
             head_key, base_key = content_key(repo, commit.sha, paths), content_key(repo, commit.parent, paths)
             if head_key == base_key:
                 continue
+            unloadable = [
+                f"adapter cannot load {rev[:9]}: {reason}"
+                for rev, key in ((commit.parent, base_key), (commit.sha, head_key))
+                if (reason := revisions.load_error(key, rev))
+            ]
+            if unloadable:
+                table.append(_row(commit, [], [], 0, unloadable, would_block=False))
+                print(f"history: {commit.sha[:9]} ERROR: {'; '.join(unloadable)}", flush=True)
+                _write(cache, family, args.since, table, total=len(pending))
+                continue
             base_run, head_run = revisions.run(base_key, commit.parent), revisions.run(head_key, commit.sha)
             decision = comparison.compare(
                 base_run,
@@ -161,16 +196,14 @@ def main(argv=None) -> int:
                 tiers=TIERS,
             )
             table.append(
-                {
-                    "commit": commit.sha[:9],
-                    "date": commit.date,
-                    "title": commit.subject,
-                    "new_fail": [f"{e.id} [{e.tier}]" for e in decision.new_failures],
-                    "fixed": [f"{e.id} [{e.tier}]" for e in decision.fixed],
-                    "still_failing": len(decision.still_failing),
-                    "errors": [f"{e.id} [{e.tier}]" for e in decision.errors],
-                    "would_block": decision.exit_code == 1,
-                }
+                _row(
+                    commit,
+                    [f"{e.id} [{e.tier}]" for e in decision.new_failures],
+                    [f"{e.id} [{e.tier}]" for e in decision.fixed],
+                    len(decision.still_failing),
+                    [f"{e.id} [{e.tier}]" for e in decision.errors],
+                    would_block=decision.exit_code == 1,
+                )
             )
             print(
                 f"history: {commit.sha[:9]} {commit.subject[:60]}: {len(decision.new_failures)} new, "
@@ -183,6 +216,19 @@ def main(argv=None) -> int:
     return 0
 
 
+def _row(commit: Commit, new_fail, fixed, still_failing: int, errors, *, would_block: bool) -> dict:
+    return {
+        "commit": commit.sha[:9],
+        "date": commit.date,
+        "title": commit.subject,
+        "new_fail": new_fail,
+        "fixed": fixed,
+        "still_failing": still_failing,
+        "errors": errors,
+        "would_block": would_block,
+    }
+
+
 def _write(cache: Path, family: str, since: str, table: list[dict], total: int) -> None:
     """The table so far (written after every commit, so a long replay can be read while it runs)."""
     cache.mkdir(parents=True, exist_ok=True)
@@ -191,7 +237,7 @@ def _write(cache: Path, family: str, since: str, table: list[dict], total: int) 
 
 
 def _short(ids: list[str]) -> str:
-    return "<br>".join(f"`{i.split('::', 1)[-1]}`" for i in ids) or "-"
+    return "<br>".join(f"`{i.split('::', 1)[-1]}`".replace("|", "\\|") for i in ids) or "-"
 
 
 def render_table(family: str, since: str, table: list[dict], total: int) -> str:
