@@ -10,7 +10,7 @@ Megatron proper and the trainer, so its few lines are repeated here):
 
 1. the logits are divided by the temperature, cast to the logits' dtype first
    (``logits.div_(temperature.to(logits.dtype))``: a bf16 run divides by the
-   bf16-rounded temperature, as verl does). verl divides in place the model
+   bf16-rounded temperature, as verl does; a non-positive one is 1e-8 first). verl divides in place the model
    output it owns; the harness's logits are the caller's input, so the
    adapter divides out of place (the same rounding) into a tensor of its own;
 2. with entropy: the divided logits are backed up (``clone``) for the
@@ -61,8 +61,14 @@ from harness.targets.verl import source
 
 
 def divided(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """verl's ``logits.div_(temperature.to(logits.dtype))``, out of place (a tensor the adapter owns)."""
-    return logits / torch.tensor(temperature, dtype=torch.float32).to(logits.dtype)
+    """verl's ``logits.div_(temperature.to(logits.dtype))``, out of place (a tensor the adapter owns).
+
+    As verl's logits processor, a non-positive temperature becomes 1e-8 first
+    ("avoid non-positive temperature such as padding"), so it is never refused.
+    """
+    temperature = torch.tensor(temperature, dtype=torch.float32)
+    temperature = torch.where(temperature <= 0, torch.tensor(1e-8), temperature)
+    return logits / temperature.to(logits.dtype)
 
 
 def logits_processor(tp, scores, labels, *, chunk_size, with_entropy, entropy_grad):
@@ -75,7 +81,7 @@ def logits_processor(tp, scores, labels, *, chunk_size, with_entropy, entropy_gr
     if with_entropy:
         backup = scores.clone()
         with contextlib.nullcontext() if entropy_grad else torch.no_grad():
-            if chunk_size:
+            if chunk_size is not None:
                 entropy = tp.vocab_parallel_entropy_with_chunking(scores, chunk_size=chunk_size)
             else:
                 entropy = tp.vocab_parallel_entropy(scores)
@@ -102,7 +108,8 @@ class VerlTarget(Target):
         self.capabilities = frozenset(caps)
 
     def _chunk(self, chunk_size):
-        return chunk_size if chunk_size and "chunking" in self.capabilities else None
+        """The entropy's chunk: the harness's ``chunk_size`` as given (0 and negatives reach verl), None: unchunked."""
+        return chunk_size if chunk_size is not None and "chunking" in self.capabilities else None
 
     def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
         megatron_stand_in.set_groups(tp_group, None)
