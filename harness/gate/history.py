@@ -98,17 +98,29 @@ def content_key(repo: Path, revision: str, paths) -> str:
 class Revisions:
     """Extracted trees and cached verdicts, one per content key."""
 
-    def __init__(self, family: str, repo: Path, cache: Path, trees: Path, pytest_args: list[str]):
+    def __init__(self, family: str, repo: Path, cache: Path, trees: Path, pytest_args: list[str], paths=()):
         self.family, self.repo, self.cache, self.trees, self.pytest_args = family, repo, cache, trees, pytest_args
+        self.paths = tuple(paths)
         self._load_errors: dict[str, str | None] = {}
 
     def tree(self, key: str, revision: str) -> Path:
+        """The revision's tree; where the mirror lacks some blob (a partial clone), only the packages under test.
+
+        Raises ``RuntimeError`` with git's message when neither can be archived.
+        """
         path = self.trees / key
         if not path.is_dir():
+            packages = sorted({name.split("/")[0] for name in self.paths})
+            for pathspec in ([], ["--", *packages]):
+                archive = subprocess.run(
+                    ["git", "-C", str(self.repo), "archive", revision, *pathspec], capture_output=True
+                )
+                if archive.returncode == 0:
+                    break
+            else:
+                error = archive.stderr.decode(errors="replace").strip().splitlines()
+                raise RuntimeError(f"git archive {revision[:9]} failed: {error[0] if error else archive.returncode}")
             path.mkdir(parents=True)
-            archive = subprocess.run(
-                ["git", "-C", str(self.repo), "archive", revision], capture_output=True, check=True
-            )
             subprocess.run(["tar", "-x", "-C", str(path)], input=archive.stdout, check=True)
         return path
 
@@ -124,7 +136,11 @@ class Revisions:
         this reason), never a FAIL of every check.
         """
         if key not in self._load_errors:
-            side = self.side(key, revision)
+            try:
+                side = self.side(key, revision)
+            except RuntimeError as exc:
+                self._load_errors[key] = str(exc)
+                return self._load_errors[key]
             probe = "from harness.targets import load_target; load_target(__import__('sys').argv[1])"
             done = subprocess.run(
                 [sys.executable, "-c", probe, side.target],
@@ -171,7 +187,7 @@ def main(argv=None) -> int:
     cache = Path(args.reports) / family
     table = []
     with tempfile.TemporaryDirectory(prefix="lph-history-") as trees:
-        revisions = Revisions(family, repo, cache, Path(trees), pytest_args)
+        revisions = Revisions(family, repo, cache, Path(trees), pytest_args, paths)
         pending = commits(repo, paths, args.since, args.until)
         for commit in pending:
             head_key, base_key = content_key(repo, commit.sha, paths), content_key(repo, commit.parent, paths)
