@@ -1,7 +1,8 @@
 """Would the gate have caught it? Base-vs-PR over an upstream repository's history.
 
-``python -m harness.gate.history slime=PATH_TO_GIT_REPO [--since 2025-12-01] [--until REV]
-[--paths a.py,b.py] [--reports reports/history] [pytest args]``
+``python -m harness.gate.history FAMILY=PATH_TO_GIT_REPO [--since 2025-12-01] [--until REV]
+[--paths a.py,b.py] [--reports reports/history] [pytest args]``, FAMILY any checkout family of
+``harness/gate/specs.py`` (slime, miles, verl, skyrl, nemo_rl)
 
 For every commit (author date from ``--since``, up to ``--until``) that
 touches the files holding the code under test, the commit is the PR and its
@@ -19,12 +20,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import names
 from harness.gate import compare as comparison
 from harness.gate import specs
 from harness.gate.runner import run_checked
@@ -34,15 +37,28 @@ from harness.gate.verdicts import Run
 # Verdicts are valid for one revision of this harness: a changed suite reruns.
 HARNESS_REVISION = specs.git_revision(specs.ROOT)
 
-# The files each adapter loads (harness/targets/<family>.py docstrings).
+
+def _skyrl_files() -> tuple[str, ...]:
+    from harness.targets.skyrl import policy, token
+
+    return tuple(str(path) for path in (token.MODEL_UTILS, policy.PPO_UTILS, policy.WRAPPER))
+
+
+# The files loaded by the adapters that do not name them themselves (their module docstrings); an adapter class
+# with a ``files_under_test`` attribute (paths relative to the checkout root) names its own.
 FILES_UNDER_TEST = {
-    "slime": (
-        "slime/utils/ppo_utils.py",
-        "slime/backends/megatron_utils/loss.py",
-        "slime/backends/megatron_utils/cp_utils.py",
-    ),
-    "nemo_rl": ("nemo_rl/distributed/model_utils.py", "nemo_rl/algorithms/loss_functions.py"),
+    "nemo_rl": lambda: ("nemo_rl/distributed/model_utils.py", "nemo_rl/algorithms/loss_functions.py"),
+    "skyrl": _skyrl_files,
 }
+
+
+def files_under_test(family: str) -> tuple[str, ...] | None:
+    """The files ``family``'s adapter loads: its class's ``files_under_test``, else ``FILES_UNDER_TEST``."""
+    adapter = names.resolve(specs.ADAPTERS[family])
+    named = getattr(adapter, "files_under_test", None)
+    if named:
+        return tuple(named)
+    return FILES_UNDER_TEST[family]() if family in FILES_UNDER_TEST else None
 
 
 @dataclass
@@ -82,22 +98,77 @@ def content_key(repo: Path, revision: str, paths) -> str:
 class Revisions:
     """Extracted trees and cached verdicts, one per content key."""
 
-    def __init__(self, family: str, repo: Path, cache: Path, trees: Path, pytest_args: list[str]):
+    def __init__(self, family: str, repo: Path, cache: Path, trees: Path, pytest_args: list[str], paths=()):
         self.family, self.repo, self.cache, self.trees, self.pytest_args = family, repo, cache, trees, pytest_args
+        self.paths = tuple(paths)
+        self._load_errors: dict[str, str | None] = {}
 
     def tree(self, key: str, revision: str) -> Path:
+        """The revision's tree; where the mirror lacks some blob (a partial clone), only the packages under test.
+
+        Raises ``RuntimeError`` with git's message when neither can be extracted.
+        """
         path = self.trees / key
         if not path.is_dir():
-            path.mkdir(parents=True)
-            archive = subprocess.run(
-                ["git", "-C", str(self.repo), "archive", revision], capture_output=True, check=True
-            )
-            subprocess.run(["tar", "-x", "-C", str(path)], input=archive.stdout, check=True)
+            archive = subprocess.run(["git", "-C", str(self.repo), "archive", revision], capture_output=True)
+            if archive.returncode == 0:
+                path.mkdir(parents=True)
+                subprocess.run(["tar", "-x", "-C", str(path)], input=archive.stdout, check=True)
+            else:
+                self._packages_only(path, revision, archive.stderr.decode(errors="replace"))
         return path
+
+    def _packages_only(self, path: Path, revision: str, why: str) -> None:
+        """Write the files of the packages under test at ``revision`` blob by blob (git archive reads every blob).
+
+        A non-Python blob the mirror lacks is left out; a missing Python file is an error.
+        """
+        packages = sorted({name.split("/")[0] for name in self.paths})
+        listing = _git(self.repo, "ls-tree", "-r", revision, "--", *packages).splitlines()
+        blobs = [line.split(None, 3) for line in listing if line.split(None, 3)[1] == "blob"]
+        if not blobs:
+            first = why.strip().splitlines()[0] if why.strip() else "no files"
+            raise RuntimeError(f"git archive {revision[:9]} failed ({first}) and it has no {', '.join(packages)}")
+        for _mode, _kind, blob, name in blobs:
+            done = subprocess.run(["git", "-C", str(self.repo), "cat-file", "blob", blob], capture_output=True)
+            if done.returncode != 0:
+                if not name.endswith(".py"):
+                    continue  # a data file the mirror left out (images, docs): no adapter executes it
+                raise RuntimeError(f"{revision[:9]}:{name}: {done.stderr.decode(errors='replace').strip()}")
+            target = path / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(done.stdout)
 
     def side(self, key: str, revision: str) -> comparison.Side:
         variable = specs.CHECKOUT_VARIABLES[self.family]
         return comparison.Side(revision[:9], specs.ADAPTERS[self.family], {variable: str(self.tree(key, revision))})
+
+    def load_error(self, key: str, revision: str) -> str | None:
+        """Why the adapter cannot load this revision (its last error line), None where it loads.
+
+        Checked in a subprocess with the revision's environment, once per key: a
+        revision the adapter cannot load gets no verdict (its row is ERROR with
+        this reason), never a FAIL of every check.
+        """
+        if key not in self._load_errors:
+            try:
+                side = self.side(key, revision)
+            except RuntimeError as exc:
+                self._load_errors[key] = str(exc)
+                return self._load_errors[key]
+            probe = "from harness.targets import load_target; load_target(__import__('sys').argv[1])"
+            done = subprocess.run(
+                [sys.executable, "-c", probe, side.target],
+                cwd=specs.ROOT,
+                env={**os.environ, **side.env},
+                capture_output=True,
+                text=True,
+            )
+            lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+            self._load_errors[key] = (
+                None if done.returncode == 0 else (lines[-1] if lines else f"exit {done.returncode}")
+            )
+        return self._load_errors[key]
 
     def run(self, key: str, revision: str) -> Run:
         out = self.cache / "runs" / HARNESS_REVISION / key
@@ -124,18 +195,28 @@ def main(argv=None) -> int:
         print(f"history: SPEC must be FAMILY=PATH with FAMILY in {sorted(specs.CHECKOUT_VARIABLES)}", file=sys.stderr)
         return 2
     repo = Path(location).expanduser().resolve()
-    paths = tuple(args.paths.split(",")) if args.paths else FILES_UNDER_TEST.get(family)
+    paths = tuple(args.paths.split(",")) if args.paths else files_under_test(family)
     if not paths:
         print(f"history: give --paths for {family}", file=sys.stderr)
         return 2
     cache = Path(args.reports) / family
     table = []
     with tempfile.TemporaryDirectory(prefix="lph-history-") as trees:
-        revisions = Revisions(family, repo, cache, Path(trees), pytest_args)
+        revisions = Revisions(family, repo, cache, Path(trees), pytest_args, paths)
         pending = commits(repo, paths, args.since, args.until)
         for commit in pending:
             head_key, base_key = content_key(repo, commit.sha, paths), content_key(repo, commit.parent, paths)
             if head_key == base_key:
+                continue
+            unloadable = [
+                f"adapter cannot load {rev[:9]}: {reason}"
+                for rev, key in ((commit.parent, base_key), (commit.sha, head_key))
+                if (reason := revisions.load_error(key, rev))
+            ]
+            if unloadable:
+                table.append(_row(commit, [], [], 0, unloadable, would_block=False))
+                print(f"history: {commit.sha[:9]} ERROR: {'; '.join(unloadable)}", flush=True)
+                _write(cache, family, args.since, table, total=len(pending))
                 continue
             base_run, head_run = revisions.run(base_key, commit.parent), revisions.run(head_key, commit.sha)
             decision = comparison.compare(
@@ -146,16 +227,14 @@ def main(argv=None) -> int:
                 tiers=TIERS,
             )
             table.append(
-                {
-                    "commit": commit.sha[:9],
-                    "date": commit.date,
-                    "title": commit.subject,
-                    "new_fail": [f"{e.id} [{e.tier}]" for e in decision.new_failures],
-                    "fixed": [f"{e.id} [{e.tier}]" for e in decision.fixed],
-                    "still_failing": len(decision.still_failing),
-                    "errors": [f"{e.id} [{e.tier}]" for e in decision.errors],
-                    "would_block": decision.exit_code == 1,
-                }
+                _row(
+                    commit,
+                    [f"{e.id} [{e.tier}]" for e in decision.new_failures],
+                    [f"{e.id} [{e.tier}]" for e in decision.fixed],
+                    len(decision.still_failing),
+                    [f"{e.id} [{e.tier}]" for e in decision.errors],
+                    would_block=decision.exit_code == 1,
+                )
             )
             print(
                 f"history: {commit.sha[:9]} {commit.subject[:60]}: {len(decision.new_failures)} new, "
@@ -168,6 +247,19 @@ def main(argv=None) -> int:
     return 0
 
 
+def _row(commit: Commit, new_fail, fixed, still_failing: int, errors, *, would_block: bool) -> dict:
+    return {
+        "commit": commit.sha[:9],
+        "date": commit.date,
+        "title": commit.subject,
+        "new_fail": new_fail,
+        "fixed": fixed,
+        "still_failing": still_failing,
+        "errors": errors,
+        "would_block": would_block,
+    }
+
+
 def _write(cache: Path, family: str, since: str, table: list[dict], total: int) -> None:
     """The table so far (written after every commit, so a long replay can be read while it runs)."""
     cache.mkdir(parents=True, exist_ok=True)
@@ -176,7 +268,7 @@ def _write(cache: Path, family: str, since: str, table: list[dict], total: int) 
 
 
 def _short(ids: list[str]) -> str:
-    return "<br>".join(f"`{i.split('::', 1)[-1]}`" for i in ids) or "-"
+    return "<br>".join(f"`{i.split('::', 1)[-1]}`".replace("|", "\\|") for i in ids) or "-"
 
 
 def render_table(family: str, since: str, table: list[dict], total: int) -> str:

@@ -2,10 +2,11 @@
 
 * ``impl``: this project's implementation (torch backend); ``impl-triton``:
   the same on its Triton kernels (Triton's CPU interpreter on a CPU run);
-* ``skyrl==X``: SkyRL X from PyPI, installed WITHOUT dependencies into its own
+* ``skyrl==X``, ``verl==X``: SkyRL / verl X from PyPI, installed WITHOUT dependencies into its own
   directory (``.packages/skyrl-X``) and loaded by path, so a base and a PR on
   two versions can live side by side in one virtualenv;
-* ``skyrl=PATH``, ``slime=PATH``, ``nemo_rl=PATH``: a checkout, loaded by path;
+* ``skyrl=PATH``, ``slime=PATH``, ``nemo_rl=PATH``, ``miles=PATH``: a checkout, loaded by path
+  (``miles``: radixark/miles, slime's fork, through the slime adapter);
 * ``liger==X`` / ``liger=PATH``, ``trl==X`` / ``trl=PATH``, ``te==X`` /
   ``te=PATH``: the same, for Liger-Kernel (PyPI ``liger-kernel``), TRL and
   TransformerEngine (PyPI ``transformer-engine``, whose wheel is pure Python);
@@ -36,9 +37,17 @@ ADAPTERS = {
     # the sampling subclasses: the parent adapters plus sampling_log_probs where the revision has it (docs/targets.md)
     "slime": "harness.targets.slime.sampling:SlimeSamplingTarget",
     "nemo_rl": "harness.targets.nemo_rl.sampling:NemoRLSamplingTarget",
+    "miles": "harness.targets.slime.adapter:MilesTarget",
+    "verl": "harness.targets.verl.token:VerlTarget",
 }
-CHECKOUT_VARIABLES = {"skyrl": "LPH_SKYRL_PATH", "slime": "LPH_SLIME_PATH", "nemo_rl": "LPH_NEMO_RL_PATH"}
-PYPI = {"skyrl"}
+CHECKOUT_VARIABLES = {
+    "skyrl": "LPH_SKYRL_PATH",
+    "slime": "LPH_SLIME_PATH",
+    "nemo_rl": "LPH_NEMO_RL_PATH",
+    "miles": "LPH_MILES_PATH",
+    "verl": "LPH_VERL_PATH",
+}
+PYPI = {"skyrl", "verl"}
 # Families from this round: Liger's token + hidden paths, TRL's helpers and chunked LM head (docs/targets.md).
 ADAPTERS.update(
     {
@@ -107,10 +116,9 @@ def resolve(spec: str) -> ResolvedSpec:
     if ":" in spec and not sep:
         return ResolvedSpec(spec, spec, slug_of(spec))
     raise ValueError(
-        f"unknown SPEC {spec!r}: expected impl, impl-triton, mutant=NAME, skyrl==X, skyrl=PATH, slime=PATH, "
-        "nemo_rl=PATH, liger==X, liger=PATH, trl==X, trl=PATH, te==X, te=PATH, "
-        "ms_swift==X, ms_swift=PATH, "
-        "module:attr or path/to/adapter.py:attr"
+        f"unknown SPEC {spec!r}: expected impl, impl-triton, mutant=NAME, "
+        f"{', '.join(sorted(f'{name}==X' for name in PYPI))}, "
+        f"{', '.join(sorted(f'{name}=PATH' for name in CHECKOUT_VARIABLES))}, module:attr or path/to/adapter.py:attr"
     )
 
 

@@ -115,21 +115,42 @@ import torch
 from harness.targets.protocol import Target
 from harness.targets.slime import options as slime_options
 from harness.targets.slime import stand_ins
-from harness.targets.slime.api import LOSS, SlimeAPI, _as_sys_modules, _parameters, load_modules
+from harness.targets.slime.api import (
+    LAYOUTS,
+    PACKED_GATE_PARAMETER,
+    SlimeAPI,
+    _as_sys_modules,
+    _parameters,
+    layout_of,
+    load_modules,
+)
 from harness.targets.upstream import megatron_stand_in
 from harness.targets.upstream.checkout import revision
 
 PATH_VARIABLE = "LPH_SLIME_PATH"
 
 
-def slime_root(root: str | os.PathLike | None = None) -> Path:
-    """The checkout: ``root`` if given, else ``LPH_SLIME_PATH``; it must hold ``slime/utils/ppo_utils.py``."""
-    where = root if root is not None else os.environ.get(PATH_VARIABLE)
+MILES_PATH_VARIABLE = "LPH_MILES_PATH"
+
+
+def slime_root(root: str | os.PathLike | None = None, variable: str = PATH_VARIABLE) -> Path:
+    """The checkout: ``root`` if given, else ``$variable``; it must hold one layout's token module (api.LAYOUTS).
+
+    That is ``slime/utils/ppo_utils.py`` (THUDM/slime) or
+    ``miles/backends/training_utils/loss_hub/math_utils.py`` (radixark/miles).
+    """
+    where = root if root is not None else os.environ.get(variable)
     if not where:
-        raise RuntimeError(f"set {PATH_VARIABLE} to a THUDM/slime checkout (the directory holding the slime package)")
+        raise RuntimeError(
+            f"set {variable} to a THUDM/slime or radixark/miles checkout (the directory holding the slime or miles "
+            "package)"
+        )
     path = Path(where).expanduser().resolve()
-    if not (path / "slime" / "utils" / "ppo_utils.py").is_file():
-        raise FileNotFoundError(f"{PATH_VARIABLE}={where}: no slime/utils/ppo_utils.py under {path}")
+    if layout_of(path) is None:
+        raise FileNotFoundError(
+            f"{variable}={where}: neither slime/utils/ppo_utils.py nor "
+            f"miles/backends/training_utils/loss_hub/math_utils.py under {path}"
+        )
     return path
 
 
@@ -162,6 +183,10 @@ def _args(**settings) -> stand_ins.SlimeArgs:
         rollout_top_p=1.0,
         recompute_loss_function=False,
         use_dynamic_batch_size=False,  # read by the first revisions' policy_loss_func
+        # miles' settings (absent from slime, which never reads them)
+        true_on_policy_mode=False,
+        observe_training_entropy=False,
+        skip_actor_forward_only=False,
     )
     return stand_ins.SlimeArgs(**{**defaults, **settings})
 
@@ -185,20 +210,28 @@ def _accepted(names: set, **kwargs) -> dict:
 class SlimeTarget(Target):
     """slime's log-prob/entropy and policy-loss code from ``LPH_SLIME_PATH`` (see the module docstring)."""
 
+    path_variable = PATH_VARIABLE
+    files_under_test = LAYOUTS[0].files()  # what a history replay keys revisions by
+
     def __init__(self, root: str | os.PathLike | None = None):
-        self.root = slime_root(root)
+        self.root = slime_root(root, self.path_variable)
+        layout = layout_of(self.root)
         rev = revision(self.root)
-        self.name = f"slime@{rev}" if rev else "slime"
-        self.api = SlimeAPI.detect(load_modules(self.root))
+        self.name = f"{layout.package}@{rev}" if rev else layout.package
+        self.api = SlimeAPI.detect(load_modules(self.root, layout), layout)
         self.capabilities = self.api.capabilities()
         if "policy_loss" in self.capabilities:
             self.capabilities = self.capabilities | slime_options.capabilities(self.api)
 
     @contextlib.contextmanager
     def _calling(self, tp_group, cp_group):
-        """slime's modules in place, the job's groups in the mpu stand-in, ``torch.compile`` run eagerly."""
+        """The checkout's modules in place, the job's groups in the mpu stand-in (and miles' parallel state),
+        ``torch.compile`` run eagerly."""
         megatron_stand_in.set_groups(tp_group, cp_group)
-        with _as_sys_modules(self.api.modules), torch._dynamo.config.patch(disable=True):
+        layout = self.api.layout
+        with _as_sys_modules(self.api.modules, layout.package), torch._dynamo.config.patch(disable=True):
+            if layout.parallel is not None:
+                sys.modules[layout.parallel].set_parallel_state(stand_ins.parallel_state(tp_group, cp_group))
             yield
 
     def _chunk(self, chunk_size: int | None) -> int:
@@ -324,6 +357,8 @@ class SlimeTarget(Target):
             log_probs_chunk_size=self._chunk(chunk_size),
             entropy_coef=1.0 if with_entropy and entropy_grad else 0.0,
         )
+        if PACKED_GATE_PARAMETER in self.api.packed_parameters:
+            extra[PACKED_GATE_PARAMETER] = bool(with_entropy and entropy_grad)
         with self._calling(tp_group, cp_group):
             result = self._packed_call(scores, args, inputs, with_entropy, extra)
         entropy = result.get("entropy") if with_entropy else None
@@ -372,6 +407,7 @@ class SlimeTarget(Target):
             rollout_temperature=temperature,
             log_probs_chunk_size=self._chunk(chunk_size),
             entropy_coef=float(entropy_coef) if with_entropy else 0.0,
+            observe_training_entropy=bool(with_entropy),
             eps_clip=eps_clip,
             eps_clip_high=eps_clip if eps_clip_high is None else eps_clip_high,
             **slime_options.settings(options),
@@ -387,7 +423,8 @@ class SlimeTarget(Target):
             **slime_options.batch_entries(options, masks),
             **extra,
         }
-        loss_module = self.api.modules[LOSS]
+        # The policy module's own name for the packed entry point (miles imports it from another module).
+        loss_module = self.api.modules[self.api.layout.policy]
         original = loss_module.get_log_probs_and_entropy
         recorded = {}
 
@@ -411,3 +448,10 @@ class SlimeTarget(Target):
         result = recorded["result"]
         entropy = list(result["entropy"]) if with_entropy else None
         return loss, list(result["log_probs"]), entropy
+
+
+class MilesTarget(SlimeTarget):
+    """The same adapter on a radixark/miles checkout named by ``LPH_MILES_PATH`` (api.LAYOUTS: the miles layout)."""
+
+    path_variable = MILES_PATH_VARIABLE
+    files_under_test = LAYOUTS[1].files()

@@ -1,13 +1,25 @@
-"""Loading a slime checkout's log-prob modules and detecting which API the revision has.
+"""Loading a slime (or miles) checkout's log-prob modules and detecting which API the revision has.
 
-Split from the adapter (``slime.py``, whose docstring describes the mapping):
-this module executes ``slime.utils.ppo_utils``, ``...megatron_utils.loss`` and
-``...megatron_utils.cp_utils`` from the checkout (parent packages as namespace
-packages, import-only dependencies stood in), and reads the revision's API by
-FEATURE DETECTION, never by commit hash: which functions the modules define,
-their signatures, and which ``args.*`` settings the packed path reads (their
-source text). What a revision lacks is left out of ``capabilities()``, so the
-suite reports it UNSUPPORTED.
+Split from the adapter (``adapter.py``, whose docstring describes the mapping):
+this module executes the checkout's token-level, packed/policy-loss and CP
+modules (parent packages as namespace packages, import-only dependencies stood
+in), and reads the revision's API by FEATURE DETECTION, never by commit hash:
+which functions the modules define, their signatures, and which ``args.*``
+settings the packed path reads (their source text). What a revision lacks is
+left out of ``capabilities()``, so the suite reports it UNSUPPORTED.
+
+Two source layouts carry the same code (``LAYOUTS``), told apart by the files
+the checkout holds:
+
+* ``slime`` (THUDM/slime): ``slime/utils/ppo_utils.py`` (token level),
+  ``slime/backends/megatron_utils/loss.py`` (packed path and policy loss),
+  ``.../megatron_utils/cp_utils.py``; groups from Megatron's ``mpu``;
+* ``miles`` (radixark/miles, the fork that renamed the package): the token
+  functions in ``miles/backends/training_utils/loss_hub/math_utils.py``, the
+  packed path in ``.../loss_hub/logit_processors.py``, the policy loss in
+  ``.../loss_hub/losses.py``, ``.../training_utils/cp_utils.py``; groups from
+  its own ``training_utils.parallel.get_parallel_state()`` (``.tp`` / ``.cp``
+  with ``rank``, ``size``, ``group``), which the adapter sets per call.
 """
 
 from __future__ import annotations
@@ -22,33 +34,81 @@ from harness.targets.slime import stand_ins
 from harness.targets.upstream.checkout import as_sys_modules, namespace_packages
 from harness.targets.upstream.symbols import MissingUpstreamImport
 
-PPO_UTILS = "slime.utils.ppo_utils"
-LOSS = "slime.backends.megatron_utils.loss"
-CP_UTILS = "slime.backends.megatron_utils.cp_utils"
-_PACKAGES = ("slime", "slime.utils", "slime.backends", "slime.backends.megatron_utils")
-_GATE_PARAMETERS = ("with_entropy_grad", "need_entropy_grad")
+_GATE_PARAMETERS = ("with_entropy_grad", "need_entropy_grad", "entropy_requires_grad")
+# The packed entry point's own entropy-gate argument (miles); slime reads ``args.entropy_coef`` instead.
+PACKED_GATE_PARAMETER = "entropy_requires_grad"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one source layout keeps the modules the adapter loads (dotted module names)."""
+
+    package: str
+    token: str  # calculate_log_probs_and_entropy (or the older split functions)
+    packed: str  # get_log_probs_and_entropy, get_responses
+    policy: str  # policy_loss_function
+    cp_utils: str  # get_sum_of_sample_mean
+    parallel: str | None = None  # a module with set_parallel_state (None: Megatron's mpu alone)
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """Every parent package of the loaded modules (presented as namespace packages)."""
+        names = set()
+        for module in self.modules:
+            parts = module.split(".")
+            names |= {".".join(parts[:i]) for i in range(1, len(parts))}
+        return tuple(sorted(names, key=len))
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.token, self.packed, self.policy, self.cp_utils)))
+
+    def files(self) -> tuple[str, ...]:
+        """The files under test, relative to the checkout root (what a history replay keys revisions by)."""
+        return tuple(name.replace(".", "/") + ".py" for name in self.modules)
+
+
+_SLIME_LOSS = "slime.backends.megatron_utils.loss"
+_MILES_HUB = "miles.backends.training_utils.loss_hub"
+LAYOUTS = (
+    Layout("slime", "slime.utils.ppo_utils", _SLIME_LOSS, _SLIME_LOSS, "slime.backends.megatron_utils.cp_utils"),
+    Layout(
+        "miles",
+        f"{_MILES_HUB}.math_utils",
+        f"{_MILES_HUB}.logit_processors",
+        f"{_MILES_HUB}.losses",
+        "miles.backends.training_utils.cp_utils",
+        parallel="miles.backends.training_utils.parallel",
+    ),
+)
+
+
+def layout_of(root: Path) -> Layout | None:
+    """The layout whose token-level module exists under ``root`` (None: neither slime nor miles)."""
+    return next((layout for layout in LAYOUTS if (root / layout.files()[0]).is_file()), None)
 
 
 # ---- loading ---------------------------------------------------------------------------------
 
 
-def _as_sys_modules(modules: dict):
-    """slime's modules as the process's ``slime*`` modules while the context lasts (``checkout.as_sys_modules``)."""
-    return as_sys_modules(modules, "slime")
+def _as_sys_modules(modules: dict, package: str = "slime"):
+    """The checkout's modules as the process's ``<package>*`` modules while the context lasts."""
+    return as_sys_modules(modules, package)
 
 
 _LOADED: dict[Path, dict] = {}
 
 
-def load_modules(root: Path) -> dict:
-    """Execute slime's log-prob modules from ``root`` (cached per checkout); returns the ``slime*`` modules."""
+def load_modules(root: Path, layout: Layout | None = None) -> dict:
+    """Execute the checkout's log-prob modules from ``root`` (cached per checkout); returns its package's modules."""
     if root in _LOADED:
         return _LOADED[root]
+    layout = layout or layout_of(root) or LAYOUTS[0]
     stand_ins.install_megatron_fusions()
-    modules = namespace_packages(root, _PACKAGES)
-    with _as_sys_modules(modules), stand_ins.absent_dependencies():
-        _import(root, PPO_UTILS)
-        for name in (LOSS, CP_UTILS):
+    modules = namespace_packages(root, layout.packages)
+    with _as_sys_modules(modules, layout.package), stand_ins.absent_dependencies():
+        _import(root, layout.token)
+        for name in (*layout.modules[1:], *([layout.parallel] if layout.parallel else [])):
             if root.joinpath(*name.split(".")).with_suffix(".py").is_file():
                 _import(root, name)
     _LOADED[root] = modules
@@ -61,7 +121,7 @@ def _import(root: Path, name: str) -> None:
         importlib.import_module(name)
     except ModuleNotFoundError as exc:
         missing = exc.name or str(exc)
-        if missing.split(".")[0] == "slime":
+        if missing.split(".")[0] in ("slime", "miles"):
             raise  # the checkout itself lacks a module: not a dependency to stand in
         raise MissingUpstreamImport(
             missing,
@@ -95,6 +155,7 @@ class SlimeAPI:
     """What the loaded revision provides, found by inspecting its modules."""
 
     modules: dict
+    layout: Layout = LAYOUTS[0]
     token_fn: object = None  # calculate_log_probs_and_entropy
     token_parameters: set = field(default_factory=set)
     split_fns: tuple | None = None  # (compute_log_probs, compute_entropy_from_logits)
@@ -110,9 +171,11 @@ class SlimeAPI:
     zigzag: bool = False
 
     @classmethod
-    def detect(cls, modules: dict) -> SlimeAPI:
-        ppo, loss, cp_utils = (modules.get(name) for name in (PPO_UTILS, LOSS, CP_UTILS))
-        api = cls(modules)
+    def detect(cls, modules: dict, layout: Layout = LAYOUTS[0]) -> SlimeAPI:
+        ppo, loss, policy, cp_utils = (
+            modules.get(name) for name in (layout.token, layout.packed, layout.policy, layout.cp_utils)
+        )
+        api = cls(modules, layout)
         api.token_fn = getattr(ppo, "calculate_log_probs_and_entropy", None)
         api.token_parameters = _parameters(api.token_fn)
         split = (getattr(ppo, "compute_log_probs", None), getattr(ppo, "compute_entropy_from_logits", None))
@@ -122,9 +185,9 @@ class SlimeAPI:
             api.packed_parameters = _parameters(api.packed_fn)
             api.packed_gate_settings = _settings_read(api.packed_fn)
             api.packed_settings = api.packed_gate_settings | _settings_read(getattr(loss, "get_responses", None))
-            api.policy_fn = getattr(loss, "policy_loss_function", None)
+            api.policy_fn = getattr(policy, "policy_loss_function", None)
             if api.policy_fn is None:
-                api.legacy_policy_fn = getattr(loss, "policy_loss_func", None)
+                api.legacy_policy_fn = getattr(policy, "policy_loss_func", None)
             api.zigzag = hasattr(loss, "get_logits_and_tokens_offset_with_cp")
         api.sum_of_sample_mean_fn = getattr(cp_utils, "get_sum_of_sample_mean", None)
         return api
@@ -135,7 +198,7 @@ class SlimeAPI:
 
     @property
     def has_packed_gate(self) -> bool:
-        return "entropy_coef" in self.packed_gate_settings
+        return "entropy_coef" in self.packed_gate_settings or PACKED_GATE_PARAMETER in self.packed_parameters
 
     @property
     def has_bshd(self) -> bool:

@@ -1,15 +1,12 @@
-"""Stand-ins for what slime's log-prob modules import besides ``megatron.core.mpu`` (see slime.py).
+"""Stand-ins for what slime's (and miles') log-prob modules import besides ``megatron.core.mpu`` (adapter.py).
 
 Written here from the upstream SIGNATURES and documented behaviour only; no
 upstream code is copied.
 
 * ``megatron.core.fusions.fused_cross_entropy.fused_vocab_parallel_cross_entropy``:
   the vocab-parallel cross-entropy that slime's older ``compute_log_probs``
-  wraps. Like Megatron's, it takes ``[S, B, V_local]`` logits (cast to fp32)
-  and ``[S, B]`` global target ids, returns the per-token loss ``lse - z_t``,
-  and OVERWRITES its fp32 input with the softmax (the in-place behaviour that
-  made slime clone the logits before calling it). Its gradient is
-  ``(softmax - onehot) * grad``.
+  (and miles') wraps: ``harness/targets/upstream/megatron_cross_entropy.py``
+  (it overwrites its fp32 input with the softmax, as Megatron's does).
 * absent third-party dependencies: slime's utility modules import ``ray`` and
   ``httpx`` at module level (``slime.utils.misc`` / ``http_utils``, pulled in
   by the loss module) for functions the adapter never calls; revisions of
@@ -34,86 +31,19 @@ import importlib.util
 import sys
 import types
 from contextlib import contextmanager
+from dataclasses import dataclass
 
-import torch
 import torch.distributed as dist
 
-from harness.targets.upstream import megatron_stand_in
+from harness.targets.upstream import megatron_cross_entropy, megatron_stand_in
 from harness.targets.upstream.settings import StrictSettings
 
-# ---- megatron.core.fusions.fused_cross_entropy -------------------------------------------
-
-
-def _group_rank(group) -> int:
-    if group is None or isinstance(group, megatron_stand_in._SingleRank):
-        return 0
-    return dist.get_rank(group)
-
-
-def _all_reduce(tensor: torch.Tensor, group, op=dist.ReduceOp.SUM) -> None:
-    if group is None or isinstance(group, megatron_stand_in._SingleRank):
-        return
-    dist.all_reduce(tensor, op=op, group=group)
-
-
-class _VocabParallelCrossEntropy(torch.autograd.Function):
-    """Per-token ``lse - z_t`` over a TP-sharded vocabulary; the fp32 input is overwritten with the softmax."""
-
-    @staticmethod
-    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, group):
-        vocab_local = logits.shape[-1]
-        start = _group_rank(group) * vocab_local
-        flat = logits.view(-1, vocab_local)
-        flat_target = target.reshape(-1)
-        outside = (flat_target < start) | (flat_target >= start + vocab_local)
-        local_target = (flat_target - start).masked_fill(outside, 0)
-
-        row_max = flat.max(dim=-1).values
-        _all_reduce(row_max, group, dist.ReduceOp.MAX)
-        flat.sub_(row_max.unsqueeze(-1))
-        predicted = flat.gather(-1, local_target.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
-        _all_reduce(predicted, group)
-        flat.exp_()
-        sum_exp = flat.sum(dim=-1)
-        _all_reduce(sum_exp, group)
-        loss = sum_exp.log() - predicted
-        flat.div_(sum_exp.unsqueeze(-1))
-        # The input itself now holds the softmax; like Megatron, save it (not a view made here) for backward.
-        ctx.save_for_backward(logits, outside, local_target)
-        return loss.view(target.shape)
-
-    @staticmethod
-    def backward(ctx, grad_loss: torch.Tensor):
-        softmax, outside, local_target = ctx.saved_tensors
-        grad = softmax.reshape(-1, softmax.shape[-1]).clone()
-        rows = torch.arange(grad.shape[0], device=grad.device)
-        grad[rows, local_target] -= (~outside).to(grad.dtype)
-        grad.mul_(grad_loss.reshape(-1, 1))
-        return grad.view(softmax.shape), None, None
-
-
-def fused_vocab_parallel_cross_entropy(vocab_parallel_logits, target, tp_group=None):
-    """Megatron's signature: ``[S, B, V_local]`` logits, ``[S, B]`` targets, TP group (default: mpu's)."""
-    if tp_group is None:
-        tp_group = sys.modules["megatron.core.parallel_state"].get_tensor_model_parallel_group()
-    return _VocabParallelCrossEntropy.apply(vocab_parallel_logits.float(), target, tp_group)
+# ---- megatron.core.fusions.fused_cross_entropy (harness/targets/upstream/megatron_cross_entropy.py) ----------
 
 
 def install_megatron_fusions() -> None:
-    """Register ``megatron.core.fusions.fused_cross_entropy`` next to the mpu stand-in (real Megatron: untouched)."""
-    state = megatron_stand_in.install()
-    if not (state.__doc__ or "").startswith("harness stand-in"):
-        return
-    if "megatron.core.fusions.fused_cross_entropy" in sys.modules:
-        return
-    fusions = types.ModuleType("megatron.core.fusions")
-    fused = types.ModuleType("megatron.core.fusions.fused_cross_entropy")
-    fused.__doc__ = "harness stand-in (harness/targets/slime/stand_ins.py)"
-    fused.fused_vocab_parallel_cross_entropy = fused_vocab_parallel_cross_entropy
-    fusions.fused_cross_entropy = fused
-    sys.modules["megatron.core"].fusions = fusions
-    sys.modules["megatron.core.fusions"] = fusions
-    sys.modules["megatron.core.fusions.fused_cross_entropy"] = fused
+    """Register Megatron's cross-entropy stand-ins next to the mpu stand-in (real Megatron: untouched)."""
+    megatron_cross_entropy.install()
 
 
 # ---- absent third-party dependencies ------------------------------------------------------
@@ -210,3 +140,43 @@ class SlimeArgs(StrictSettings):
 
     READ_AS = "slime args"
     MAPPED_IN = "harness/targets/slime/adapter.py (_args)"
+
+
+# ---- miles' parallel state --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupStandIn:
+    """What miles' code reads of a ``GroupInfo``: ``rank``, ``size`` and ``group`` (SINGLE_RANK for one rank)."""
+
+    rank: int
+    size: int
+    group: object
+
+
+def _group_info(group) -> GroupStandIn:
+    if group is None:
+        return GroupStandIn(0, 1, megatron_stand_in.SINGLE_RANK)
+    return GroupStandIn(dist.get_rank(group), dist.get_world_size(group), group)
+
+
+def parallel_state(tp_group, cp_group) -> types.SimpleNamespace:
+    """miles' ``ParallelState`` for one job: the TP and CP groups; every other dimension one rank.
+
+    miles' loss code finds its groups through ``get_parallel_state()`` (``.tp``,
+    ``.cp``), not Megatron's ``mpu``. Its own ``ParallelState`` and ``GroupInfo``
+    check every group against ``torch.distributed`` and hold DP/PP/EP meshes the
+    log-prob code never reads, so the adapter sets this namespace instead; a
+    dimension it does not provide raises an AttributeError naming it.
+    """
+    single = _group_info(None)
+    return types.SimpleNamespace(
+        tp=_group_info(tp_group),
+        cp=_group_info(cp_group),
+        cp_comm_type=None,
+        is_ulysses_cp=False,
+        is_pp_last_stage=True,
+        pp=single,
+        ep=single,
+        etp=single,
+    )

@@ -1,0 +1,175 @@
+"""Target adapter for verl's Megatron log-prob and entropy path (verl-project/verl).
+
+What is checked: ``vocab_parallel_entropy``, ``vocab_parallel_entropy_with_chunking``
+and ``vocab_parallel_log_probs_from_logits`` of ``verl/utils/megatron/tensor_parallel.py``,
+executed from the tree ``harness/targets/verl/source.py`` finds (``LPH_VERL_PATH``
+or the installed ``verl``), composed as verl's Megatron engine composes them in
+``MegatronEngineWithLMHead._lm_head_logits_processor``
+(``verl/workers/engine/megatron/transformer_impl.py``; that module imports
+Megatron proper and the trainer, so its few lines are repeated here):
+
+1. the logits are divided by the temperature, cast to the logits' dtype first
+   (``logits.div_(temperature.to(logits.dtype))``: a bf16 run divides by the
+   bf16-rounded temperature, as verl does; a non-positive one is 1e-8 first). verl divides in place the model
+   output it owns; the harness's logits are the caller's input, so the
+   adapter divides out of place (the same rounding) into a tensor of its own;
+2. with entropy: the divided logits are backed up (``clone``) for the
+   log-probs, and the entropy is computed on the divided logits themselves,
+   by ``vocab_parallel_entropy`` or, with a chunk size,
+   ``vocab_parallel_entropy_with_chunking(logits[1, rows, V_local], chunk)``
+   (verl's ``entropy_from_logits_chunk_size``; its engine hands ``[1, T, V]``);
+   its backward writes that tensor and restores it, which is why verl backs it up;
+3. log-probs: ``vocab_parallel_log_probs_from_logits(backup, labels)`` =
+   minus Megatron's ``vocab_parallel_cross_entropy`` (stood in,
+   ``harness/targets/upstream/megatron_cross_entropy.py``: Megatron's values
+   and its overwrite of an fp32 input; a defect of Megatron's own backward is
+   out of reach here). The harness gives each row its target, which is what
+   verl's rolled labels are.
+
+Mapping onto the harness's conventions (docs/targets.md): logits ``[rows,
+V_local]`` are this rank's shard, as verl's; the TP group comes from the mpu
+stand-in; entropy ``-Σ p log p`` (verl's sign). verl chunks the ENTROPY only
+(the log-prob path is one Megatron call), so ``chunk_size`` maps onto the
+entropy's chunk. verl computes the entropy only when its caller asks
+(``calculate_entropy``) and, for metrics, under the caller's ``no_grad``; the
+adapter computes it under ``torch.no_grad()`` when its gradient is not wanted.
+
+The policy loss is ``harness/targets/verl/policy.py``.
+
+Not declared (UNSUPPORTED), and why:
+``packed``, ``cp_zigzag``, ``bshd`` (verl's thd packing, ``preprocess_thd_engine``
+in ``verl/models/mcore/util.py``, pads every sequence to a multiple of
+``tp·cp·2``, not the harness's ``2·cp``, and gathers the outputs over CP;
+presenting the harness's rows in that layout needs a cross-rank re-layout the
+adapter does not do yet); ``entropy_gate`` (the gate is the caller's
+``no_grad``, i.e. the adapter's, not verl's); ``response_only`` /
+``loss_mask_only`` (every row is evaluated); ``donation``; ``cp_allgather``
+(verl has no such layout).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+from harness.targets.protocol import Target
+from harness.targets.upstream import megatron_stand_in, packing
+from harness.targets.verl import policy as verl_policy
+from harness.targets.verl import source
+
+
+def divided(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """verl's ``logits.div_(temperature.to(logits.dtype))``, out of place (a tensor the adapter owns).
+
+    As verl's logits processor, a non-positive temperature becomes 1e-8 first
+    ("avoid non-positive temperature such as padding"), so it is never refused.
+    """
+    temperature = torch.tensor(temperature, dtype=torch.float32)
+    temperature = torch.where(temperature <= 0, torch.tensor(1e-8), temperature)
+    return logits / temperature.to(logits.dtype)
+
+
+def logits_processor(tp, scores, labels, *, chunk_size, with_entropy, entropy_grad):
+    """verl's ``_lm_head_logits_processor`` after the temperature: ``(log_probs [..], entropy [..] or None)``.
+
+    ``scores`` is ``[1, T, V_local]`` (as the engine hands it), owned by the caller
+    of this function (verl's entropy backward writes it).
+    """
+    entropy = None
+    if with_entropy:
+        backup = scores.clone()
+        with contextlib.nullcontext() if entropy_grad else torch.no_grad():
+            if chunk_size is not None:
+                entropy = tp.vocab_parallel_entropy_with_chunking(scores, chunk_size=chunk_size)
+            else:
+                entropy = tp.vocab_parallel_entropy(scores)
+    else:
+        backup = scores
+    return tp.vocab_parallel_log_probs_from_logits(backup, labels), entropy
+
+
+class VerlTarget(Target):
+    """verl's Megatron log-prob/entropy functions and PPO loss (see the module docstring)."""
+
+    files_under_test = source.FILES_UNDER_TEST  # what a history replay keys revisions by
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        self.root = source.verl_root(root)
+        self.name = source.version(self.root)
+        self.tp = source.tensor_parallel(self.root)
+        self.algos = source.core_algos(self.root)
+        caps = {"token", "entropy", "temperature"}
+        if hasattr(self.tp, "vocab_parallel_entropy_with_chunking"):
+            caps.add("chunking")
+        if self.algos is not None and verl_policy.supported(self.algos):
+            caps.add("policy_loss")
+        self.capabilities = frozenset(caps)
+
+    def _chunk(self, chunk_size):
+        """The entropy's chunk: the harness's ``chunk_size`` as given (0 and negatives reach verl), None: unchunked."""
+        return chunk_size if chunk_size is not None and "chunking" in self.capabilities else None
+
+    def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
+        megatron_stand_in.set_groups(tp_group, None)
+        with torch._dynamo.config.patch(disable=True):
+            log_probs, entropy = logits_processor(
+                self.tp,
+                divided(logits, temperature).unsqueeze(0),
+                targets.unsqueeze(0),
+                chunk_size=self._chunk(chunk_size),
+                with_entropy=with_entropy,
+                entropy_grad=entropy_grad,
+            )
+        return log_probs[0], (entropy[0] if entropy is not None else None)
+
+    def policy_loss(
+        self,
+        logits,
+        inputs,
+        *,
+        advantages,
+        old_log_probs,
+        eps_clip,
+        eps_clip_high,
+        entropy_coef,
+        with_entropy,
+        tp_group,
+        cp_group,
+        chunk_size,
+        temperature,
+        response_only,
+        loss_mask_only,
+    ):
+        if packing.cp_size_and_rank(cp_group)[0] > 1 or inputs.cp_mode != "none":
+            raise ValueError(f"{self.name}: context parallelism is not mapped for verl (no 'cp_zigzag' capability)")
+        if inputs.qkv_format != "thd":
+            raise ValueError(f"{self.name}: qkv_format={inputs.qkv_format!r}: only thd is mapped for verl")
+        if response_only or loss_mask_only:
+            raise ValueError(f"{self.name}: response_only/loss_mask_only: verl evaluates every row")
+        megatron_stand_in.set_groups(tp_group, None)
+        labels = verl_policy.rolled_labels(inputs, logits.shape[0], logits.device)
+        with torch._dynamo.config.patch(disable=True):
+            log_probs, entropy = logits_processor(
+                self.tp,
+                divided(logits, temperature).unsqueeze(0),
+                labels.unsqueeze(0),
+                chunk_size=self._chunk(chunk_size),
+                with_entropy=with_entropy,
+                entropy_grad=True,
+            )
+        per_sample = verl_policy.response_rows(log_probs[0], inputs)
+        per_sample_entropy = verl_policy.response_rows(entropy[0], inputs) if with_entropy else None
+        loss = verl_policy.ppo_loss(
+            self.algos,
+            per_sample,
+            per_sample_entropy,
+            inputs,
+            advantages=advantages,
+            old_log_probs=old_log_probs,
+            eps_clip=eps_clip,
+            eps_clip_high=eps_clip_high,
+            entropy_coef=entropy_coef,
+        )
+        return loss, per_sample, per_sample_entropy

@@ -1,0 +1,109 @@
+"""Self-tests of the verl adapters (harness/targets/verl/) on stand-in trees: no network, no verl.
+
+The stand-ins under tests/fakes/verl/ follow the signatures of the verl
+functions the adapters call, with plain torch arithmetic. These tests exercise
+the seams: finding the tree, executing the files under test as private modules
+with Megatron and verl's trainer imports stood in, the composition of verl's
+Megatron logits processor (temperature in the logits' dtype, entropy on the
+divided logits, log-probs on their backup), the PPO loss through verl's
+registry and aggregation, the fused torch LM-head path, and the chunked-entropy
+backward defect of verl 0.9.1 failing the checks while the correct one passes.
+"""
+
+import sys
+
+import pytest
+import torch
+
+from harness.cases.case import Case
+from harness.checks.hidden import check_hidden_backward, check_hidden_forward
+from harness.checks.parity import check_policy_loss, check_token_backward, check_token_forward
+from harness.gate import history, specs
+from harness.targets import PackedInputs
+from harness.targets.verl import source
+from harness.targets.verl.token import VerlTarget, divided
+from tests.fakes.verl import targets as fakes
+
+CORRECT = f"{fakes.__file__}:correct"
+VIEW_WRITING = f"{fakes.__file__}:view_writing"
+FUSED = f"{fakes.__file__}:fused_torch"
+TOKEN_CASE = Case(seed=7, vocab=10, samples=((9, 4),), temperature=2.5, with_entropy=True)
+POLICY_CASE = Case(seed=5, vocab=12, samples=((7, 4), (3, 0), (5, 4)), pad_multiple=3, mask_mode="mixed")
+
+
+def test_tree_comes_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(source.PATH_VARIABLE, str(fakes.HERE / "correct"))
+    assert VerlTarget().root == (fakes.HERE / "correct").resolve()
+    monkeypatch.setenv(source.PATH_VARIABLE, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="verl/utils/megatron/tensor_parallel.py"):
+        source.verl_root()
+
+
+def test_loading_stands_in_only_while_loading():
+    target = fakes.correct()
+    assert target.capabilities == {"token", "entropy", "chunking", "temperature", "policy_loss"}
+    assert not [name for name in sys.modules if name == "verl" or name.startswith("verl.")]
+    assert "tensordict" not in sys.modules, "import-only placeholders must not outlive the load"
+    # A verl tree without core_algos has no policy loss.
+    assert "policy_loss" not in fakes.view_writing().capabilities
+
+
+def test_temperature_is_rounded_to_the_logits_dtype_as_verl_divides():
+    logits = torch.randn(3, 5).to(torch.bfloat16)
+    expected = logits / torch.tensor(0.7).to(torch.bfloat16)
+    assert torch.equal(divided(logits, 0.7), expected)
+    assert torch.tensor(0.7).to(torch.bfloat16).item() == 0.69921875  # the divisor verl uses in bf16
+
+
+@pytest.mark.parametrize("chunk_size", [None, 2])
+def test_token_level_matches_the_oracle(chunk_size):
+    case = TOKEN_CASE.with_(chunk_size=chunk_size)
+    check_token_forward(case, CORRECT)
+    check_token_backward(case, CORRECT)
+
+
+def test_chunked_entropy_writing_its_saved_view_fails_the_backward():
+    check_token_backward(TOKEN_CASE, VIEW_WRITING)  # one chunk: the write is undone before anything reads it
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        check_token_backward(TOKEN_CASE.with_(chunk_size=2), VIEW_WRITING)
+
+
+@pytest.mark.parametrize("coef", [0.0, -0.5])
+def test_policy_loss_through_verls_registry(coef):
+    check_policy_loss(POLICY_CASE.with_(entropy_coef=coef, with_entropy=True), CORRECT)
+    check_policy_loss(POLICY_CASE.with_(with_entropy=False), CORRECT)
+
+
+def test_context_parallel_policy_loss_is_refused_clearly():
+    inputs = PackedInputs([torch.tensor([1, 2, 3])], [3], [2], [torch.ones(2)], "thd", 1, cp_mode="zigzag")
+    with pytest.raises(ValueError, match="cp_zigzag"):
+        fakes.correct().policy_loss(
+            torch.zeros(3, 4),
+            inputs,
+            advantages=[torch.zeros(2)],
+            old_log_probs=[torch.zeros(2)],
+            eps_clip=0.2,
+            eps_clip_high=0.2,
+            entropy_coef=0.0,
+            with_entropy=False,
+            tp_group=None,
+            cp_group=None,
+            chunk_size=None,
+            temperature=1.0,
+            response_only=False,
+            loss_mask_only=False,
+        )
+
+
+@pytest.mark.parametrize("chunk_size", [None, 3])
+def test_fused_torch_path_matches_the_oracle(chunk_size):
+    case = Case(seed=3, vocab=11, samples=((8, 7),), chunk_size=chunk_size, temperature=0.7, extra={"hidden_size": 5})
+    check_hidden_forward(case, FUSED)
+    check_hidden_backward(case, FUSED)
+
+
+def test_gate_and_history_know_the_family():
+    resolved = specs.resolve("verl==0.9.1")
+    assert resolved.family == "verl" and resolved.pip_requirement == "verl==0.9.1"
+    assert resolved.env == {"LPH_VERL_PATH": str(specs.PACKAGES / "verl-0.9.1")}
+    assert history.files_under_test("verl") == source.FILES_UNDER_TEST
