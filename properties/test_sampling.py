@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from harness.cases.case import Case
 from harness.cases.sampling import sampling_case, sampling_cases
-from harness.cases.strategies import SPECIAL_VALUES, TOKEN_LEVEL, cases
+from harness.cases.strategies import LAYOUT_FREE_SPECIAL_VALUES, TOKEN_LEVEL, cases
 from harness.checks import record
 from harness.checks.failure import MEMORY, ensure
 from harness.checks.parity import require
@@ -61,7 +61,7 @@ def test_sampling_parity(case, spec):
 
 
 @pytest.mark.tier("hardening")
-@given(case=sampling_cases(_token_cases(special=SPECIAL_VALUES)))
+@given(case=sampling_cases(_token_cases(special=LAYOUT_FREE_SPECIAL_VALUES)))
 # ties at the k-th value: every odd column equals column 0, so top-k's boundary is a tie (all copies kept)
 @example(case=sampling_case(BASE.with_(special=("ties",)), kept="derived", form="derived", top_k=2))
 @example(case=sampling_case(BASE.with_(special=("ties",), tp=4), kept="derived", form="derived", top_k=3, top_p=0.5))

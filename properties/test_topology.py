@@ -16,7 +16,7 @@ targets (NeMo-RL, SkyRL's Functions).
 import pytest
 from hypothesis import given, settings
 
-from harness.cases.strategies import ANY_VALUES, TOKEN_LEVEL, topology_pairs
+from harness.cases.strategies import LAYOUT_FREE_ANY_VALUES, TOKEN_LEVEL, topology_pairs
 from harness.checks.topology import check_token_topology_invariance, check_topology_invariance
 
 # Each example runs the target twice, on up to two rank pools: an eighth of the active profile's examples
@@ -33,7 +33,7 @@ def test_topology_invariance(case, spec):
 
 @pytest.mark.tier("hardening")
 @SHARE
-@given(case=topology_pairs(special=ANY_VALUES))
+@given(case=topology_pairs(special=LAYOUT_FREE_ANY_VALUES))
 def test_topology_invariance_bit_for_bit(case, spec):
     check_topology_invariance(case, spec, exact=True)
 
@@ -47,6 +47,6 @@ def test_token_topology_invariance(case, spec):
 
 @pytest.mark.tier("hardening")
 @SHARE
-@given(case=topology_pairs(cp_sizes=TOKEN_LEVEL, special=ANY_VALUES))
+@given(case=topology_pairs(cp_sizes=TOKEN_LEVEL, special=LAYOUT_FREE_ANY_VALUES))
 def test_token_topology_invariance_bit_for_bit(case, spec):
     check_token_topology_invariance(case, spec, exact=True)

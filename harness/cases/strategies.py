@@ -35,6 +35,12 @@ SPECIALS = case_module.SPECIALS
 FINITE = st.just([])
 SPECIAL_VALUES = st.lists(st.sampled_from(SPECIALS), unique=True, min_size=1, max_size=2)
 ANY_VALUES = st.lists(st.sampled_from(SPECIALS), unique=True, max_size=2)
+# ``masked_shard`` confines rows to one shard OF THE CASE'S TP DEGREE: two topologies of one Case would not hold the
+# same rows (the topology checks), and a kept set drawn without regard to that shard may keep only -inf logits, an
+# undefined processed distribution impl rightly refuses (the sampling checks). Those draw the other special values.
+LAYOUT_FREE_SPECIALS = tuple(v for v in SPECIALS if v != "masked_shard")
+LAYOUT_FREE_SPECIAL_VALUES = st.lists(st.sampled_from(LAYOUT_FREE_SPECIALS), unique=True, min_size=1, max_size=2)
+LAYOUT_FREE_ANY_VALUES = st.lists(st.sampled_from(LAYOUT_FREE_SPECIALS), unique=True, max_size=2)
 
 
 @st.composite
