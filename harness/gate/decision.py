@@ -123,7 +123,15 @@ def row(verdict, outcome: str, detail: str = "") -> Row:
 
 
 def entry(verdict, reason: str = "") -> Entry:
-    diagnosis = verdict.diagnosis.get("summary", "") if verdict.diagnosis else ""
     warnings = [f"{w.get('category', '')}: {w.get('message', '')}" for w in verdict.warnings]
     reason = reason or verdict.reason
-    return Entry(verdict.id, verdict.tier, reason, verdict.case, verdict.replay, verdict.kind, diagnosis, warnings)
+    return Entry(
+        verdict.id,
+        verdict.tier,
+        reason,
+        verdict.case,
+        verdict.replay,
+        verdict.kind,
+        verdict.diagnosis_summary,
+        warnings,
+    )

@@ -47,9 +47,14 @@ class Verdict:
         return self.outcome == FAIL
 
     @property
+    def diagnosis_summary(self) -> str:
+        """One line: which conditions the failure needs (harness/checks/diagnosis.py); empty without a diagnosis."""
+        return self.diagnosis.get("summary", "") if self.diagnosis else ""
+
+    @property
     def detail(self) -> str:
-        """The reason, with the diagnosis (which conditions the failure needs) when there is one."""
-        summary = self.diagnosis.get("summary", "") if self.diagnosis else ""
+        """The reason, with the diagnosis when there is one."""
+        summary = self.diagnosis_summary
         return f"{self.reason} [diagnosis: {summary}]" if summary else self.reason
 
     @property
