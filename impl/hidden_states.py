@@ -22,23 +22,26 @@ chunk is the unit of the backward's TP sum. Decisions, and the bugs behind them:
   row's bits depend on the TP degree. Two forward collectives per call, as on the logits path: the MAX
   all-reduce and the rank-order all-gather of the stacked statistics; their
   number and shapes never depend on the data (the hang class of docs/bugs.md #5).
-* **Matmuls in fixed row blocks.** A BLAS matmul does not give a row the
-  same bits when the number of rows in the call changes (measured on this
-  CPU for every dtype: ``h[i:i+1] @ W.T`` differs from row ``i`` of ``h @ W.T``).
-  So every matmul runs on blocks of ``MATMUL_BLOCK_ROWS`` rows aligned to
-  absolute row indices, and chunk boundaries are rounded up to a multiple of
-  the block: a row is always computed with the same neighbours, whatever the
-  chunk size. That makes log-probs, entropy, ``grad_hidden`` AND
-  ``grad_weight`` (accumulated block by block, always in the same order)
-  bit-identical for every chunk size.
+* **Matmuls of one shape** (``impl.fixed_gemm``). A BLAS matmul does not
+  give a row the same bits when the number of rows or columns in the call
+  changes (measured on this CPU: ``h[i:i+1] @ W.T`` differs from row ``i``
+  of ``h @ W.T``). So every matmul runs on blocks of ``MATMUL_BLOCK_ROWS``
+  rows aligned to absolute row indices (the last one zero-padded) and one
+  leaf block of the global vocabulary at a time, and chunk boundaries are
+  rounded up to a multiple of the row block. That makes log-probs, entropy,
+  ``grad_hidden`` AND ``grad_weight`` (accumulated block by block, always
+  in the same order) bit-identical for every chunk size, and values and
+  ``grad_hidden`` the same bits for a row in any batch and at every
+  power-of-two TP degree (docs/topology.md).
 * **Backward recomputes, never stores, the logits.** Per block it recomputes
   ``z``, turns it into ``dL/dz`` in place exactly as the token-level
   backward does (``-p * (g_lp + g_H (log p + H))`` plus ``g_lp`` at the target
   column with ``scatter_add_``: no one_hot, no ``[rows, V]`` integer tensor,
   docs/bugs.md #3), then ``grad_hidden[chunk] = g @ W`` and ``grad_weight += g.T @ h``.
 * **grad_hidden is summed over TP in rank order.** Each rank holds one
-  column block of the sum ``sum_r g_r W_r``; per chunk the ranks all-gather
-  their fp32 partials and add them in rank order, so every rank returns the
+  column block of the sum ``sum_r g_r W_r`` (itself summed leaf by leaf by
+  the statistics' tree); per chunk the ranks all-gather their fp32 partials
+  and add them as the tree's top, so every rank returns the
   same bits and the sum never depends on the chunking (a ring all-reduce's
   rounding depends on an element's position in the buffer). One collective
   per chunk, a count fixed by ``rows`` and ``chunk_size``, identical on all ranks.
@@ -56,6 +59,7 @@ from __future__ import annotations
 
 import torch
 
+from .fixed_gemm import MATMUL_BLOCK_ROWS, FixedShapeGemm
 from .row_stats import (
     all_reduce_max,
     backward_terms,
@@ -68,10 +72,6 @@ from .row_stats import (
     tp_world,
 )
 from .validation import validate_hidden_inputs
-
-# Rows per matmul call (see the module docstring: the unit a row's bits depend on). Large enough for an
-# efficient GEMM on a CPU (the weight is re-read once per block), small enough that chunk sizes stay fine-grained.
-MATMUL_BLOCK_ROWS = 256
 
 
 def hidden_chunk_bounds(rows: int, chunk_size: int | None) -> list[tuple[int, int]]:
@@ -93,12 +93,9 @@ def _blocks(start: int, end: int):
         yield block, min(block + MATMUL_BLOCK_ROWS, end)
 
 
-def _block_logits(hidden, weight, start: int, end: int, temperature: float, out: torch.Tensor) -> torch.Tensor:
+def _block_logits(gemm: FixedShapeGemm, start: int, end: int, temperature: float, out: torch.Tensor) -> torch.Tensor:
     """``out`` (fp32 ``[end-start, V_local]``) := ``hidden[start:end] @ weight.T / temperature``: ONE block."""
-    if hidden.dtype == torch.float32:
-        torch.mm(hidden[start:end], weight.t(), out=out)
-    else:
-        out.copy_(torch.mm(hidden[start:end], weight.t()))
+    gemm.logits(start, end, out)
     if temperature != 1.0:
         out.div_(temperature)
     return out
@@ -123,23 +120,25 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
         stats = torch.zeros(rows, 3 if with_entropy else 2, dtype=torch.float32, device=hidden.device)
         global_max = torch.empty(rows, dtype=torch.float32, device=hidden.device)
         workspace = _workspace(rows, v_local, hidden.device)
+        blocks = leaf_blocks(v_local, tp_size)
+        gemm = FixedShapeGemm(hidden, weight, blocks)
         for start, end in _blocks(0, rows):
-            logits = _block_logits(hidden, weight, start, end, temperature, workspace[0, : end - start])
+            logits = _block_logits(gemm, start, end, temperature, workspace[0, : end - start])
             torch.amax(logits, dim=1, out=global_max[start:end])
         all_reduce_max(global_max, tp_group)
-        blocks = leaf_blocks(v_local, tp_size)
         for start, end in _blocks(0, rows):
-            logits = _block_logits(hidden, weight, start, end, temperature, workspace[0, : end - start])
+            logits = _block_logits(gemm, start, end, temperature, workspace[0, : end - start])
             shifted = logits.sub_(global_max[start:end].unsqueeze(1))
             target_shift = shifted.gather(1, gather_index[start:end]).squeeze(1)
             stats[start:end, 1] = torch.where(in_shard[start:end], target_shift, 0.0)
             exp_sums(stats[start:end], shifted, workspace[1, : end - start], with_entropy, blocks)
-        del workspace
+        del workspace, gemm
         stats = sum_in_rank_order(stats, tp_group)
         log_probs, entropy = finish(stats, with_entropy)
 
         ctx.save_for_backward(hidden, weight, targets, global_max, stats)
         ctx.chunk_size, ctx.temperature, ctx.tp_group, ctx.tp_rank = chunk_size, temperature, tp_group, tp_rank
+        ctx.leaves = blocks
         if with_entropy and not entropy_grad:
             ctx.mark_non_differentiable(entropy)
         return log_probs, entropy
@@ -157,12 +156,12 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
         weight_acc = torch.zeros(v_local, hidden.shape[1], dtype=torch.float32, device=hidden.device)
         workspace = _workspace(rows, v_local, hidden.device)
+        gemm = FixedShapeGemm(hidden, weight, ctx.leaves)
         for start, end in hidden_chunk_bounds(rows, ctx.chunk_size):
             partial = torch.empty(end - start, hidden.shape[1] if want_hidden else 0, device=hidden.device)
             for block_start, block_end in _blocks(start, end):
                 grad_z = _block_logits_grad(
-                    hidden,
-                    weight,
+                    gemm,
                     block_start,
                     block_end,
                     temperature,
@@ -174,13 +173,16 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
                     grad_entropy,
                     entropy,
                 )
-                if want_hidden:
-                    _mm_into(grad_z, weight, partial[block_start - start : block_end - start])
-                if want_weight:
-                    weight_acc.addmm_(grad_z.t(), hidden[block_start:block_end].float())
+                gemm.backward_block(
+                    grad_z,
+                    block_start,
+                    block_end,
+                    partial[block_start - start : block_end - start] if want_hidden else None,
+                    weight_acc if want_weight else None,
+                )
             if want_hidden:
                 grad_hidden[start:end].copy_(sum_in_rank_order(partial, ctx.tp_group))
-        del workspace
+        del workspace, gemm
         grad_weight = None
         if want_weight:
             grad_weight = weight_acc if weight.dtype == torch.float32 else weight_acc.to(weight.dtype)
@@ -188,14 +190,14 @@ class FusedHiddenLogProbEntropy(torch.autograd.Function):
 
 
 def _block_logits_grad(
-    hidden, weight, start, end, temperature, workspace, shift, scatter_index, target_grad, g_lp, g_h, entropy
+    gemm, start, end, temperature, workspace, shift, scatter_index, target_grad, g_lp, g_h, entropy
 ) -> torch.Tensor:
     """``dL/dz`` of the block ``[start, end)`` (``/ temperature`` included), recomputed in the private workspace.
 
     ``impl.row_stats.grad_of_log_p``, as in ``impl.token_level``: no one_hot,
     the target's term added with ``scatter_add_``.
     """
-    log_p = _block_logits(hidden, weight, start, end, temperature, workspace[0, : end - start])
+    log_p = _block_logits(gemm, start, end, temperature, workspace[0, : end - start])
     log_p.sub_(shift[start:end].unsqueeze(1))
     block_grads = [None if grad is None else grad[start:end] for grad in (g_lp, g_h, entropy)]
     grad_z = grad_of_log_p(log_p, workspace[1, : end - start], *block_grads)
@@ -203,14 +205,6 @@ def _block_logits_grad(
     if temperature != 1.0:
         grad_z.div_(temperature)
     return grad_z
-
-
-def _mm_into(grad_z: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
-    """``out`` (fp32) := ``grad_z @ weight``, the matmul in the weight's dtype."""
-    if weight.dtype == torch.float32:
-        torch.mm(grad_z, weight, out=out)
-    else:
-        out.copy_(torch.mm(grad_z.to(weight.dtype), weight))
 
 
 def hidden_log_probs_and_entropy(

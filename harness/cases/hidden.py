@@ -18,7 +18,10 @@ import torch
 
 from harness.cases.case import Case
 
-_STREAM_HIDDEN, _STREAM_HEAD = 50, 51
+_STREAM_HIDDEN, _STREAM_HEAD, _STREAM_PREFIX = 50, 51, 52
+# ``extra[PREFIX_ROWS]``: rows of other tokens placed BEFORE the Case's rows in the call (topology invariance:
+# a row's bits must not depend on its position or on which other rows share the call).
+PREFIX_ROWS = "prefix_rows"
 
 
 def hidden_size(case: Case) -> int:
@@ -64,3 +67,34 @@ def probe_weights(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     if case.extra.get("same_sign_upstream"):
         return a.abs(), b.abs()
     return a, b
+
+
+def prefix_rows(case: Case) -> int:
+    """How many other rows precede the Case's rows in the hidden-state call (0: none)."""
+    count = case.extra.get(PREFIX_ROWS, 0)
+    if not isinstance(count, int) or count < 0:
+        raise ValueError(f"extra[{PREFIX_ROWS!r}] must be an int >= 0, got {count!r}")
+    return count
+
+
+def with_prefix(case: Case, hidden: torch.Tensor, targets: torch.Tensor, a: torch.Tensor, b: torch.Tensor):
+    """``(hidden, targets, a, b)`` with ``prefix_rows(case)`` rows of other tokens in front (their own stream).
+
+    The Case's own rows keep their values; the others are drawn like them
+    (same scale, dtype and vocabulary), so the call differs only in what
+    shares it and where the Case's rows sit.
+    """
+    count = prefix_rows(case)
+    if count == 0:
+        return hidden, targets, a, b
+    g = case.generator(_STREAM_PREFIX)
+    size = hidden.shape[1]
+    other = (torch.randn(count, size, generator=g) * case.logit_scale / math.sqrt(size)).to(hidden.dtype)
+    other_targets = torch.randint(0, case.vocab, (count,), generator=g).to(targets.dtype)
+    other_a, other_b = (torch.randn(count, generator=g, dtype=a.dtype) for _ in range(2))
+    return (
+        torch.cat([other, hidden]),
+        torch.cat([other_targets, targets]),
+        torch.cat([other_a, a]),
+        torch.cat([other_b, b]),
+    )

@@ -15,12 +15,15 @@ input dtype. H and V stay tiny so a quarter of a million rows costs seconds.
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import strategies as st
 
 from harness.cases.case import Case
 from harness.cases.hidden import with_hidden_size
-from harness.cases.strategies import TOKEN_LEVEL, cases
-from impl.hidden_states import MATMUL_BLOCK_ROWS
+from harness.cases.strategies import TOKEN_LEVEL, TP_SIZES, cases
+from harness.cases.topology import with_topology
+from impl.fixed_gemm import MATMUL_BLOCK_ROWS
 
 MAX_HIDDEN = 24
 
@@ -33,6 +36,24 @@ def hidden_cases(draw, *, tp=None, with_entropy=None, max_vocab_local: int = 32)
     case = draw(cases(max_vocab_local=max_vocab_local, **options))
     case = case.with_(logit_scale=draw(st.sampled_from((1.0, 1.0, 5.0, 30.0))))
     return with_hidden_size(case, draw(st.integers(1, MAX_HIDDEN)))
+
+
+@st.composite
+def hidden_topology_pairs(draw):
+    """A hidden-state Case and a second topology of its rows: TP degree, chunk size, other rows in front.
+
+    The vocabulary is a multiple of both TP degrees; the rows in front
+    (``prefix_rows``) move the Case's rows to every position of a matmul
+    block and across block boundaries (0, 1, a few, a block minus one, more
+    than a block).
+    """
+    case = draw(hidden_cases())
+    tp2 = draw(st.sampled_from(TP_SIZES))
+    both = math.lcm(case.tp, tp2)
+    case = case.with_(vocab=both * draw(st.integers(1, max(1, 32 * min(case.tp, tp2) // both))))
+    chunk2 = draw(st.one_of(st.none(), st.just(1), st.integers(2, 3 * MATMUL_BLOCK_ROWS)))
+    prefix = draw(st.sampled_from((0, 1, 3, MATMUL_BLOCK_ROWS - 1, MATMUL_BLOCK_ROWS + 5)))
+    return with_topology(case, tp=tp2, chunk_size=chunk2, prefix_rows=prefix)
 
 
 # bf16 loses an addend below half an ulp of the running sum: a sum of n like-signed block contributions stops

@@ -3,7 +3,9 @@
 The second topology rides in ``extra["topology"]`` so a failing pair
 replays from the Case's JSON alone. The rows, values, targets and options
 are the Case's own (they depend on the seed, the vocabulary and the
-samples, never on tp/cp); only how they are laid out and chunked changes.
+samples, never on tp/cp); only how they are laid out and chunked changes,
+and, on the hidden-state path, which other rows precede them in the call
+(``prefix_rows``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 from harness.cases.case import Case
 
 TOPOLOGY = "topology"
-TOPOLOGY_FIELDS = ("tp", "cp", "cp_mode", "chunk_size")
+TOPOLOGY_FIELDS = ("tp", "cp", "cp_mode", "chunk_size", "prefix_rows")
+# Not a Case field: the hidden-state job's rows of other tokens before the Case's (harness.cases.hidden).
+_EXTRA_FIELDS = ("prefix_rows",)
 
 
 def with_topology(case: Case, **topology) -> Case:
@@ -38,4 +42,6 @@ def other_topology(case: Case) -> Case:
     changes.update(case.extra[TOPOLOGY])
     if changes["cp"] > 1:
         changes["qkv_format"] = "thd"
-    return without_topology(case).with_(**changes)
+    extra = {field: changes.pop(field) for field in _EXTRA_FIELDS if field in changes}
+    other = without_topology(case)
+    return other.with_(extra={**other.extra, **extra}, **changes)

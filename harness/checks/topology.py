@@ -19,8 +19,13 @@ and bit-identity is hardening (``exact=True``).
 
 from __future__ import annotations
 
+import torch
+
 from harness.cases.case import Case
+from harness.cases.hidden import prefix_rows
 from harness.cases.topology import other_topology, without_topology
+from harness.checks.failure import GRADIENT, VALUE
+from harness.checks.hidden import assert_hidden_backward, assert_hidden_forward, hidden_capabilities
 from harness.checks.invariances import LEVELS
 from harness.checks.parity import (
     assemble_grad,
@@ -31,6 +36,7 @@ from harness.checks.parity import (
     required_capabilities,
 )
 from harness.checks.tolerance import assert_identical
+from harness.jobs.hidden import hidden_job
 from harness.ranks.run import run_job
 from harness.targets import load_target
 
@@ -46,9 +52,21 @@ def _values(level: str, case: Case, results: list, key: str) -> list:
     return gather_samples(case, results, key) if level == "packed" else [replicated(results, key)]
 
 
+def _label(first: Case, second: Case) -> str:
+    def one(c: Case) -> str:
+        prefix = prefix_rows(c)
+        return f"tp={c.tp} cp={c.cp}/{c.cp_mode} chunk={c.chunk_size}" + (
+            f" after {prefix} other rows" if prefix else ""
+        )
+
+    return f"{one(first)} vs {one(second)}"
+
+
 def _topology_invariance(case: Case, spec: str, exact: bool | None, level: str) -> None:
     job, forward, backward = LEVELS[level]
     first, second = without_topology(case), other_topology(case)
+    if prefix_rows(second):
+        raise ValueError("prefix_rows is a hidden-state topology (check_hidden_topology_invariance)")
     for each in (first, second):
         require(spec, required_capabilities(each, level))
     results = [run_job(job, each, spec) for each in (first, second)]
@@ -57,7 +75,7 @@ def _topology_invariance(case: Case, spec: str, exact: bool | None, level: str) 
             forward(each, result)
             backward(each, result)
         return
-    label = " vs ".join(f"tp={c.tp} cp={c.cp}/{c.cp_mode} chunk={c.chunk_size}" for c in (first, second))
+    label = _label(first, second)
     for key in ("log_probs", "entropy") if case.with_entropy else ("log_probs",):
         values = [_values(level, each, result, key) for each, result in zip((first, second), results)]
         for i, (x, y) in enumerate(zip(*values)):
@@ -78,4 +96,39 @@ def check_token_topology_invariance(case: Case, spec: str = "impl", *, exact: bo
     _topology_invariance(case, spec, exact, "token")
 
 
-__all__ = ["TOPOLOGY_INVARIANT", "check_token_topology_invariance", "check_topology_invariance"]
+@replayable
+def check_hidden_topology_invariance(case: Case, spec: str = "impl", *, exact: bool | None = None) -> None:
+    """Hidden-state path: another TP degree, chunk size, or other rows before the Case's, the same results.
+
+    Values and grad(hidden) are compared row by row; grad(weight), a sum
+    over the call's rows, only where both calls hold the same rows (no
+    ``prefix_rows``). Within the tolerance policy of the oracle for a
+    target without ``topology_invariant``.
+    """
+    first, second = without_topology(case), other_topology(case)
+    for each in (first, second):
+        require(spec, hidden_capabilities(each))
+    results = [run_job(hidden_job, each, spec) for each in (first, second)]
+    same_rows = not prefix_rows(second)
+    if not _exact(spec, exact):
+        for each, result in zip((first, second), results):
+            assert_hidden_forward(each, result)
+            assert_hidden_backward(each, result, weight_grad=not prefix_rows(each))
+        return
+    label = _label(first, second)
+    keys = ("log_probs", "entropy", "grad_hidden") if case.with_entropy else ("log_probs", "grad_hidden")
+    for key in keys:
+        kind = GRADIENT if key.startswith("grad") else VALUE
+        values = [replicated(result, key, kind=kind) for result in results]
+        assert_identical(values[1], values[0], what=f"{key}, {label}", kind=kind)
+    if same_rows:
+        weights = [torch.cat([r["grad_weight"] for r in result]) for result in results]
+        assert_identical(weights[1], weights[0], what=f"grad(weight), {label}", kind=GRADIENT)
+
+
+__all__ = [
+    "TOPOLOGY_INVARIANT",
+    "check_hidden_topology_invariance",
+    "check_token_topology_invariance",
+    "check_topology_invariance",
+]

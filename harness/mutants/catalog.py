@@ -291,6 +291,16 @@ MUTANTS = (
         replacement="    return 1  # 'each rank sums its own shard'\n",
         killed_by=("properties/test_topology.py",),
     ),
+    Mutant(
+        name="hidden_gemm_rows_as_output_rows",
+        bug="docs/topology.md: the hidden-state path's logits GEMM is written the usual way, ``h @ W_leaf.T`` "
+        "(the block's rows as the output's ROWS), so a BLAS's small-matrix kernel rounds a row by its position "
+        "in the row block: the same row after other rows gets other last bits",
+        module="impl.fixed_gemm",
+        original="            out[:, cols].copy_(torch.mm(self.weight[cols], rows_t)[:, : end - start].t())\n",
+        replacement="            out[:, cols].copy_(torch.mm(rows_t.t(), self.weight[cols].t())[: end - start])\n",
+        killed_by=("properties/test_topology.py",),
+    ),
 )
 
 
@@ -415,11 +425,11 @@ INPUT_CLASS_MUTANTS = (
         bug="input class 'low-precision accumulation across many blocks': the hidden-state path adds each row "
         "block's grad(weight) contribution to a running sum kept in the weight's dtype ('the head is bf16 "
         "anyway'); exact in fp32, and within tolerance in bf16/fp16 over the few blocks the ordinary shapes hold",
-        module="impl.hidden_states",
-        original="                    weight_acc.addmm_(grad_z.t(), hidden[block_start:block_end].float())\n",
+        module="impl.fixed_gemm",
+        original="                grad_weight[cols].add_(torch.mm(tile[:, : end - start], rows))\n",
         replacement=(
-            "                    block = grad_z.t().mm(hidden[block_start:block_end].float()).to(weight.dtype)\n"
-            "                    weight_acc.copy_(weight_acc.to(weight.dtype).add_(block))\n"
+            "                block = tile[:, : end - start].mm(rows).to(self.weight.dtype)\n"
+            "                grad_weight[cols].copy_(grad_weight[cols].to(self.weight.dtype).add_(block))\n"
         ),
         killed_by=("properties/test_hidden_states.py",),
     ),
