@@ -36,7 +36,7 @@ chunk is the unit of the backward's TP sum. Decisions, and the bugs behind them:
 * **Backward recomputes, never stores, the logits.** Per block it recomputes
   ``z``, turns it into ``dL/dz`` in place exactly as the token-level
   backward does (``-p * (g_lp + g_H (log p + H))`` plus ``g_lp`` at the target
-  column with ``scatter_add_``: no one_hot, no ``[rows, V]`` integer tensor,
+  column with ``add_at_target``: no one_hot, no ``[rows, V]`` integer tensor,
   docs/bugs.md #3), then ``grad_hidden[chunk] = g @ W`` and ``grad_weight += g.T @ h``.
 * **grad_hidden is summed over TP in rank order.** Each rank holds one
   column block of the sum ``sum_r g_r W_r`` (itself summed leaf by leaf by
@@ -61,6 +61,7 @@ import torch
 
 from .fixed_gemm import MATMUL_BLOCK_ROWS, FixedShapeGemm
 from .row_stats import (
+    add_at_target,
     all_reduce_max,
     backward_terms,
     exp_sums,
@@ -195,13 +196,13 @@ def _block_logits_grad(
     """``dL/dz`` of the block ``[start, end)`` (``/ temperature`` included), recomputed in the private workspace.
 
     ``impl.row_stats.grad_of_log_p``, as in ``impl.token_level``: no one_hot,
-    the target's term added with ``scatter_add_``.
+    the target's term added with ``add_at_target``.
     """
     log_p = _block_logits(gemm, start, end, temperature, workspace[0, : end - start])
     log_p.sub_(shift[start:end].unsqueeze(1))
     block_grads = [None if grad is None else grad[start:end] for grad in (g_lp, g_h, entropy)]
     grad_z = grad_of_log_p(log_p, workspace[1, : end - start], *block_grads)
-    grad_z.scatter_add_(1, scatter_index[start:end], target_grad[start:end])
+    add_at_target(grad_z, scatter_index[start:end], target_grad[start:end])
     if temperature != 1.0:
         grad_z.div_(temperature)
     return grad_z

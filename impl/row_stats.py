@@ -55,7 +55,7 @@ def shard_targets(targets: torch.Tensor, tp_rank: int, v_local: int) -> tuple[to
 
     Returns ``(in_shard [rows] bool, index [rows, 1])``: ``index`` is the
     target's column in the shard, clamped into it for the rows whose target
-    another rank holds (a valid column to ``gather``/``scatter_add_``, whose
+    another rank holds (a valid column to ``gather``/``add_at_target``, whose
     value the caller masks with ``in_shard``).
     """
     local_targets = targets - tp_rank * v_local
@@ -191,13 +191,27 @@ def backward_terms(stats: torch.Tensor, row_max: torch.Tensor, grad_log_probs, g
     return shift, grad_log_probs, grad_entropy, entropy
 
 
+def add_at_target(grad: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> None:
+    """``grad[r, index[r]] += values[r]`` (``index``, ``values``: ``[rows, 1]``) with plain loads and stores.
+
+    Not ``scatter_add_``: on CUDA it adds with floating-point atomics, which
+    flush a subnormal to zero, so the exact ``0.0`` a rank adds for a target
+    it does not hold (``shard_targets``' clamped column) turned a subnormal
+    gradient into 0 at TP 4 but not at TP 1 (measured on an H100: -1.4e-45
+    vs 0.0, docs/topology.md). Gather, add, scatter: one IEEE add per row,
+    ``x + 0 = x`` for every ``x``. No one_hot, no ``[rows, V]`` integer
+    tensor (docs/bugs.md #3).
+    """
+    grad.scatter_(1, index, grad.gather(1, index).add_(values))
+
+
 def grad_of_log_p(log_p: torch.Tensor, spare: torch.Tensor, g_lp, g_h, entropy) -> torch.Tensor:
     """``dL/dz`` of a block of rows but the target's term, from ``log p`` in a private fp32 buffer (destroyed).
 
     ``dL/dz = g_lp * (1[v=t] - p) - g_H * p * (log p + H)
     = p * (-g_H * log p - (g_lp + g_H * H)) + g_lp * 1[v=t]``; this returns
     the first term (in ``log_p`` or ``spare``); the caller adds ``g_lp`` at the
-    target column with ``scatter_add_`` (no one_hot, no ``[rows, V]`` integer
+    target column with ``add_at_target`` (no one_hot, no ``[rows, V]`` integer
     tensor: docs/bugs.md #3) and divides by the temperature. ``g_lp``,
     ``g_h``, ``entropy`` are the block's ``[rows]`` slices; ``entropy`` None
     leaves the entropy term out (``g_h`` unused). Without it ``log p`` is not

@@ -18,7 +18,7 @@ vocabulary"). Design decisions, each tied to a historic bug (docs/bugs.md):
 * The backward never builds ``one_hot`` nor any ``[rows, V]`` integer tensor
   (bug 3): it recomputes ``p`` per chunk from the saved row statistics,
   writes ``-p * coef`` into the gradient buffer and adds the log-prob
-  gradient at the target column with ``scatter_add_``.
+  gradient at the target column with ``add_at_target`` (gather, add, scatter).
 * The entropy-gradient gate (bug 1) only marks the entropy output
   non-differentiable: the values come from the very same computation, so they
   are bit-identical with and without the gradient.
@@ -54,6 +54,7 @@ import torch
 from .agreement import TOKEN_CALL_FIXES, agree, token_call_fields
 from .backend import TRITON, resolve_backend, triton_backend
 from .row_stats import (
+    add_at_target,
     all_reduce_max,
     backward_terms,
     chunk_bounds,
@@ -166,7 +167,7 @@ def _torch_backward(logits, row_index, shift, chunk_size, scatter_index, target_
         block_grads = [None if grad is None else grad[start:end] for grad in grads]
         grad_chunk = grad_of_log_p(log_p, workspace_pair[1], *block_grads)
         del log_p
-        grad_chunk.scatter_add_(1, scatter_index[start:end], target_grad[start:end])
+        add_at_target(grad_chunk, scatter_index[start:end], target_grad[start:end])
         if temperature != 1.0:
             grad_chunk.div_(temperature)
         if row_index is None:

@@ -69,7 +69,7 @@ MUTANTS = (
         bug="docs/bugs.md #3 (SkyRL #1650, NeMo-RL #4114): the chunked backward builds an int64 one_hot over the "
         "vocabulary plus a float copy to place the target gradient",
         module="impl.token_level",
-        original="        grad_chunk.scatter_add_(1, scatter_index[start:end], target_grad[start:end])\n",
+        original="        add_at_target(grad_chunk, scatter_index[start:end], target_grad[start:end])\n",
         replacement=(
             "        one_hot = torch.nn.functional.one_hot(scatter_index[start:end].squeeze(1), v_local)\n"
             "        grad_chunk.add_(one_hot.float() * target_grad[start:end])\n"
