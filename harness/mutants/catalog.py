@@ -381,6 +381,16 @@ SAMPLING_MUTANTS = (
         replacement="            candidates = z.topk(width, dim=1).values  # 'each rank knows its own top-k'\n",
         killed_by=("regressions/test_sampling_per_shard.py",),
     ),
+    Mutant(
+        name="sampling_packed_cp_error_one_rank",
+        bug="docs/sampling.md 'Packed batches and context parallelism': a target outside K raises only on the CP "
+        "rank holding its row; a CP rank holding none returns values (zigzag) or waits in the all-reduce its peer "
+        "never reaches (allgather)",
+        module="impl.sampling_packed",
+        original='    agree(cp_group, "cp_group", {}, local_error=error, device=logits.device, fix={})\n',
+        replacement="    if error is not None:  # 'a CP rank reports its own rows'\n        raise error\n",
+        killed_by=("properties/test_sampling_packed.py",),
+    ),
 )
 
 MUTANTS = MUTANTS + TRITON_MUTANTS + SAMPLING_MUTANTS
