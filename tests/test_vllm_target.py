@@ -1,9 +1,10 @@
 """The vLLM sampler adapter's seams, on stand-in checkouts written here (no network, no vLLM checkout).
 
 ``tests/fakes/vllm/correct`` has the signature of vLLM's
-``apply_top_k_top_p_pytorch`` with correct arithmetic and imports that cannot
-run here; ``unrenormalised`` is the same with top-p read off the full softmax
-(not renormalised over top-k's survivors). The adapter must load the one
+``apply_top_k_top_p_pytorch`` and the lifecycle of its ``MinPLogitsProcessor``
+with correct arithmetic and imports that cannot run here; ``unrenormalised``
+has top-p read off the full softmax (not renormalised over top-k's
+survivors), and no min-p file. The adapter must load the one
 function without those imports, gather TP shards to full rows as vLLM does,
 map top-k / top-p / temperature / chunks so the correct stand-in passes the
 derived-``K`` check at TP 1 and 2, and the check must fail the defective one;
@@ -42,15 +43,23 @@ CASES = [
     sampling_case(
         Case(seed=33, vocab=8, samples=((6, 4),), with_entropy=False), kept="derived", form="derived", top_k=20
     ),
+    # min-p before top-k, after the temperature
+    sampling_case(
+        Case(seed=34, vocab=16, tp=2, samples=((6, 5),), with_entropy=False, temperature=0.7, logit_scale=3.0),
+        kept="derived",
+        form="derived",
+        top_k=5,
+        min_p=0.1,
+    ),
 ]
 
 
 def test_declares_what_the_sampler_has():
     capabilities = load_target(CORRECT).capabilities
     assert {"sampling", "sampling_derived", "sampling_neg_inf", "temperature", "chunking"} <= capabilities
-    assert not {"sampling_csr", "sampling_dense", "sampling_entropy", "sampling_min_p", "sampling_ties_all"} & (
-        capabilities
-    )
+    assert "sampling_min_p" in capabilities
+    assert not {"sampling_csr", "sampling_dense", "sampling_entropy", "sampling_ties_all"} & capabilities
+    assert "sampling_min_p" not in load_target(UNRENORMALISED).capabilities  # no min-p file in that checkout
 
 
 def test_loads_one_function_without_the_modules_imports():
@@ -59,7 +68,7 @@ def test_loads_one_function_without_the_modules_imports():
     assert "vllm" not in sys.modules and "vllm.envs" not in sys.modules
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"tp{c.tp}-k{c.extra['sampling']['top_k']}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"tp{c.tp}-k{c.extra['sampling']['top_k']}-seed{c.seed}")
 def test_correct_stand_in_passes(case):
     check_sampling(case, CORRECT)
 
@@ -69,15 +78,14 @@ def test_top_p_over_the_full_softmax_fails():
         check_sampling(CASES[1], UNRENORMALISED)
 
 
-@pytest.mark.parametrize(
-    "changes",
-    [{"kept": "random", "form": "csr"}, {"min_p": 0.1}],
-    ids=["given-K", "min-p"],
-)
-def test_what_the_sampler_lacks_is_unsupported(changes):
-    spec = {**CASES[0].extra["sampling"], **changes}
+def test_a_given_kept_set_is_unsupported():
     with pytest.raises(pytest.skip.Exception, match="UNSUPPORTED"):
-        check_sampling(sampling_case(CASES[0], **spec), CORRECT)
+        check_sampling(sampling_case(CASES[0], kept="random", form="csr"), CORRECT)
+
+
+def test_min_p_without_its_file_is_unsupported():
+    with pytest.raises(pytest.skip.Exception, match="UNSUPPORTED"):
+        check_sampling(CASES[3], UNRENORMALISED)
 
 
 def test_entropy_is_unsupported():

@@ -34,10 +34,16 @@ adapter's, ``d/dz log_softmax`` over vLLM's ``K`` held constant (the
 contract's), so the gradient check reads vLLM's ``K`` a second time, nothing
 more.
 
+Min-p, where the checkout has ``vllm/v1/sample/logits_processor/builtin.py``:
+its ``MinPLogitsProcessor`` (loaded the same way, its base class and the
+batch-update types stood in) runs between the temperature and top-k, as
+``Sampler`` orders them, through its own lifecycle: constructed for the batch,
+told by ``update_state`` that every row is a request with this ``min_p``,
+then ``apply``.
+
 Declared: ``sampling``, ``sampling_derived``, ``sampling_neg_inf``,
-``temperature``, ``chunking``. Not declared: ``sampling_csr`` /
-``sampling_dense`` (vLLM derives ``K``), ``sampling_min_p`` (a stateful batch
-processor, ``MinPLogitsProcessor``, not this function), ``sampling_ties_all``
+``temperature``, ``chunking``, and ``sampling_min_p`` where min-p loads. Not
+declared: ``sampling_csr`` / ``sampling_dense`` (vLLM derives ``K``), ``sampling_ties_all``
 (top-p keeps the count of tied copies the mass needs), ``sampling_entropy``
 (the sampler computes no entropy), ``sampling_error`` /
 ``sampling_force_keep``.
@@ -47,6 +53,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -59,6 +66,14 @@ from harness.targets.upstream.symbols import load_symbol
 PATH_VARIABLE = "LPH_VLLM_PATH"
 SAMPLER_FILE = Path("vllm/v1/sample/ops/topk_topp_sampler.py")
 FUNCTION = "apply_top_k_top_p_pytorch"
+MIN_P_FILE = Path("vllm/v1/sample/logits_processor/builtin.py")
+MIN_P_CLASS = "MinPLogitsProcessor"
+# what the class's module imports for its base class and the batch-update types (only their names are read)
+MIN_P_STAND_INS = {
+    "LogitsProcessor": object,
+    "BatchUpdate": object,
+    "MoveDirectionality": SimpleNamespace(SWAP="swap", UNIDIRECTIONAL="unidirectional"),
+}
 CAPABILITIES = frozenset({"sampling", "sampling_derived", "sampling_neg_inf", "temperature", "chunking"})
 
 
@@ -97,20 +112,36 @@ class VllmSamplerTarget(Target):
         self.revision = revision(self.root)
         self.name = f"vllm@{self.revision}" if self.revision else "vllm"
         self._apply = load_symbol(self.root / SAMPLER_FILE, FUNCTION)
+        self._min_p_class = None
+        if (self.root / MIN_P_FILE).is_file():
+            self._min_p_class = load_symbol(self.root / MIN_P_FILE, MIN_P_CLASS, stand_ins=MIN_P_STAND_INS)
+            self.capabilities = CAPABILITIES | {"sampling_min_p"}
 
-    def _processed(self, z: torch.Tensor, top_k, top_p) -> torch.Tensor:
-        """vLLM's processed logits of the float32 rows ``z`` (a private copy: the op writes in place)."""
+    def _min_p(self, z: torch.Tensor, min_p) -> torch.Tensor:
+        """``MinPLogitsProcessor`` over the rows ``z`` (in place), every row a request with this ``min_p``."""
+        rows = z.shape[0]
+        config = SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=max(rows, 1)))
+        processor = self._min_p_class(config, z.device, False)
+        added = [(index, SimpleNamespace(min_p=float(min_p)), None, None) for index in range(rows)]
+        processor.update_state(SimpleNamespace(added=added, removed=[], moved=[], batch_size=rows))
+        return processor.apply(z)
+
+    def _processed(self, z: torch.Tensor, top_k, top_p, min_p) -> torch.Tensor:
+        """vLLM's processed logits of the float32 rows ``z`` (a private copy: the ops write in place)."""
         rows, vocab = z.shape
+        z = z.clone()
+        if min_p is not None:
+            z = self._min_p(z, min_p)
         k = None if top_k is None else torch.full((rows,), top_k if 0 < top_k < vocab else vocab, dtype=torch.int32)
         p = None if top_p is None else torch.full((rows,), float(top_p), dtype=torch.float32)
         k, p = (None if t is None else t.to(z.device) for t in (k, p))
-        return self._apply(z.clone(), k, p, allow_cpu_sync=z.device.type == "cpu")
+        return self._apply(z, k, p, allow_cpu_sync=z.device.type == "cpu")
 
     def sampling_log_probs(
         self, logits, targets, kept, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature, on_outside
     ):
-        if kept.form != "derived" or kept.min_p is not None:
-            raise ValueError(f"{self.name}: only top_k / top_p derived by vLLM's sampler (got {kept})")
+        if kept.form != "derived" or (kept.min_p is not None and self._min_p_class is None):
+            raise ValueError(f"{self.name}: only top_k / top_p (min_p with min-p loaded) derived by vLLM (got {kept})")
         if with_entropy:
             raise ValueError(f"{self.name}: vLLM's sampler computes no entropy (capability not declared)")
         z = full_rows(logits, tp_group).float() / temperature
@@ -119,7 +150,7 @@ class VllmSamplerTarget(Target):
             rows = z[start:end]
             target = targets[start:end].long().unsqueeze(1)
             with torch.no_grad():
-                processed = self._processed(rows.detach(), kept.top_k, kept.top_p)
+                processed = self._processed(rows.detach(), kept.top_k, kept.top_p, kept.min_p)
                 values = processed.log_softmax(dim=-1, dtype=torch.float32).gather(1, target).squeeze(1)
             replay = torch.where(torch.isfinite(processed), rows, -math.inf).log_softmax(dim=-1)
             replay = replay.gather(1, target).squeeze(1)
