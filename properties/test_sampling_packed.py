@@ -11,8 +11,9 @@ onto the wrong rows, drops a CP rank's rows or lets a CP rank return values
 while its peer raises fails here, where the token-level property (one rank's
 rows, no CP) cannot see it.
 
-Tier: contract (finite logits); a target outside ``K`` under ``"error"`` must
-raise on EVERY rank, the CP ranks holding none of those rows included.
+Tiers: contract (finite logits; a target outside ``K`` under ``"error"`` must
+raise on EVERY rank, the CP ranks holding none of those rows included);
+hardening (a kept set not sliced per CP rank is a clear error on every rank).
 """
 
 import pytest
@@ -22,7 +23,10 @@ from hypothesis import strategies as st
 from harness.cases.case import Case
 from harness.cases.sampling import sampling_case, sampling_cases
 from harness.cases.strategies import cases
-from harness.checks.sampling import check_sampling_packed
+from harness.checks.parity import require
+from harness.checks.sampling import assert_every_rank_raised, check_sampling_packed
+from harness.jobs.sampling import sampling_packed_job
+from harness.ranks.run import run_job
 
 BASE = Case(seed=5, vocab=16, samples=((9, 5), (6, 3), (8, 1)), chunk_size=2)
 # (8, 1) under CP 2: the one response row lies in chunk 3, held by CP rank 0 alone
@@ -65,3 +69,16 @@ def _packed(case: Case, **spec) -> Case:
 @example(case=_packed(BASE.with_(qkv_format="bshd", tp=2), kept="derived", form="derived", min_p=0.1))
 def test_sampling_packed_parity(case, spec):
     check_sampling_packed(case, spec)
+
+
+@pytest.mark.tier("hardening")
+@pytest.mark.parametrize("cp_mode", ("zigzag", "allgather"))
+@pytest.mark.parametrize("tp", (1, 2))
+def test_kept_set_not_sliced_per_cp_rank_is_a_clear_error_on_every_rank(cp_mode, tp, spec):
+    """The whole batch's CSR on every CP rank: the rank holding no response row has a kept set of the
+    wrong length and says so, and the rank holding all of them (its CSR is right) raises too, instead
+    of returning values or waiting for its peer."""
+    case = _packed(ONE_ROW.with_(cp_mode=cp_mode, tp=tp, with_entropy=False))
+    require(spec, {"sampling", "sampling_packed", "sampling_csr", f"cp_{cp_mode}", "chunking"})
+    results = run_job(sampling_packed_job, case, spec, compare_traces=False, unsliced=True)
+    assert_every_rank_raised(results, ("kept_offsets",), "a kept set not sliced per CP rank")

@@ -162,13 +162,17 @@ def held_response_rows(case: Case, cp_rank: int) -> torch.Tensor:
     return torch.tensor([position[row] for row in case.local_rows(cp_rank) if row in position], dtype=torch.long)
 
 
-def kept_set(case: Case, tp_rank: int, cp_rank: int = 0) -> KeptSet:
-    """What rank ``(tp_rank, cp_rank)`` hands the target, in the Case's form (a packed Case: its held rows)."""
+def kept_set(case: Case, tp_rank: int, cp_rank: int = 0, held_only: bool = True) -> KeptSet:
+    """What rank ``(tp_rank, cp_rank)`` hands the target, in the Case's form (a packed Case: its held rows).
+
+    ``held_only=False`` hands a packed Case's every row instead (the bad input of a caller that forgot to
+    slice ``K`` per CP rank).
+    """
     s = spec(case)
     if s["form"] == "derived":
         return KeptSet(top_k=s["top_k"], top_p=s["top_p"], min_p=s["min_p"])
     kept, _ = kept_and_targets(case)
-    if s["packed"]:
+    if s["packed"] and held_only:
         kept = kept[held_response_rows(case, cp_rank)]
     if s["form"] == "dense":
         width = case.vocab_local

@@ -121,12 +121,15 @@ def sampling_inputs(case: Case, on_device: bool = True) -> PackedInputs:
 
 @on_host
 def sampling_packed_job(payload: dict, ctx) -> dict:
-    """One packed sampling call on this rank, then the backward of the packed probe loss over its view."""
+    """One packed sampling call on this rank, then the backward of the packed probe loss over its view.
+
+    ``payload["unsliced"]``: every CP rank is handed the whole batch's ``K`` (a bad input).
+    """
     case = Case.from_json(payload["case"])
     target = load_target(payload["spec"])
     logits = to_device(case.rank_logits(ctx.tp_rank, ctx.cp_rank)).requires_grad_()
     before, version = logits.detach().clone(), logits._version
-    kept = _on_device(sampling.kept_set(case, ctx.tp_rank, ctx.cp_rank))
+    kept = _on_device(sampling.kept_set(case, ctx.tp_rank, ctx.cp_rank, held_only=not payload.get("unsliced")))
     kept_before = _kept_copies(kept)
     try:
         log_probs, entropy = target.sampling_packed_log_probs(
