@@ -20,9 +20,9 @@ per-row data a trainer slices for its CP rank:
   and the values reach their view by the packed path's one CP all-reduce).
 
 A CSR's ``kept_ids[kept_offsets[r]:kept_offsets[r+1]]`` and a dense mask's
-row ``r`` are the ``r``-th of those rows. Errors a rank meets in the sampling
-call (a target outside ``K`` under ``on_outside="error"``, a kept set of the
-wrong length) are agreed over the CP group before any further CP collective:
+row ``r`` are the ``r``-th of those rows. Errors a rank meets in its row
+plan or the sampling call (a target outside ``K`` under ``on_outside="error"``,
+a kept set of the wrong length) are agreed over the CP group before any further CP collective:
 a CP rank holding no offending row raises too, instead of returning values
 (zigzag) or waiting in the all-reduce its peer never reaches (allgather).
 """
@@ -117,15 +117,16 @@ def packed_sampling_log_probs_and_entropy(
     if cp_mode not in ("none", *CP_MODES):
         raise ValueError(f"cp_mode must be 'none' or one of {CP_MODES}, got {cp_mode!r}")
     agree_on_cp_call(logits, batch, cp_mode=cp_mode, cp_group=cp_group, loss_mask_only=False, options=options)
-    logits = flat_logits(logits, batch)
-    rows, targets, to_samples = _plan(logits, batch, cp_mode, cp_group)
-    kept = dict(kept_ids=kept_ids, kept_offsets=kept_offsets, kept_mask=kept_mask, top_k=top_k, top_p=top_p)
-    log_probs = entropy = error = None
+    kept = dict(kept_ids=kept_ids, kept_offsets=kept_offsets, kept_mask=kept_mask)
+    kept.update(top_k=top_k, top_p=top_p, min_p=min_p)
+    device, error = logits.device, None
     try:
-        picked = logits.index_select(0, torch.tensor(rows, dtype=torch.long, device=logits.device))
-        log_probs, entropy = kept_set_log_probs(picked, targets, min_p=min_p, **kept, **options)
+        logits = flat_logits(logits, batch)
+        rows, targets, to_samples = _plan(logits, batch, cp_mode, cp_group)
+        picked = logits.index_select(0, torch.tensor(rows, dtype=torch.long, device=device))
+        log_probs, entropy = kept_set_log_probs(picked, targets, **kept, **options)
     except (ValueError, TypeError) as exc:
         error = exc
     # one rank's error is every CP rank's (size 1: simply raised)
-    agree(cp_group, "cp_group", {}, local_error=error, device=logits.device, fix={})
+    agree(cp_group, "cp_group", {}, local_error=error, device=device, fix={})
     return PackedOutput(to_samples(log_probs), to_samples(entropy))

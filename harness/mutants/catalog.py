@@ -387,7 +387,7 @@ SAMPLING_MUTANTS = (
         "rank holding its row; a CP rank holding none returns values (zigzag) or waits in the all-reduce its peer "
         "never reaches (allgather)",
         module="impl.sampling_packed",
-        original='    agree(cp_group, "cp_group", {}, local_error=error, device=logits.device, fix={})\n',
+        original='    agree(cp_group, "cp_group", {}, local_error=error, device=device, fix={})\n',
         replacement="    if error is not None:  # 'a CP rank reports its own rows'\n        raise error\n",
         killed_by=("properties/test_sampling_packed.py",),
     ),
