@@ -131,7 +131,7 @@ def agree_on_cp_call(logits, batch: PackedBatch, *, cp_mode, cp_group, loss_mask
         if caller_error is not None:
             raise caller_error
         if cp_mode != "none":
-            validate_cp_call(logits, batch, cp_mode, loss_mask_only)
+            _validate(logits, batch, cp_mode, loss_mask_only)
             given = "None" if cp_group is None else "a group of size 1"
             raise ValueError(
                 f"cp_mode={cp_mode!r} needs a context-parallel cp_group of size > 1 (got {given}): pass the CP "
@@ -141,7 +141,7 @@ def agree_on_cp_call(logits, batch: PackedBatch, *, cp_mode, cp_group, loss_mask
     local_error = caller_error
     if local_error is None and cp_mode != "none":
         try:
-            validate_cp_call(logits, batch, cp_mode, loss_mask_only)
+            _validate(logits, batch, cp_mode, loss_mask_only)
         except (ValueError, TypeError) as exc:
             local_error = exc
     device = logits.device if isinstance(logits, torch.Tensor) else "cpu"
@@ -151,7 +151,7 @@ def agree_on_cp_call(logits, batch: PackedBatch, *, cp_mode, cp_group, loss_mask
         raise ValueError("a CP group of size > 1 was given with cp_mode='none'; pass cp_mode='zigzag' or 'allgather'")
 
 
-def validate_cp_call(logits, batch: PackedBatch, cp_mode: str, loss_mask_only: bool) -> None:
+def _validate(logits, batch: PackedBatch, cp_mode: str, loss_mask_only: bool) -> None:
     if cp_mode not in CP_MODES:
         raise ValueError(f"cp_mode must be one of {CP_MODES}, got {cp_mode!r}")
     if batch.qkv_format != "thd":
@@ -278,7 +278,7 @@ def cp_log_probs_and_entropy(
     ``options`` are the token-level Function's keyword arguments (TP group,
     chunk size, entropy flags, temperature), passed through unchanged.
     """
-    validate_cp_call(logits, batch, cp_mode, loss_mask_only)
+    _validate(logits, batch, cp_mode, loss_mask_only)
     if cp_mode == "zigzag":
         return zigzag_log_probs_and_entropy(logits, batch, cp_group=cp_group, options=options)
     return allgather_log_probs_and_entropy(logits, batch, cp_group=cp_group, options=options)
@@ -290,7 +290,6 @@ __all__ = [
     "allgather_plan",
     "cp_log_probs_and_entropy",
     "redistribute",
-    "validate_cp_call",
     "zigzag_plan",
     "zigzag_positions",
 ]

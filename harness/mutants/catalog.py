@@ -97,11 +97,11 @@ MUTANTS = (
         "so only the other ranks all-reduce in backward",
         module="impl.context_parallel",
         original=(
-            "    log_probs, entropy = _evaluate("
-            "logits, [row for rows in local for row in rows], flat_targets, options)\n"
+            "    flat_rows, flat_targets, held_flat = allgather_plan(logits, batch, cp_group)\n"
+            "    log_probs, entropy = _evaluate(logits, flat_rows, flat_targets, options)\n"
         ),
         replacement=(
-            "    flat_rows = [row for rows in local for row in rows]\n"
+            "    flat_rows, flat_targets, held_flat = allgather_plan(logits, batch, cp_group)\n"
             "    if flat_rows:\n"
             "        log_probs, entropy = _evaluate(logits, flat_rows, flat_targets, options)\n"
             "    else:\n"
