@@ -181,7 +181,8 @@ def _split(values: torch.Tensor | None, sizes: list[int]):
     return None if values is None else list(torch.split(values, sizes))
 
 
-def zigzag_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, options: dict) -> PackedOutput:
+def zigzag_plan(logits, batch: PackedBatch, cp_group) -> tuple:
+    """``(local rows, their targets, values per sample)``: the rows this rank holds are the ones it returns."""
     cp, cp_rank = _cp_world(cp_group)
     rows, needed = zigzag_local_rows(batch, cp, cp_rank)
     if logits.shape[0] < needed:
@@ -198,8 +199,12 @@ def zigzag_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, option
     flat_targets = torch.cat(
         [torch.zeros(0, dtype=torch.long, device=logits.device)] + [t.to(logits.device) for t in picked]
     )
+    return flat_rows, flat_targets, [len(r) for r in rows]
+
+
+def zigzag_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, options: dict) -> PackedOutput:
+    flat_rows, flat_targets, sizes = zigzag_plan(logits, batch, cp_group)
     log_probs, entropy = _evaluate(logits, flat_rows, flat_targets, options)
-    sizes = [len(r) for r in rows]
     return PackedOutput(_split(log_probs, sizes), _split(entropy, sizes))
 
 
@@ -225,7 +230,12 @@ def _redistribute(values, held_flat: torch.Tensor, batch: PackedBatch, cp: int, 
     return out
 
 
-def allgather_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, options: dict) -> PackedOutput:
+def allgather_plan(logits, batch: PackedBatch, cp_group) -> tuple:
+    """``(local rows, their targets, their response positions)``: the response rows of this rank's slice.
+
+    The positions index all samples' response tokens concatenated; ``redistribute`` turns values at
+    them into this rank's zigzag view.
+    """
     # Equal slices on every CP rank were agreed on before (``agree_on_cp_call``, "logits rows").
     cp, cp_rank = _cp_world(cp_group)
     if logits.shape[0] * cp < sum(batch.total_lengths):
@@ -241,10 +251,22 @@ def allgather_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, opt
         [torch.zeros(0, dtype=torch.long, device=logits.device)]
         + [t[h].to(logits.device) for t, h in zip(targets, held)]
     )
-    log_probs, entropy = _evaluate(logits, [row for rows in local for row in rows], flat_targets, options)
+    return [row for rows in local for row in rows], flat_targets, held_flat
+
+
+def redistribute(values, held_flat: torch.Tensor, batch: PackedBatch, cp_group):
+    """This rank's values at ``held_flat`` as its zigzag view of every sample (None stays None)."""
+    if values is None:
+        return None
+    cp, cp_rank = _cp_world(cp_group)
+    return _redistribute(values, held_flat, batch, cp, cp_rank, cp_group)
+
+
+def allgather_log_probs_and_entropy(logits, batch: PackedBatch, *, cp_group, options: dict) -> PackedOutput:
+    flat_rows, flat_targets, held_flat = allgather_plan(logits, batch, cp_group)
+    log_probs, entropy = _evaluate(logits, flat_rows, flat_targets, options)
     return PackedOutput(
-        _redistribute(log_probs, held_flat, batch, cp, cp_rank, cp_group),
-        None if entropy is None else _redistribute(entropy, held_flat, batch, cp, cp_rank, cp_group),
+        redistribute(log_probs, held_flat, batch, cp_group), redistribute(entropy, held_flat, batch, cp_group)
     )
 
 
@@ -262,4 +284,12 @@ def cp_log_probs_and_entropy(
     return allgather_log_probs_and_entropy(logits, batch, cp_group=cp_group, options=options)
 
 
-__all__ = ["CP_MODES", "agree_on_cp_call", "cp_log_probs_and_entropy", "zigzag_positions"]
+__all__ = [
+    "CP_MODES",
+    "agree_on_cp_call",
+    "allgather_plan",
+    "cp_log_probs_and_entropy",
+    "redistribute",
+    "zigzag_plan",
+    "zigzag_positions",
+]

@@ -93,6 +93,17 @@ def _scatter_back(values: torch.Tensor, kept: list[torch.Tensor], batch: PackedB
     return out
 
 
+def flat_logits(logits: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    """The stream's ``[rows, V_local]`` logits (bshd's ``[B, S, V_local]`` flattened, a view)."""
+    if logits.dim() == 3:
+        if batch.qkv_format != "bshd":
+            raise ValueError("3-D logits [B, S, V_local] are only valid with qkv_format='bshd'")
+        logits = logits.reshape(-1, logits.shape[-1])
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be [rows, V_local] (or [B, S, V_local] for bshd), got {tuple(logits.shape)}")
+    return logits
+
+
 def log_probs_and_entropy(
     logits: torch.Tensor,
     batch: PackedBatch,
@@ -152,12 +163,7 @@ def log_probs_and_entropy(
         )
     if loss_mask_only and not response_only:
         raise ValueError("loss_mask_only=True requires response_only=True (it drops rows before the softmax)")
-    if logits.dim() == 3:
-        if batch.qkv_format != "bshd":
-            raise ValueError("3-D logits [B, S, V_local] are only valid with qkv_format='bshd'")
-        logits = logits.reshape(-1, logits.shape[-1])
-    if logits.dim() != 2:
-        raise ValueError(f"logits must be [rows, V_local] (or [B, S, V_local] for bshd), got {tuple(logits.shape)}")
+    logits = flat_logits(logits, batch)
     rows_index = response_rows(batch, logits.shape[0]).to(logits.device)
     targets = response_targets(batch).to(logits.device)
 

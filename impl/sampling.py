@@ -240,6 +240,41 @@ SAMPLING_FIXES = {
 }
 
 
+def agree_on_sampling_call(
+    logits, targets, tp_group, chunk_size, with_entropy, entropy_grad, temperature, validate_kept, **options
+) -> None:
+    """Validate this rank's sampling call, then agree over the TP group: every rank raises the same clear error.
+
+    ``validate_kept`` checks the kept set's own form (raising ``ValueError`` / ``TypeError``); ``options``
+    (``on_outside`` and any sampling parameter) are fields every TP rank must share.
+    """
+    local_error = None
+    try:
+        validate_token_inputs(logits, targets, tp_group, chunk_size, temperature)
+        check_on_outside(options["on_outside"])
+        validate_kept()
+    except (ValueError, TypeError) as exc:
+        local_error = exc
+    agree(
+        tp_group,
+        "tp_group",
+        call_fields(logits, targets, chunk_size, with_entropy, entropy_grad, temperature, **options),
+        local_error=local_error,
+        device=logits.device if isinstance(logits, torch.Tensor) else "cpu",
+        fix=SAMPLING_FIXES,
+    )
+
+
+def _validate_kept_mask(kept_mask, logits) -> None:
+    if not isinstance(kept_mask, torch.Tensor) or kept_mask.dtype != torch.bool or kept_mask.shape != logits.shape:
+        got = (kept_mask.dtype, tuple(kept_mask.shape)) if isinstance(kept_mask, torch.Tensor) else type(kept_mask)
+        raise ValueError(
+            f"kept_mask must be a bool tensor shaped like this rank's logits {tuple(logits.shape)}, got {got}"
+        )
+    if kept_mask.device != logits.device:
+        raise ValueError(f"kept_mask is on {kept_mask.device} but logits is on {logits.device}")
+
+
 def kept_log_probs_and_entropy(
     logits: torch.Tensor,
     targets: torch.Tensor,
@@ -275,22 +310,18 @@ def kept_log_probs_and_entropy(
     Returns:
         ``(log_probs, entropy)``, float32, one entry per row (entropy may be None).
     """
-    local_error = None
-    try:
-        validate_token_inputs(logits, targets, tp_group, chunk_size, temperature)
-        check_on_outside(on_outside)
-        validate_kept_csr(
-            kept_ids, kept_offsets, targets.shape[0], logits.shape[1] * tp_world(tp_group)[0], logits.device
-        )
-    except (ValueError, TypeError) as exc:
-        local_error = exc
-    agree(
+    agree_on_sampling_call(
+        logits,
+        targets,
         tp_group,
-        "tp_group",
-        call_fields(logits, targets, chunk_size, with_entropy, entropy_grad, temperature, on_outside=on_outside),
-        local_error=local_error,
-        device=logits.device if isinstance(logits, torch.Tensor) else "cpu",
-        fix=SAMPLING_FIXES,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        lambda: validate_kept_csr(
+            kept_ids, kept_offsets, targets.shape[0], logits.shape[1] * tp_world(tp_group)[0], logits.device
+        ),
+        on_outside=on_outside,
     )
     _, tp_rank = tp_world(tp_group)
     v_local = logits.shape[1]
@@ -318,26 +349,16 @@ def dense_log_probs_and_entropy(
     (its nonzero entries) and the same entry-level Function runs; nothing
     else of ``[rows, V_local]`` size is built.
     """
-    local_error = None
-    try:
-        validate_token_inputs(logits, targets, tp_group, chunk_size, temperature)
-        check_on_outside(on_outside)
-        if not isinstance(kept_mask, torch.Tensor) or kept_mask.dtype != torch.bool or kept_mask.shape != logits.shape:
-            got = (kept_mask.dtype, tuple(kept_mask.shape)) if isinstance(kept_mask, torch.Tensor) else type(kept_mask)
-            raise ValueError(
-                f"kept_mask must be a bool tensor shaped like this rank's logits {tuple(logits.shape)}, got {got}"
-            )
-        if kept_mask.device != logits.device:
-            raise ValueError(f"kept_mask is on {kept_mask.device} but logits is on {logits.device}")
-    except (ValueError, TypeError) as exc:
-        local_error = exc
-    agree(
+    agree_on_sampling_call(
+        logits,
+        targets,
         tp_group,
-        "tp_group",
-        call_fields(logits, targets, chunk_size, with_entropy, entropy_grad, temperature, on_outside=on_outside),
-        local_error=local_error,
-        device=logits.device if isinstance(logits, torch.Tensor) else "cpu",
-        fix=SAMPLING_FIXES,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        lambda: _validate_kept_mask(kept_mask, logits),
+        on_outside=on_outside,
     )
     entries = kept_mask.nonzero()
     return kept_entries_log_probs(

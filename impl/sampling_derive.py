@@ -30,10 +30,8 @@ import math
 import torch
 import torch.distributed as dist
 
-from .agreement import agree
 from .row_stats import all_reduce_max, chunk_bounds, sum_in_rank_order, tp_world
-from .sampling import SAMPLING_FIXES, call_fields, check_on_outside, kept_entries_log_probs
-from .validation import validate_token_inputs
+from .sampling import agree_on_sampling_call, kept_entries_log_probs
 
 
 def check_sampling_params(top_k, top_p, min_p) -> None:
@@ -124,21 +122,19 @@ def sampled_log_probs_and_entropy(
     A target outside the derived set (the trainer's logits disagree with the
     engine's near a boundary) follows ``on_outside``.
     """
-    local_error = None
-    try:
-        validate_token_inputs(logits, targets, tp_group, chunk_size, temperature)
-        check_on_outside(on_outside)
-        check_sampling_params(top_k, top_p, min_p)
-    except (ValueError, TypeError) as exc:
-        local_error = exc
-    options = {"on_outside": on_outside, "top_k": top_k, "top_p": top_p, "min_p": min_p}
-    agree(
+    agree_on_sampling_call(
+        logits,
+        targets,
         tp_group,
-        "tp_group",
-        call_fields(logits, targets, chunk_size, with_entropy, entropy_grad, temperature, **options),
-        local_error=local_error,
-        device=logits.device if isinstance(logits, torch.Tensor) else "cpu",
-        fix=SAMPLING_FIXES,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        lambda: check_sampling_params(top_k, top_p, min_p),
+        on_outside=on_outside,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
     )
     with torch.no_grad():
         rows, columns = derived_local_entries(logits, tp_group, chunk_size, float(temperature), top_k, top_p, min_p)

@@ -18,6 +18,12 @@ The sampled token is drawn from ``K`` (from outside ``K`` for ``outside``).
 shuffled and its first id repeated: ``K`` is a set), ``dense`` (each rank's
 ``[rows, V_local]`` slice) or ``derived`` (the parameters only; the target
 derives ``K``; its sampled token is still drawn from the oracle's ``K``).
+
+``packed=True`` makes it a packed-level Case (``sampling_packed_log_probs``):
+``K`` and the sampled tokens are over the RESPONSE rows (all samples'
+response tokens in order), the sampled tokens become the samples' response
+tokens, and each CP rank is handed the rows of ``K`` its logits hold
+(``KeptSet``'s packed rows), sliced here like any per-row data.
 """
 
 from __future__ import annotations
@@ -38,7 +44,15 @@ _STREAM_KEPT = 50  # Case.generator streams 0-6 are the Case's own
 def spec(case: Case) -> dict:
     """``case.extra["sampling"]`` with its defaults filled in."""
     given = dict(case.extra.get("sampling", {}))
-    out = {"kept": "random", "form": "csr", "on_outside": "error", "top_k": None, "top_p": None, "min_p": None}
+    out = {
+        "kept": "random",
+        "form": "csr",
+        "on_outside": "error",
+        "top_k": None,
+        "top_p": None,
+        "min_p": None,
+        "packed": False,
+    }
     unknown = set(given) - set(out)
     if unknown:
         raise ValueError(f"unknown sampling keys {sorted(unknown)}; known: {sorted(out)}")
@@ -57,8 +71,20 @@ def sampling_case(case: Case, **sampling) -> Case:
     return out
 
 
+def response_index(case: Case) -> torch.Tensor:
+    """The global logits row of every response token, samples in order (the packed Case's rows of ``K``)."""
+    rows = [row for sample in case.response_rows() for row in sample]
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def sampled_logits(case: Case) -> torch.Tensor:
+    """The logits rows ``K`` is over: every row at token level, the response rows of a packed Case."""
+    logits = case.global_logits()
+    return logits[response_index(case)] if spec(case)["packed"] else logits
+
+
 def _finite(case: Case) -> torch.Tensor:
-    return torch.isfinite(case.global_logits().double())
+    return torch.isfinite(sampled_logits(case).double())
 
 
 def _pick(candidates: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -70,21 +96,23 @@ def _pick(candidates: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
 
 
 def kept_and_targets(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
-    """The global bool ``[rows, V]`` kept set (before any force-keep) and the sampled token per row."""
+    """The global bool ``[rows, V]`` kept set (before any force-keep) and the sampled token of each
+    ``sampled_logits`` row."""
     s = spec(case)
     g = case.generator(_STREAM_KEPT)
-    rows, vocab = case.rows, case.vocab
     finite = _finite(case)
+    rows, vocab = finite.shape
     draws = torch.rand(rows, generator=g)
     if s["kept"] == "derived":
-        kept = oracle.derive_kept(case.global_logits(), case.temperature, s["top_k"], s["top_p"], s["min_p"])
+        kept = oracle.derive_kept(sampled_logits(case), case.temperature, s["top_k"], s["top_p"], s["min_p"])
         return kept, _pick(kept, draws)
     region = finite.clone()
     if s["kept"] == "one_shard":
         region = torch.zeros_like(finite)
         width = case.vocab_local
         # the first TP shard with a finite column (masked columns are the same in every row)
-        shard = next(k for k in range(case.tp) if bool(finite[:, k * width : (k + 1) * width].any()))
+        # (a packed Case may have no response rows at all: then any shard, nothing is kept)
+        shard = next((k for k in range(case.tp) if bool(finite[:, k * width : (k + 1) * width].any())), 0)
         region[:, shard * width : (shard + 1) * width] = finite[:, shard * width : (shard + 1) * width]
     targets = _pick(region, draws)
     if s["kept"] == "target_only":
@@ -115,12 +143,37 @@ def csr_of(kept: torch.Tensor, g: torch.Tensor | None = None) -> tuple[torch.Ten
     return torch.cat([torch.zeros(0, dtype=torch.long)] + ids), torch.tensor(offsets, dtype=torch.long)
 
 
-def kept_set(case: Case, tp_rank: int) -> KeptSet:
-    """What TP rank ``tp_rank`` hands the target, in the Case's form."""
+def packed_tokens(case: Case) -> list[torch.Tensor]:
+    """The samples' tokens with the sampled tokens as their responses (a packed Case's ``PackedInputs.tokens``)."""
+    _, targets = kept_and_targets(case)
+    out, start = [], 0
+    for tokens, response in zip(case.tokens(), case.response_lengths):
+        tokens = tokens.clone()
+        if response:
+            tokens[-response:] = targets[start : start + response]
+        out.append(tokens)
+        start += response
+    return out
+
+
+def held_response_rows(case: Case, cp_rank: int) -> torch.Tensor:
+    """Which rows of ``K`` (response tokens, samples in order) CP rank ``cp_rank``'s logits hold, in their order."""
+    position = {row: k for k, row in enumerate(response_index(case).tolist())}
+    return torch.tensor([position[row] for row in case.local_rows(cp_rank) if row in position], dtype=torch.long)
+
+
+def kept_set(case: Case, tp_rank: int, cp_rank: int = 0, held_only: bool = True) -> KeptSet:
+    """What rank ``(tp_rank, cp_rank)`` hands the target, in the Case's form (a packed Case: its held rows).
+
+    ``held_only=False`` hands a packed Case's every row instead (the bad input of a caller that forgot to
+    slice ``K`` per CP rank).
+    """
     s = spec(case)
     if s["form"] == "derived":
         return KeptSet(top_k=s["top_k"], top_p=s["top_p"], min_p=s["min_p"])
     kept, _ = kept_and_targets(case)
+    if s["packed"] and held_only:
+        kept = kept[held_response_rows(case, cp_rank)]
     if s["form"] == "dense":
         width = case.vocab_local
         return KeptSet(dense=kept[:, tp_rank * width : (tp_rank + 1) * width].contiguous())
@@ -137,7 +190,7 @@ def tie_dependent(case: Case) -> bool:
     checked on every Case where the rules agree, and reads UNSUPPORTED on the
     others: no oracle says which copies it should keep.
     """
-    s, logits = spec(case), case.global_logits()
+    s, logits = spec(case), sampled_logits(case)
     rule = {"temperature": case.temperature, "top_k": s["top_k"], "top_p": s["top_p"], "min_p": s["min_p"]}
     return not torch.equal(oracle.derive_kept(logits, **rule), oracle.derive_kept(logits, **rule, ties="lowest_id"))
 
@@ -158,6 +211,12 @@ def capabilities(case: Case) -> set[str]:
         needed.add("chunking")
     if case.temperature != 1.0:
         needed.add("temperature")
+    if s["packed"]:
+        needed.add("sampling_packed")
+        if case.cp_mode != "none":
+            needed.add(f"cp_{case.cp_mode}")
+        if case.qkv_format == "bshd":
+            needed.add("bshd")
     return needed
 
 
@@ -188,7 +247,7 @@ def sampling_specs(draw, forms=FORMS, kinds=KINDS, vocab: int = 4):
 
 
 @st.composite
-def sampling_cases(draw, base, forms=FORMS, kinds=KINDS):
-    """A token-level Case from the ``base`` strategy with a sampling spec."""
+def sampling_cases(draw, base, forms=FORMS, kinds=KINDS, packed: bool = False):
+    """A Case from the ``base`` strategy with a sampling spec (``packed``: a packed-level one)."""
     case = draw(base)
-    return sampling_case(case, **draw(sampling_specs(forms, kinds, case.vocab)))
+    return sampling_case(case, **draw(sampling_specs(forms, kinds, case.vocab)), **({"packed": True} if packed else {}))

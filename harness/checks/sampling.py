@@ -19,20 +19,22 @@ import torch
 from harness.cases import sampling
 from harness.cases.case import Case
 from harness.checks.expected import Reference, _grad_of
-from harness.checks.failure import ACCEPTED, ERROR, GRADIENT, MUTATION, UNCLEAR, CheckFailure, ensure
+from harness.checks.failure import ACCEPTED, ERROR, GRADIENT, LAYOUT, MUTATION, UNCLEAR, CheckFailure, ensure
 from harness.checks.parity import (
+    _max_abs,
     assemble_grad,
     assert_inputs_unmutated,
+    gather_samples,
     grad_scale,
     replayable,
     replicated,
     require,
 )
 from harness.checks.tolerance import assert_close, value_scale
-from harness.jobs.sampling import sampling_job
+from harness.jobs.sampling import sampling_job, sampling_packed_job
 from harness.ranks.run import run_job
+from oracles import losses, token
 from oracles import sampling as oracle
-from oracles import token
 
 OUTSIDE_ERROR_WORDS = ("outside", "kept")
 
@@ -45,30 +47,53 @@ def effective_kept(case: Case) -> torch.Tensor:
 
 def expects_error(case: Case) -> bool:
     s = sampling.spec(case)
-    return s["kept"] == "outside" and s["on_outside"] == "error"
+    # a packed Case without a response row has no sampled token to be outside K
+    has_rows = not s["packed"] or sum(case.response_lengths) > 0
+    return s["kept"] == "outside" and s["on_outside"] == "error" and has_rows
+
+
+def _processed(case: Case, leaf: torch.Tensor, precise: bool) -> tuple:
+    """Per row of ``K`` (every row, or a packed Case's response rows): float64 log-probs and entropy of ``leaf``."""
+    s = sampling.spec(case)
+    kept, targets = sampling.kept_and_targets(case)
+    rows = leaf[sampling.response_index(case)] if s["packed"] else leaf
+    if precise:
+        log_probs = oracle.processed_log_probs(rows, targets, kept, case.temperature, s["on_outside"])
+        return log_probs, oracle.processed_entropy(rows, effective_kept(case), case.temperature)
+    masked = torch.where(effective_kept(case), rows, torch.full_like(rows, -math.inf))
+    log_probs = token.naive_log_probs(masked, targets, case.temperature).double()
+    return log_probs, token.naive_entropy(masked, case.temperature).double()
+
+
+def _finite_only(log_probs: torch.Tensor) -> torch.Tensor:
+    """A ``-inf`` log-prob (``neg_inf``: a constant, gradient 0) contributes nothing to the probe loss."""
+    return torch.where(torch.isfinite(log_probs.detach()), log_probs, 0.0)
 
 
 def sampling_reference(case: Case, precise: bool = True) -> Reference:
     """Oracle (float64) or naive (Case dtype) log-probs, entropy and the probe loss's gradient."""
-    s = sampling.spec(case)
-    kept, targets = sampling.kept_and_targets(case)
     logits = case.global_logits()
     leaf = (logits.double() if precise else logits.clone()).requires_grad_()
-    if precise:
-        log_probs = oracle.processed_log_probs(leaf, targets, kept, case.temperature, s["on_outside"])
-        entropy = oracle.processed_entropy(leaf, effective_kept(case), case.temperature)
-    else:
-        masked = torch.where(effective_kept(case), leaf, torch.full_like(leaf, -math.inf))
-        log_probs = token.naive_log_probs(masked, targets, case.temperature).double()
-        entropy = token.naive_entropy(masked, case.temperature).double()
+    log_probs, entropy = _processed(case, leaf, precise)
     a, b = case.row_probe_weights()
-    finite = torch.isfinite(log_probs.detach())
-    loss = (a * torch.where(finite, log_probs, 0.0)).sum()
+    loss = (a * _finite_only(log_probs)).sum()
     if case.with_entropy:
         loss = loss + (b * entropy).sum()
     else:
         entropy = None
     return Reference(log_probs.detach(), None if entropy is None else entropy.detach(), _grad_of(loss, leaf))
+
+
+def packed_sampling_reference(case: Case, precise: bool = True) -> Reference:
+    """As ``sampling_reference`` for a packed Case: per-sample values, the packed probe loss's gradient."""
+    logits = case.global_logits()
+    leaf = (logits.double() if precise else logits.clone()).requires_grad_()
+    log_probs, entropy = (torch.split(v, case.response_lengths) for v in _processed(case, leaf, precise))
+    entropy = entropy if case.with_entropy else None
+    a, b = case.probe_weights()
+    loss = losses.probe_loss([_finite_only(v) for v in log_probs], entropy, a, b)
+    values = [v.detach() for v in log_probs]
+    return Reference(values, None if entropy is None else [v.detach() for v in entropy], _grad_of(loss, leaf))
 
 
 def assert_every_rank_raised(results: list, words, what: str) -> None:
@@ -115,8 +140,18 @@ def assert_sampling_grad(case: Case, results: list) -> None:
     ref, naive = sampling_reference(case), sampling_reference(case, precise=False)
     a, b = case.row_probe_weights()
     upstream = float(a.abs().max()) + (float(b.abs().max()) if case.with_entropy else 0.0)
+    _assert_grad_over_kept(case, results, ref, naive, upstream)
+
+
+def _assert_grad_over_kept(case: Case, results: list, ref: Reference, naive: Reference, upstream: float) -> None:
+    """The assembled gradient: exactly 0 outside ``K`` (and on every row ``K`` does not cover), else the oracle's."""
     grad = assemble_grad(case, results)
-    outside = grad[~effective_kept(case)]
+    if sampling.spec(case)["packed"]:
+        kept = torch.zeros(case.rows, case.vocab, dtype=torch.bool)
+        kept[sampling.response_index(case)] = effective_kept(case)
+    else:
+        kept = effective_kept(case)
+    outside = grad[~kept]
     if not bool((outside == 0).all()):
         raise CheckFailure(
             f"the gradient outside K must be exactly 0; {int((outside != 0).sum())} entries are not "
@@ -135,6 +170,28 @@ def assert_sampling_grad(case: Case, results: list) -> None:
     assert_inputs_unmutated(results)
     written = [rank for rank, result in enumerate(results) if not result["kept_unchanged"]]
     ensure(not written, MUTATION, f"rank(s) {written} wrote into the kept-set tensors they were handed")
+
+
+@replayable
+def check_sampling_packed(case: Case, spec: str = "impl") -> None:
+    """A packed Case (TP x CP): per-sample values over ``K`` and the gradient match the oracle on every rank."""
+    require(spec, sampling.capabilities(case))
+    results = run_job(sampling_packed_job, case, spec)
+    if expects_error(case):
+        assert_every_rank_raised(results, OUTSIDE_ERROR_WORDS, "a target outside K with on_outside='error'")
+        return
+    _raise_target_errors(results)
+    ref, naive = packed_sampling_reference(case), packed_sampling_reference(case, precise=False)
+    scale = value_scale(case.global_logits(), case.temperature)
+    keys = ("log_probs", "entropy") if case.with_entropy else ("log_probs",)
+    for key in keys:
+        got = gather_samples(case, results, key)
+        ensure(got is not None and len(got) == len(case.response_lengths), LAYOUT, f"{key}: not one per sample")
+        for i, (value, want, rough) in enumerate(zip(got, getattr(ref, key), getattr(naive, key))):
+            assert_close(value, want, rough, what=f"{key}[sample {i}] over K", scale=scale)
+    a, b = case.probe_weights()
+    upstream = _max_abs(a) + (_max_abs(b) if case.with_entropy else 0.0)
+    _assert_grad_over_kept(case, results, ref, naive, upstream)
 
 
 @replayable

@@ -7,6 +7,8 @@
   two versions can live side by side in one virtualenv;
 * ``skyrl=PATH``, ``slime=PATH``, ``nemo_rl=PATH``, ``miles=PATH``: a checkout, loaded by path
   (``miles``: radixark/miles, slime's fork, through the slime adapter);
+* ``vllm=PATH``: a vLLM checkout; only its sampler's top-k / top-p function is
+  loaded, a sampling target of derived form (its other checks read UNSUPPORTED);
 * ``liger==X`` / ``liger=PATH``, ``trl==X`` / ``trl=PATH``, ``te==X`` /
   ``te=PATH``: the same, for Liger-Kernel (PyPI ``liger-kernel``), TRL and
   TransformerEngine (PyPI ``transformer-engine``, whose wheel is pure Python);
@@ -63,6 +65,9 @@ CHECKOUT_VARIABLES.update(
 PYPI |= {"liger", "trl", "te", "ms_swift"}
 # A family whose PyPI distribution is named otherwise (``liger==X`` installs ``liger-kernel==X``).
 PIP_NAMES = {"liger": "liger-kernel", "te": "transformer-engine", "ms_swift": "ms-swift"}
+# The engine side of sampling replay: vLLM's top-k / top-p, by checkout only (its wheel is a CUDA build).
+ADAPTERS["vllm"] = "harness.targets.vllm.sampler:VllmSamplerTarget"
+CHECKOUT_VARIABLES["vllm"] = "LPH_VLLM_PATH"
 
 
 @dataclass

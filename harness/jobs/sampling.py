@@ -9,6 +9,11 @@ untouched. An error the target raises is caught and returned (type and text)
 so the parent can require the SAME clear error on every rank, for a target
 outside ``K`` under ``on_outside="error"`` and for the bad-input rows; a
 collective timeout is re-raised (it is a hang, not an answer).
+
+``sampling_packed_job`` is the packed-level twin (``sampling_packed_log_probs``):
+this rank's CP rows of the logits, the packed batch whose response tokens are
+the sampled tokens, ``K`` sliced to the response rows the rank holds, and the
+backward of the packed probe loss over the rank's zigzag view.
 """
 
 from __future__ import annotations
@@ -17,10 +22,10 @@ import torch
 
 from harness.cases import sampling
 from harness.cases.case import Case
-from harness.jobs.logits import _backward, _grad, _integrity, _trace, on_host
+from harness.jobs.logits import _backward, _detach_all, _grad, _integrity, _requires_grad, _trace, in_view, on_host
 from harness.ranks.device import to_device
 from harness.ranks.errors import is_collective_timeout
-from harness.targets import KeptSet, load_target
+from harness.targets import KeptSet, PackedInputs, load_target
 
 KEPT_TENSORS = ("ids", "offsets", "dense")
 
@@ -78,9 +83,7 @@ def sampling_job(payload: dict, ctx) -> dict:
             on_outside=s["on_outside"],
         )
     except Exception as exc:  # judged by the parent: an error is the right answer for some Cases
-        if is_collective_timeout(f"{type(exc).__name__}: {exc}"):
-            raise
-        return {"error_type": type(exc).__name__, "error": str(exc), "trace": _trace(ctx)}
+        return _error(exc, ctx)
     a, b = case.row_probe_weights()
     _backward([log_probs, entropy], [a, b], case.noncontig_grads)
     return {
@@ -89,6 +92,71 @@ def sampling_job(payload: dict, ctx) -> dict:
         "log_probs": log_probs.detach().clone(),
         "entropy": None if entropy is None else entropy.detach().clone(),
         "entropy_requires_grad": None if entropy is None else bool(entropy.requires_grad),
+        "grad": _grad(logits),
+        "trace": _trace(ctx),
+        "kept_unchanged": all(torch.equal(getattr(kept, name), copy) for name, copy in kept_before.items()),
+        **_integrity(logits, before, version),
+    }
+
+
+def _error(exc: Exception, ctx) -> dict:
+    if is_collective_timeout(f"{type(exc).__name__}: {exc}"):
+        raise exc
+    return {"error_type": type(exc).__name__, "error": str(exc), "trace": _trace(ctx)}
+
+
+def sampling_inputs(case: Case, on_device: bool = True) -> PackedInputs:
+    """The Case's packed batch with the sampled tokens as its responses."""
+    move = to_device if on_device else (lambda tensor: tensor)
+    return PackedInputs(
+        tokens=[move(tokens) for tokens in sampling.packed_tokens(case)],
+        total_lengths=case.total_lengths,
+        response_lengths=case.response_lengths,
+        loss_masks=[move(mask) for mask in case.loss_masks()],
+        qkv_format=case.qkv_format,
+        pad_multiple=case.pad_multiple,
+        cp_mode=case.cp_mode,
+    )
+
+
+@on_host
+def sampling_packed_job(payload: dict, ctx) -> dict:
+    """One packed sampling call on this rank, then the backward of the packed probe loss over its view.
+
+    ``payload["unsliced"]``: every CP rank is handed the whole batch's ``K`` (a bad input).
+    """
+    case = Case.from_json(payload["case"])
+    target = load_target(payload["spec"])
+    logits = to_device(case.rank_logits(ctx.tp_rank, ctx.cp_rank)).requires_grad_()
+    before, version = logits.detach().clone(), logits._version
+    kept = _on_device(sampling.kept_set(case, ctx.tp_rank, ctx.cp_rank, held_only=not payload.get("unsliced")))
+    kept_before = _kept_copies(kept)
+    try:
+        log_probs, entropy = target.sampling_packed_log_probs(
+            logits,
+            sampling_inputs(case),
+            kept,
+            tp_group=ctx.tp_group,
+            cp_group=ctx.cp_group,
+            chunk_size=case.chunk_size,
+            with_entropy=case.with_entropy,
+            entropy_grad=payload.get("entropy_grad", True),
+            temperature=case.temperature,
+            on_outside=sampling.spec(case)["on_outside"],
+        )
+    except Exception as exc:  # judged by the parent, as in sampling_job
+        return _error(exc, ctx)
+    a, b = (in_view(weights, case, ctx) for weights in case.probe_weights())
+    outputs = list(log_probs) + (list(entropy) if entropy is not None else [])
+    weights = list(a) + (list(b) if entropy is not None else [])
+    _backward(outputs, weights, case.noncontig_grads)
+    return {
+        "error_type": None,
+        "error": None,
+        "log_probs": _detach_all(log_probs),
+        "entropy": _detach_all(entropy),
+        "log_probs_requires_grad": _requires_grad(log_probs),
+        "entropy_requires_grad": _requires_grad(entropy),
         "grad": _grad(logits),
         "trace": _trace(ctx),
         "kept_unchanged": all(torch.equal(getattr(kept, name), copy) for name, copy in kept_before.items()),

@@ -97,11 +97,11 @@ MUTANTS = (
         "so only the other ranks all-reduce in backward",
         module="impl.context_parallel",
         original=(
-            "    log_probs, entropy = _evaluate("
-            "logits, [row for rows in local for row in rows], flat_targets, options)\n"
+            "    flat_rows, flat_targets, held_flat = allgather_plan(logits, batch, cp_group)\n"
+            "    log_probs, entropy = _evaluate(logits, flat_rows, flat_targets, options)\n"
         ),
         replacement=(
-            "    flat_rows = [row for rows in local for row in rows]\n"
+            "    flat_rows, flat_targets, held_flat = allgather_plan(logits, batch, cp_group)\n"
             "    if flat_rows:\n"
             "        log_probs, entropy = _evaluate(logits, flat_rows, flat_targets, options)\n"
             "    else:\n"
@@ -390,6 +390,16 @@ SAMPLING_MUTANTS = (
         original="            candidates = gather_candidates(z.topk(width, dim=1).values, tp_group)\n",
         replacement="            candidates = z.topk(width, dim=1).values  # 'each rank knows its own top-k'\n",
         killed_by=("regressions/test_sampling_per_shard.py",),
+    ),
+    Mutant(
+        name="sampling_packed_cp_error_one_rank",
+        bug="docs/sampling.md 'Packed batches and context parallelism': a target outside K raises only on the CP "
+        "rank holding its row; a CP rank holding none returns values (zigzag) or waits in the all-reduce its peer "
+        "never reaches (allgather)",
+        module="impl.sampling_packed",
+        original='    agree(cp_group, "cp_group", {}, local_error=error, device=device, fix={})\n',
+        replacement="    if error is not None:  # 'a CP rank reports its own rows'\n        raise error\n",
+        killed_by=("properties/test_sampling_packed.py",),
     ),
 )
 

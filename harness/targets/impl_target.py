@@ -11,8 +11,7 @@ from impl.hidden_states import hidden_log_probs_and_entropy
 from impl.packed import log_probs_and_entropy as packed_log_probs_and_entropy
 from impl.policy_loss import policy_loss
 from impl.policy_terms import LossTerms
-from impl.sampling import dense_log_probs_and_entropy, kept_log_probs_and_entropy
-from impl.sampling_derive import sampled_log_probs_and_entropy
+from impl.sampling_packed import kept_set_log_probs, packed_sampling_log_probs_and_entropy
 from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy
 
 
@@ -163,13 +162,49 @@ class ImplTarget(Target):
             temperature=temperature,
             on_outside=on_outside,
         )
-        if kept.form == "csr":
-            return kept_log_probs_and_entropy(logits, targets, kept.ids, kept.offsets, **options)
-        if kept.form == "dense":
-            return dense_log_probs_and_entropy(logits, targets, kept.dense, **options)
-        return sampled_log_probs_and_entropy(
-            logits, targets, top_k=kept.top_k, top_p=kept.top_p, min_p=kept.min_p, **options
+        return kept_set_log_probs(logits, targets, **_kept_arguments(kept), **options)
+
+    def sampling_packed_log_probs(
+        self,
+        logits,
+        inputs,
+        kept,
+        *,
+        tp_group,
+        cp_group,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        on_outside,
+    ):
+        """impl's packed sampling path (``impl.sampling_packed``): the token-level sampling call per CP slice."""
+        out = packed_sampling_log_probs_and_entropy(
+            logits,
+            _batch(inputs),
+            **_kept_arguments(kept),
+            tp_group=tp_group,
+            cp_group=cp_group,
+            cp_mode=inputs.cp_mode,
+            chunk_size=chunk_size,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+            temperature=temperature,
+            on_outside=on_outside,
         )
+        return out.log_probs, out.entropy
+
+
+def _kept_arguments(kept) -> dict:
+    """``KeptSet`` as impl's keyword arguments (one form set, the others None)."""
+    return dict(
+        kept_ids=kept.ids,
+        kept_offsets=kept.offsets,
+        kept_mask=kept.dense,
+        top_k=kept.top_k,
+        top_p=kept.top_p,
+        min_p=kept.min_p,
+    )
 
 
 def _loss_terms(options) -> tuple:

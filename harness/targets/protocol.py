@@ -73,6 +73,7 @@ SAMPLING_CAPABILITIES = frozenset(
         "sampling_error",  # on_outside="error": a target outside K raises on every rank
         "sampling_force_keep",  # on_outside="force_keep": K := K + {target} (slime's rule)
         "sampling_neg_inf",  # on_outside="neg_inf": log-prob -inf with gradient 0 (NeMo-RL's behaviour)
+        "sampling_packed",  # sampling_packed_log_probs: a packed batch (CP as cp_zigzag / cp_allgather, bshd) over K
     }
 )
 CAPABILITIES = CAPABILITIES | SAMPLING_CAPABILITIES
@@ -107,6 +108,13 @@ class PackedInputs:
 @dataclass(frozen=True)
 class KeptSet:
     """The sampler's kept set ``K`` as the harness hands it to a target, in exactly one form.
+
+    Rows: at token level, one per logits row. At packed level
+    (``sampling_packed_log_probs``), one per RESPONSE row this rank's logits
+    hold, in the order of those rows: every response token (samples in order)
+    without CP; the rank's two zigzag chunks of each sample under zigzag CP;
+    the response rows of the rank's contiguous slice under allgather CP. The
+    harness slices ``K`` along with the rows, like any per-row data.
 
     Attributes:
         ids, offsets: CSR of GLOBAL token ids, the same on every TP rank: row
@@ -243,6 +251,30 @@ class Target:
         ``z = logits / temperature``, gradient 0 outside ``K`` (docs/sampling.md).
         ``on_outside`` (``"error"``, ``"force_keep"``, ``"neg_inf"``) is the rule
         for a target outside ``K``; the target declares which it honours.
+        """
+        raise NotImplementedError
+
+    def sampling_packed_log_probs(
+        self,
+        logits,
+        inputs: PackedInputs,
+        kept: KeptSet,
+        *,
+        tp_group,
+        cp_group,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        on_outside,
+    ):
+        """Return ``(list of log_probs_i, list of entropy_i or None)`` over ``kept`` for a packed batch.
+
+        As ``sampling_log_probs`` on the response rows of ``packed_log_probs``'s
+        batch (the response tokens are the sampled tokens; only response rows are
+        evaluated, every other row's gradient is 0); ``kept`` has one row per
+        response row this rank holds (``KeptSet``); outputs are per sample, this
+        CP rank's zigzag view under context parallelism.
         """
         raise NotImplementedError
 

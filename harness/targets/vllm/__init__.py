@@ -1,0 +1,1 @@
+"""The vLLM family: the engine's top-k / top-p logits processing, checked as a derived-``K`` sampling target."""
