@@ -9,8 +9,9 @@ full-size workspace, an extra saved copy) that the parity properties either
 miss or find only after minutes. So the suite runs:
 
     0. the harness's own self-tests (``tests/``), where they were collected with the checks
-    1. the fake-tensor memory checks: the one_hot regression and the real-scale (not generated)
-       tests of the memory files; in-process, no rank pool, seconds in all
+    1. the fake-tensor memory checks: the one_hot regression, then the real-scale (not generated)
+       tests of the logits memory file, then those of the hidden-state one (the slowest: a few
+       hundred thousand fake operations each); in-process, no rank pool
     2. the other named regressions
     3. the generated-shape memory properties (real tensors, budget tier)
     4. the contract properties
@@ -27,6 +28,8 @@ from __future__ import annotations
 from harness.gate.tiers import BUDGET, CONTRACT, HARDENING, SELF_TEST, is_named_regression, tier_of_item
 
 MEMORY_FILES = ("properties/test_memory_bounds.py", "properties/test_hidden_memory.py")
+# Within the fake-tensor group, cheapest first: the one_hot regression, the logits path, the hidden-state path.
+FAKE_MEMORY_ORDER = ("regressions/test_one_hot_oom.py", *MEMORY_FILES)
 # Named regressions that measure memory in-process under fake tensors (no rank pool): the cheapest checks there are.
 FAKE_TENSOR_REGRESSIONS = ("regressions/test_one_hot_oom.py",)
 
@@ -58,6 +61,13 @@ def group_of(item) -> int:
     return CONTRACTS if tier == BUDGET else _TIER_GROUP.get(tier, OTHER)
 
 
+def _sort_key(item) -> tuple[int, int]:
+    group = group_of(item)
+    path = item.nodeid.split("::", 1)[0]
+    within = FAKE_MEMORY_ORDER.index(path) if group == FAKE_MEMORY and path in FAKE_MEMORY_ORDER else 0
+    return group, within
+
+
 def order_items(items):
-    """``items`` sorted by group (stable: the collected order within a group); a new list."""
-    return sorted(items, key=group_of)
+    """``items`` sorted by group, the fake-tensor group by ``FAKE_MEMORY_ORDER`` (stable otherwise); a new list."""
+    return sorted(items, key=_sort_key)
