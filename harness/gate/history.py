@@ -46,10 +46,7 @@ def _skyrl_files() -> tuple[str, ...]:
 
 # The files loaded by the adapters that do not name them themselves (their module docstrings); an adapter class
 # with a ``files_under_test`` attribute (paths relative to the checkout root) names its own.
-FILES_UNDER_TEST = {
-    "nemo_rl": lambda: ("nemo_rl/distributed/model_utils.py", "nemo_rl/algorithms/loss_functions.py"),
-    "skyrl": _skyrl_files,
-}
+FILES_UNDER_TEST = {"skyrl": _skyrl_files}
 
 
 def files_under_test(family: str) -> tuple[str, ...] | None:

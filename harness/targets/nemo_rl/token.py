@@ -129,6 +129,10 @@ def _on_cuda() -> bool:
 class NemoRLTarget(Target):
     """NeMo-RL's vocab-parallel log-prob/entropy Functions and packed entry point (see the module docstring)."""
 
+    # what a history replay keys revisions by: the module executed and the one it imports at the top (absent
+    # before 2026-03, #2053); ``loss_functions.py`` is not loaded (``policy_loss`` is not declared)
+    files_under_test = ("nemo_rl/distributed/model_utils.py", "nemo_rl/algorithms/logits_sampling_utils.py")
+
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = nemo_rl_root(root)
         rev = revision(self.root)
