@@ -315,6 +315,17 @@ def test_budget_figures_decide_worse_and_improved():
     assert compare.compare(base, worse, base_side, head_side, replay=replay, tiers=(CONTRACT,)).exit_code == 0
 
 
+def test_a_failures_plain_figures_are_not_budget_figures():
+    """Both sides failing a parity check with ``max_error``/``bound`` numbers (no case): STILL FAILING, no crash."""
+    base_side, head_side = sides()
+    plain = {"max_error": float("inf"), "bound": 8e-06, "naive_error": 1.5e-07}
+    base = run(verdict(SPECIAL, FAIL, HARDENING, reason="nan", kind="value", figures=plain))
+    head = run(verdict(SPECIAL, FAIL, HARDENING, reason="nan", kind="value", figures=dict(plain)))
+    decision = compare.compare(base, head, base_side, head_side, replay=fake_replay({}))
+    assert {row.id: row.outcome for row in decision.rows} == {SPECIAL: "STILL FAILING"}
+    assert decision.exit_code == 0 and not decision.improved
+
+
 def test_hang_is_named_in_the_outcome():
     base_side, head_side = sides()
     hung = failing(GATE, "c3", kind=HANG)

@@ -61,3 +61,34 @@ def test_a_revision_the_adapter_cannot_load_is_an_error_row_with_its_reason(repo
     (error,) = row["errors"]
     assert error.startswith("adapter cannot load") and "defines no vocab_parallel_entropy" in error
     assert "adapter cannot load" in (reports / "verl" / "history.md").read_text()
+
+
+def test_tags_replay_consecutive_releases_in_version_order(repo, tmp_path, monkeypatch):
+    """``--tags``: each release against the release before it (v0.10 after v0.2, not before), the PR's row named by
+    its tag; a release whose files under test did not change costs nothing, an unloadable one is ERROR."""
+    _git(repo, "tag", "v0.1", "HEAD~2")
+    _git(repo, "tag", "v0.2", "HEAD~1")
+    _git(repo, "tag", "v0.10", "HEAD")
+    _git(repo, "tag", "other", "HEAD")
+    found = history.tagged(repo, "v*", "2025-01-01")
+    assert [(c.name, c.subject) for c in found] == [("v0.2", "v0.1 -> v0.2"), ("v0.10", "v0.2 -> v0.10")]
+    assert found[1].parent == found[0].sha
+    assert [c.name for c in history.tagged(repo, "v*", "2026-01-03")] == ["v0.10"]  # its base may be older
+
+    def no_suite(*args, **kwargs):
+        raise AssertionError("the suite must not run for a revision the adapter cannot load")
+
+    monkeypatch.setattr(history, "run_checked", no_suite)
+    reports = tmp_path / "reports"
+    assert history.main([f"verl={repo}", "--tags", "v*", "--since", "2025-01-01", "--reports", str(reports)]) == 0
+    (row,) = history.json.loads((reports / "verl" / "history.json").read_text())
+    assert (row["commit"], row["title"]) == ("v0.10", "v0.2 -> v0.10")
+    assert row["errors"] and row["errors"][0].startswith("adapter cannot load")
+
+
+def test_every_checkout_family_names_its_files_under_test():
+    from harness.gate import specs
+
+    for family in specs.CHECKOUT_VARIABLES:
+        paths = history.files_under_test(family)
+        assert paths and all(path.endswith(".py") and not path.startswith("/") for path in paths), family

@@ -112,3 +112,24 @@ def test_cuda_only_cp_backward_is_not_declared_on_cpu(tmp_path, monkeypatch):
     assert "cp_zigzag" not in NemoRLTarget(tmp_path).capabilities
     monkeypatch.setenv("LPH_DEVICE", "cuda")
     assert "cp_zigzag" in NemoRLTarget(tmp_path / ".").capabilities
+
+
+def test_a_revision_before_the_chunked_function_declares_token_without_chunking(tmp_path):
+    """Before #918 (2025-08) NeMo-RL has ``DistributedLogprob`` but no ``ChunkedDistributedLogprob`` (nor, before
+    #1006, ``ChunkedDistributedEntropy``): ``token`` is declared there and runs, ``chunking``/``entropy`` are not."""
+    source = (stand_ins.HERE / "fixed" / "nemo_rl" / "distributed" / "model_utils.py").read_text()
+    for name in ("ChunkedDistributedLogprob", "ChunkedDistributedEntropy"):
+        assert f"class {name}(" in source
+        source = source.replace(f"class {name}(", f"class _Absent{name}(")
+    target_file = tmp_path / "nemo_rl" / "distributed" / "model_utils.py"
+    target_file.parent.mkdir(parents=True)
+    target_file.write_text(source)
+    assert NemoRLTarget(tmp_path).capabilities == {"token", "packed", "cp_zigzag"}
+    adapter = tmp_path / "old_nemo.py"
+    adapter.write_text(
+        "from harness.targets.nemo_rl.token import NemoRLTarget\n\n"
+        f"class T(NemoRLTarget):\n    def __init__(self):\n        super().__init__({str(tmp_path)!r})\n"
+    )
+    case = Case(seed=2, vocab=16, tp=2, samples=((7, 5),), with_entropy=False)
+    check_token_forward(case, f"{adapter}:T")
+    check_token_backward(case, f"{adapter}:T")

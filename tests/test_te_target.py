@@ -54,6 +54,43 @@ def test_a_lost_rank_offset_fails_parity(tmp_path):
         check_token_forward(CASES[1], f"{adapter}:T")
 
 
+def test_loads_the_layout_before_2_10(tmp_path):
+    """Before TE 2.10 the kernels lived in the launchers' file (no ``common/triton``); before 2.7 the Function took
+    six arguments (no ``is_cg_capturable``): the adapter loads and passes parity there too (history replays)."""
+    root = tmp_path / "te"
+    shutil.copytree(HERE / "transformer_engine", root)
+    kernels = root / "transformer_engine/common/triton/cross_entropy.py"
+    launchers = root / te_token.LAUNCHERS
+    imported = "from transformer_engine.common.triton.cross_entropy import row_statistics\n"
+    assert imported in launchers.read_text()
+    launchers.write_text(launchers.read_text().replace(imported, kernels.read_text().split('"""', 2)[2]))
+    kernels.unlink()
+    function = root / "transformer_engine/pytorch/cross_entropy.py"
+    text = function.read_text()
+    assert "ignore_idx=-100,\n                overwrite_input=False):" in text
+    text = text.replace("ignore_idx=-100,\n                overwrite_input=False):", "ignore_idx=-100):")
+    function.write_text(text.replace("ignore_idx, overwrite_input\n", "ignore_idx, False\n"))
+    te_token.load.cache_clear()
+    adapter = tmp_path / "te_old.py"
+    adapter.write_text(
+        "from harness.targets.transformer_engine.token import TECrossEntropyTarget\n\n"
+        f"class T(TECrossEntropyTarget):\n    def __init__(self):\n        super().__init__(root={str(root)!r})\n"
+    )
+    assert load_target(f"{adapter}:T")._arity == 6
+    check_token_forward(CASES[1], f"{adapter}:T")
+    check_token_backward(CASES[1], f"{adapter}:T")
+
+
+def test_names_its_files_under_test():
+    from harness.gate import history
+
+    assert history.files_under_test("te") == (
+        "transformer_engine/common/triton/cross_entropy.py",
+        "transformer_engine/pytorch/triton/cross_entropy.py",
+        "transformer_engine/pytorch/cross_entropy.py",
+    )
+
+
 def test_spec_installs_the_pypi_distribution_and_names_its_directory():
     from harness.gate import specs
 

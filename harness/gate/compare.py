@@ -47,11 +47,16 @@ class Side:
 
 
 def _figure_changes(base: Verdict, head: Verdict) -> list[tuple[str, float, float]]:
-    """(name, base value, head value) for every figure both measured on the same case."""
+    """(name, base value, head value) for every budget figure both measured on the same case.
+
+    A verdict's figures hold two kinds: the budget figures a memory check records (``{"value", "case"}``,
+    ``harness/checks/record.py``) and the plain numbers a failure carries (``max_error``, ``bound``,
+    ``differing``); only the first are comparable across sides.
+    """
     changes = []
     for name, measured in sorted(head.figures.items()):
         before = base.figures.get(name)
-        if before and before["case"] == measured["case"]:
+        if isinstance(before, dict) and isinstance(measured, dict) and before["case"] == measured["case"]:
             changes.append((name, before["value"], measured["value"]))
     return changes
 

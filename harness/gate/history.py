@@ -1,12 +1,15 @@
 """Would the gate have caught it? Base-vs-PR over an upstream repository's history.
 
 ``python -m harness.gate.history FAMILY=PATH_TO_GIT_REPO [--since 2025-12-01] [--until REV]
-[--paths a.py,b.py] [--reports reports/history] [pytest args]``, FAMILY any checkout family of
-``harness/gate/specs.py`` (slime, miles, verl, skyrl, nemo_rl)
+[--tags PATTERN] [--paths a.py,b.py] [--reports reports/history] [pytest args]``, FAMILY any checkout family of
+``harness/gate/specs.py`` (slime, miles, verl, skyrl, nemo_rl, liger, trl, te, ms_swift)
 
 For every commit (author date from ``--since``, up to ``--until``) that
 touches the files holding the code under test, the commit is the PR and its
-first parent the base. Revisions are keyed by the blob ids of those files, so
+first parent the base. With ``--tags PATTERN`` (a ``git tag --list`` glob,
+e.g. ``'v2.*'``) the releases are replayed instead: the tags matching it in
+version order, each tag dated from ``--since`` the PR and the tag before it
+the base. Revisions are keyed by the blob ids of those files, so
 a revision whose files under test did not change reuses the verdicts of the
 one that did: N commits cost N+1 suite runs, each cached on disk
 (``<reports>/<family>/runs/<key>/verdicts.json``); a rerun only runs what is
@@ -46,10 +49,7 @@ def _skyrl_files() -> tuple[str, ...]:
 
 # The files loaded by the adapters that do not name them themselves (their module docstrings); an adapter class
 # with a ``files_under_test`` attribute (paths relative to the checkout root) names its own.
-FILES_UNDER_TEST = {
-    "nemo_rl": lambda: ("nemo_rl/distributed/model_utils.py", "nemo_rl/algorithms/loss_functions.py"),
-    "skyrl": _skyrl_files,
-}
+FILES_UNDER_TEST = {"skyrl": _skyrl_files}
 
 
 def files_under_test(family: str) -> tuple[str, ...] | None:
@@ -67,6 +67,7 @@ class Commit:
     date: str
     subject: str
     parent: str
+    name: str = ""  # a release tag (``--tags``); the row shows it instead of the short sha
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -81,6 +82,19 @@ def commits(repo: Path, paths, since: str, until: str) -> list[Commit]:
         sha, date, parents, subject = line.split("\t", 3)
         if date >= since and parents:
             found.append(Commit(sha, date, subject, parents.split()[0]))
+    return found
+
+
+def tagged(repo: Path, pattern: str, since: str) -> list[Commit]:
+    """Consecutive release tags matching ``pattern`` (version order): each tag dated ``since`` or later is the PR,
+    the tag before it (whatever its date) its base."""
+    found, previous = [], None
+    for name in _git(repo, "tag", "--list", pattern, "--sort=v:refname").split():
+        sha = _git(repo, "rev-parse", f"{name}^{{commit}}").strip()
+        date = _git(repo, "log", "-1", "--format=%ad", "--date=short", sha).strip()
+        if previous is not None and date >= since:
+            found.append(Commit(sha, date, f"{previous[0]} -> {name}", previous[1], name=name))
+        previous = (name, sha)
     return found
 
 
@@ -186,7 +200,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.gate.history", description=__doc__.splitlines()[0])
     parser.add_argument("spec", help="FAMILY=PATH to a git repository (bare or not), e.g. slime=../slime")
     parser.add_argument("--since", default="2025-12-01", help="first author date (YYYY-MM-DD)")
-    parser.add_argument("--until", default="HEAD", help="last revision")
+    parser.add_argument("--until", default="HEAD", help="last revision (commits; not with --tags)")
+    parser.add_argument("--tags", help="replay consecutive release tags matching this glob instead of commits")
     parser.add_argument("--paths", help="comma-separated files under test (default: the adapter's)")
     parser.add_argument("--reports", default="reports/history")
     args, pytest_args = parser.parse_known_args(argv)
@@ -203,7 +218,10 @@ def main(argv=None) -> int:
     table = []
     with tempfile.TemporaryDirectory(prefix="lph-history-") as trees:
         revisions = Revisions(family, repo, cache, Path(trees), pytest_args, paths)
-        pending = commits(repo, paths, args.since, args.until)
+        if args.tags:
+            pending = tagged(repo, args.tags, args.since)
+        else:
+            pending = commits(repo, paths, args.since, args.until)
         for commit in pending:
             head_key, base_key = content_key(repo, commit.sha, paths), content_key(repo, commit.parent, paths)
             if head_key == base_key:
@@ -249,7 +267,7 @@ def main(argv=None) -> int:
 
 def _row(commit: Commit, new_fail, fixed, still_failing: int, errors, *, would_block: bool) -> dict:
     return {
-        "commit": commit.sha[:9],
+        "commit": commit.name or commit.sha[:9],
         "date": commit.date,
         "title": commit.subject,
         "new_fail": new_fail,

@@ -17,6 +17,16 @@ from harness.targets.upstream.combined import TokenAndHidden
 
 
 class LigerFamilyTarget(TokenAndHidden):
+    # what a history replay keys revisions by: the two Functions' files, the cross-entropy kernel and the helpers they
+    # import (paths in Liger's checkout, whose package is under src/); the package __init__ files are not keyed
+    files_under_test = (
+        "src/liger_kernel/ops/vocab_parallel_cross_entropy.py",
+        "src/liger_kernel/ops/fused_linear_cross_entropy.py",
+        "src/liger_kernel/ops/cross_entropy.py",
+        "src/liger_kernel/ops/utils.py",
+        "src/liger_kernel/utils.py",
+    )
+
     def __init__(self, root=None):
         hidden = LigerHiddenTarget(root)
         super().__init__(LigerVocabParallelTarget(root), hidden, hidden.name)

@@ -70,6 +70,8 @@ def load_utils(root: Path, megatron: Path):
 
 class MsSwiftTarget(Target):
     capabilities = frozenset({"token", "entropy", "temperature"})
+    # what a history replay keys revisions by (Megatron's cross entropy comes from LPH_MEGATRON_PATH, held fixed)
+    files_under_test = (str(UTILS),)
 
     def __init__(self, root: Path | None = None, megatron: Path | None = None):
         self.root = ms_swift_root() if root is None else Path(root)

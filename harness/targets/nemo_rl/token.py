@@ -129,6 +129,10 @@ def _on_cuda() -> bool:
 class NemoRLTarget(Target):
     """NeMo-RL's vocab-parallel log-prob/entropy Functions and packed entry point (see the module docstring)."""
 
+    # what a history replay keys revisions by: the module executed and the one it imports at the top (absent
+    # before 2026-03, #2053); ``loss_functions.py`` is not loaded (``policy_loss`` is not declared)
+    files_under_test = ("nemo_rl/distributed/model_utils.py", "nemo_rl/algorithms/logits_sampling_utils.py")
+
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = nemo_rl_root(root)
         rev = revision(self.root)
@@ -141,14 +145,20 @@ class NemoRLTarget(Target):
         return self.modules[MODEL_UTILS]
 
     def _capabilities(self) -> frozenset:
+        """What the revision has: ``token`` with ``DistributedLogprob`` alone (before #918, 2025-08, it has no
+        ``ChunkedDistributedLogprob``), ``chunking`` with both, ``packed`` where its packed entry point exists."""
         module, caps = self._module, set()
-        if all(hasattr(module, name) for name in TOKEN_FUNCTIONS):
-            caps |= {"token", "chunking"}
+        if hasattr(module, TOKEN_FUNCTIONS[0]):
+            caps.add("token")
+            if hasattr(module, TOKEN_FUNCTIONS[1]):
+                caps.add("chunking")
             if hasattr(module, "ChunkedDistributedEntropy"):
                 caps |= {"entropy", "entropy_gate"}
             if hasattr(module, PACKED_FUNCTION):
                 caps.add("packed")
                 parameters = inspect.signature(getattr(module, PACKED_FUNCTION)).parameters
+                if "chunk_size" not in parameters:
+                    caps.discard("chunking")  # one option for both entry points: the packed one has no chunk yet
                 if "cp_group" in parameters and (_on_cuda() or not _cuda_only_cp_backward(module)):
                     caps.add("cp_zigzag")
         return frozenset(caps)
@@ -234,7 +244,7 @@ class NemoRLTarget(Target):
                 group,
                 inference_only=False,
                 cp_group=cp_group,
-                chunk_size=chunk_size,
+                **({} if chunk_size is None else {"chunk_size": chunk_size}),
             )
             entropy = None
             if with_entropy:

@@ -42,6 +42,7 @@ but forbids reading the logits afterwards, which the protocol's donation
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import sys
 import types
@@ -97,6 +98,8 @@ def load(root: Path) -> types.ModuleType:
     with checkout.as_sys_modules(modules, "transformer_engine"):
         for name in FILES:
             path = root.joinpath(*name.split(".")).with_suffix(".py")
+            if name == FILES[0] and not path.is_file():
+                continue  # before 2.10 the kernels lived in the launchers' file (pytorch/triton/cross_entropy.py)
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
@@ -108,12 +111,16 @@ class TECrossEntropyTarget(Target):
     """TE's vocab-parallel cross entropy through its own process-group argument (see the module docstring)."""
 
     capabilities = frozenset({"token"})
+    files_under_test = tuple(f"{name.replace('.', '/')}.py" for name in FILES)  # what a history replay keys by
 
     def __init__(self, root: Path | None = None):
         self.root = te_root() if root is None else Path(root)
         revision = checkout.revision(self.root) or "unknown"
         self.name = f"transformer-engine-{located.version(self.root, 'transformer-engine', revision)}"
         self.module = load(self.root)
+        # the Function's arguments grew: ``ignore_idx`` in 2.4 (#1789), ``is_cg_capturable`` in 2.7 (#1997); an older
+        # one is called with the leading ones it takes (``ignore_idx`` is TE's default there, -100)
+        self._arity = len(inspect.signature(self.module.CrossEntropyFunction.forward).parameters) - 1  # less ctx
 
     def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
         if temperature != 1.0 or chunk_size is not None:
@@ -122,5 +129,6 @@ class TECrossEntropyTarget(Target):
         if logits.is_cuda:
             loss = self.module.parallel_cross_entropy(batched, targets, 0.0, False, tp_group, IGNORE_INDEX)
         else:
-            loss = self.module.CrossEntropyFunction.apply(batched, targets, 0.0, False, tp_group, IGNORE_INDEX, False)
+            arguments = (batched, targets, 0.0, False, tp_group, IGNORE_INDEX, False)[: self._arity]
+            loss = self.module.CrossEntropyFunction.apply(*arguments)
         return -loss.reshape(-1), None

@@ -16,6 +16,8 @@ from harness.targets.upstream.combined import TokenAndHidden
 
 
 class TRLFamilyTarget(TokenAndHidden):
+    files_under_test = ("trl/trainer/utils.py", "trl/kernels/chunked_logprob.py", "trl/kernels/logprob_entropy.py")
+
     def __init__(self, root=None):
         token = TRLTokenTarget(root)
         super().__init__(token, TRLHiddenTarget(token.root), token.name)
