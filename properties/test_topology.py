@@ -35,6 +35,13 @@ from harness.checks.topology import (
 HIDDEN_POSITION = with_topology(
     with_hidden_size(Case(vocab=5, samples=((1, 0),), with_entropy=False), 5), tp=1, chunk_size=None, prefix_rows=3
 )
+# Wide leaves (16384 / 64 = 256 columns: impl.fixed_gemm.WIDE_LEAF), whose logits run as one GEMM per shard.
+HIDDEN_WIDE_LEAVES = with_topology(
+    with_hidden_size(Case(seed=7, vocab=16384, tp=2, samples=((40, 20), (300, 150))), 13),
+    tp=1,
+    chunk_size=None,
+    prefix_rows=3,
+)
 HIDDEN_TP_DEGREE = with_topology(
     with_hidden_size(Case(seed=3, vocab=12, tp=2, samples=((7, 3), (5, 2))), 7), tp=1, chunk_size=2, prefix_rows=1
 )
@@ -77,6 +84,7 @@ def test_token_topology_invariance_bit_for_bit(case, spec):
 @given(case=hidden_topology_pairs())
 @example(case=HIDDEN_POSITION)
 @example(case=HIDDEN_TP_DEGREE)
+@example(case=HIDDEN_WIDE_LEAVES)
 def test_hidden_topology_invariance(case, spec):
     check_hidden_topology_invariance(case, spec)
 
@@ -86,5 +94,6 @@ def test_hidden_topology_invariance(case, spec):
 @given(case=hidden_topology_pairs())
 @example(case=HIDDEN_POSITION)
 @example(case=HIDDEN_TP_DEGREE)
+@example(case=HIDDEN_WIDE_LEAVES)
 def test_hidden_topology_invariance_bit_for_bit(case, spec):
     check_hidden_topology_invariance(case, spec, exact=True)
