@@ -105,6 +105,8 @@ def _chunks(rows: int, chunk_size) -> list:
 class VllmSamplerTarget(Target):
     """vLLM's ``apply_top_k_top_p_pytorch`` as a derived-``K`` sampling target (see the module docstring)."""
 
+    files_under_test = (str(SAMPLER_FILE), str(MIN_P_FILE))  # what a history replay keys revisions by
+
     capabilities = CAPABILITIES
 
     def __init__(self, root=None):
