@@ -172,6 +172,7 @@ def _args(**settings) -> stand_ins.SlimeArgs:
         use_rollout_logprobs=False,
         use_opsm=False,
         use_tis=False,
+        enable_off_policy_correction=False,  # read by the revisions between #179 and #234 (2025-08)
         get_mismatch_metrics=False,
         custom_tis_function_path=None,
         custom_pg_loss_reducer_function_path=None,
