@@ -43,6 +43,15 @@ MATMUL_BLOCK_ROWS = 256
 # A leaf at least this wide takes MKL's blocked kernels, where a GEMM over several leaves gives each leaf's rows
 # the bits of the leaf's own GEMM (``FixedShapeGemm.logits``); narrower leaves run one GEMM each.
 WIDE_LEAF = 256
+# Every GEMM operand starts on this byte boundary: MKL's small fp32 kernels round by the operands' alignment (the
+# same leaf at a 168-byte offset, i.e. 8 mod 16, gave other bits than at 0). A misaligned operand (a head shard
+# that is a view into a larger tensor, a row block of an odd H) is copied to a private aligned buffer first;
+# production shards and hidden sizes are aligned already (no copy).
+ALIGNMENT = 64
+
+
+def _aligned(tensor: torch.Tensor) -> bool:
+    return tensor.data_ptr() % ALIGNMENT == 0
 
 
 class FixedShapeGemm:
@@ -59,10 +68,25 @@ class FixedShapeGemm:
         self.columns = [slice(leaf * self.width, (leaf + 1) * self.width) for leaf in range(leaves)]
         self._padded = None
         self._tile = None
+        self._copies: dict[str, torch.Tensor] = {}
+
+    def _aligned_copy(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` itself when it starts on an ``ALIGNMENT`` boundary, else its copy in a private buffer."""
+        if _aligned(tensor):
+            return tensor
+        if name not in self._copies or self._copies[name].shape != tensor.shape:
+            self._copies[name] = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+        return self._copies[name].copy_(tensor)
+
+    def _head(self, cols: slice | None = None) -> torch.Tensor:
+        """The head shard (or one leaf of it), aligned."""
+        if cols is None:
+            return self._aligned_copy("shard", self.weight)
+        return self._aligned_copy("leaf", self.weight[cols])
 
     def _rows(self, start: int, end: int) -> torch.Tensor:
-        """``hidden[start:end]`` as a full ``[MATMUL_BLOCK_ROWS, H]`` block (the last one zero-padded)."""
-        if end - start == MATMUL_BLOCK_ROWS:
+        """``hidden[start:end]`` as a full, aligned ``[MATMUL_BLOCK_ROWS, H]`` block (the last one zero-padded)."""
+        if end - start == MATMUL_BLOCK_ROWS and _aligned(self.hidden[start:end]):
             return self.hidden[start:end]
         if self._padded is None:
             self._padded = self.hidden.new_zeros(MATMUL_BLOCK_ROWS, self.hidden.shape[1])
@@ -91,10 +115,10 @@ class FixedShapeGemm:
         """
         rows_t = self._rows(start, end).t()
         if self.width >= WIDE_LEAF:
-            out.copy_(torch.mm(self.weight, rows_t)[:, : end - start].t())
+            out.copy_(torch.mm(self._head(), rows_t)[:, : end - start].t())
             return out
         for cols in self.columns:
-            out[:, cols].copy_(torch.mm(self.weight[cols], rows_t)[:, : end - start].t())
+            out[:, cols].copy_(torch.mm(self._head(cols), rows_t)[:, : end - start].t())
         return out
 
     def backward_block(self, grad_z: torch.Tensor, start: int, end: int, grad_hidden, grad_weight) -> None:
@@ -112,11 +136,12 @@ class FixedShapeGemm:
             for cols in self.columns:
                 tile = self._grad_tile(grad_z, cols)
                 operand = tile if self.weight.dtype == torch.float32 else tile.to(self.weight.dtype)
-                push_leaf(parts, torch.mm(self.weight[cols].t(), operand).float())
+                push_leaf(parts, torch.mm(self._head(cols).t(), operand).float())
             grad_hidden.copy_(tree_root(parts)[:, : end - start].t())
             del parts  # the partials go before grad_weight's fp32 rows come (the memory bound's hidden term)
         if grad_weight is not None:
-            rows = self.hidden[start:end].float()
+            rows = self.hidden[start:end]
+            rows = rows.float() if rows.dtype != torch.float32 else self._aligned_copy("rows", rows)
             for cols in self.columns:
                 tile = self._grad_tile(grad_z, cols)
                 # Into a fresh (aligned) output, then added: MKL's in-place ``addmm_`` rounds by where the

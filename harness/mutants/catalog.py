@@ -297,8 +297,8 @@ MUTANTS = (
         "(the block's rows as the output's ROWS), so a BLAS's small-matrix kernel rounds a row by its position "
         "in the row block: the same row after other rows gets other last bits",
         module="impl.fixed_gemm",
-        original="            out[:, cols].copy_(torch.mm(self.weight[cols], rows_t)[:, : end - start].t())\n",
-        replacement="            out[:, cols].copy_(torch.mm(rows_t.t(), self.weight[cols].t())[: end - start])\n",
+        original="            out[:, cols].copy_(torch.mm(self._head(cols), rows_t)[:, : end - start].t())\n",
+        replacement="            out[:, cols].copy_(torch.mm(rows_t.t(), self._head(cols).t())[: end - start])\n",
         killed_by=("properties/test_topology.py",),
     ),
 )
