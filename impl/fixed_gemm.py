@@ -66,17 +66,20 @@ class FixedShapeGemm:
         self.hidden, self.weight = hidden, weight
         self.width = weight.shape[0] // leaves
         self.columns = [slice(leaf * self.width, (leaf + 1) * self.width) for leaf in range(leaves)]
-        self._padded = None
-        self._tile = None
-        self._copies: dict[str, torch.Tensor] = {}
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def _buffer(self, name: str, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+        """A private buffer (fresh allocations are aligned), zero-filled when made, kept while its shape holds."""
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.shape != shape:
+            buffer = self._buffers[name] = torch.zeros(shape, dtype=dtype, device=self.hidden.device)
+        return buffer
 
     def _aligned_copy(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` itself when it starts on an ``ALIGNMENT`` boundary, else its copy in a private buffer."""
         if _aligned(tensor):
             return tensor
-        if name not in self._copies or self._copies[name].shape != tensor.shape:
-            self._copies[name] = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-        return self._copies[name].copy_(tensor)
+        return self._buffer(name, tuple(tensor.shape), tensor.dtype).copy_(tensor)
 
     def _head(self, cols: slice | None = None) -> torch.Tensor:
         """The head shard (or one leaf of it), aligned."""
@@ -88,21 +91,19 @@ class FixedShapeGemm:
         """``hidden[start:end]`` as a full, aligned ``[MATMUL_BLOCK_ROWS, H]`` block (the last one zero-padded)."""
         if end - start == MATMUL_BLOCK_ROWS and _aligned(self.hidden[start:end]):
             return self.hidden[start:end]
-        if self._padded is None:
-            self._padded = self.hidden.new_zeros(MATMUL_BLOCK_ROWS, self.hidden.shape[1])
-        self._padded[: end - start].copy_(self.hidden[start:end])
-        self._padded[end - start :].zero_()
-        return self._padded
+        block = self._buffer("padded", (MATMUL_BLOCK_ROWS, self.hidden.shape[1]), self.hidden.dtype)
+        block[: end - start].copy_(self.hidden[start:end])
+        block[end - start :].zero_()
+        return block
 
     def _grad_tile(self, grad_z: torch.Tensor, cols: slice) -> torch.Tensor:
         """``grad_z[:, cols].T`` in a contiguous fp32 ``[width, MATMUL_BLOCK_ROWS]`` tile, zero-padded."""
-        if self._tile is None:
-            self._tile = grad_z.new_zeros(self.width, MATMUL_BLOCK_ROWS)
+        tile = self._buffer("tile", (self.width, MATMUL_BLOCK_ROWS), torch.float32)
         rows = grad_z.shape[0]
-        self._tile[:, :rows].copy_(grad_z[:, cols].t())
+        tile[:, :rows].copy_(grad_z[:, cols].t())
         if rows < MATMUL_BLOCK_ROWS:
-            self._tile[:, rows:].zero_()
-        return self._tile
+            tile[:, rows:].zero_()
+        return tile
 
     def logits(self, start: int, end: int, out: torch.Tensor) -> torch.Tensor:
         """``out`` (fp32 ``[end-start, V_local]``) := ``hidden[start:end] @ weight.T``, leaf by leaf.

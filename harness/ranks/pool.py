@@ -68,10 +68,6 @@ STOP_JOIN_S = 3.0
 KILL_JOIN_S = 2.0
 REJOIN_TIMEOUT_S = 30.0  # every rank re-joins fresh process groups after a collective timeout, or the pool is killed
 
-# What every rank process starts with (inherited at spawn, before it imports torch): one thread each, since many
-# ranks share few cores. (MKL's reproducibility mode, MKL_CBWR, is set by importing ``harness``: harness/__init__.py.)
-RANK_ENVIRONMENT = {"OMP_NUM_THREADS": "1"}
-
 
 # ---- parent side ---------------------------------------------------------------
 
@@ -204,17 +200,16 @@ class RankPool:
         self.jobs_run = 0
         self._tmpdir = tempfile.mkdtemp(prefix="lph-pool-")
         rendezvous = os.path.join(self._tmpdir, "rendezvous")
-        previous = {name: os.environ.get(name) for name in RANK_ENVIRONMENT}
-        os.environ.update(RANK_ENVIRONMENT)
+        previous = os.environ.get("OMP_NUM_THREADS")
+        os.environ["OMP_NUM_THREADS"] = "1"
         try:
             for rank in range(self.world_size):
                 self._spawn_rank(ctx, rank, rendezvous)
         finally:
-            for name, value in previous.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+            if previous is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = previous
 
     def _spawn_rank(self, ctx, rank: int, rendezvous: str) -> None:
         parent_conn, child_conn = ctx.Pipe()

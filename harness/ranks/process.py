@@ -220,7 +220,7 @@ def _child_main(rank, world_size, rendezvous, pg_timeout_s, conn, last_collectiv
     with torch loaded costs about a second, and only the std streams need
     flushing.
     """
-    os.environ["OMP_NUM_THREADS"] = "1"  # also inherited from the pool's RANK_ENVIRONMENT, as MKL_CBWR must be
+    os.environ["OMP_NUM_THREADS"] = "1"
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     try:
