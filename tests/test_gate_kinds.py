@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from harness.checks import failure
-from harness.gate import compare, expectations, single
+from harness.gate import compare, expectations, retries, single
 from harness.gate.compare import Side
 from harness.gate.replays import Replayed
 from harness.gate.tiers import CONTRACT
@@ -68,6 +68,43 @@ def test_base_vs_pr_a_failure_that_changes_kind_is_red_unless_the_base_fails_tha
     assert [row.outcome for row in same.rows] == ["STILL FAILING (hang)"] and same.exit_code == 0
     alike = compare.compare(base, run(failing(PARITY, "c2", failure.VALUE)), base_side, head_side, replay=replay)
     assert [row.outcome for row in alike.rows] == ["STILL FAILING"]
+
+
+def test_base_vs_pr_a_pr_that_fixes_a_crash_and_exposes_a_defect_is_still_failing_not_blocked():
+    """A base that raised (or hung) never showed its outputs: the PR's wrong graph is unmasked, not new.
+
+    slime's #214 fixed an in-place crash and exposed the CP re-grad defect the crash hid; TransformerEngine's
+    v2.7 fixed a backward's arity and exposed an older write into the logits: both read as blocked before.
+    """
+    base_side, head_side = Side("base", "T", {"side": "base"}), Side("head", "T", {"side": "head"})
+    replay = _replay_answering(FAIL, failure.ERROR)
+    for base_kind in (failure.ERROR, HANG):
+        base, head = run(failing(PARITY, "c1", base_kind)), run(failing(PARITY, "c2", failure.GRAPH))
+        decision = compare.compare(base, head, base_side, head_side, replay=replay)
+        assert [row.outcome for row in decision.rows] == ["STILL FAILING"] and decision.exit_code == 0
+        assert decision.still_failing[0].reason.startswith(f"unmasked: the base failed as {base_kind}")
+    assert all(items == [] for _, items in replay.calls)  # nothing replayed: the base could not show it
+    # Toward a hang (or a diverging collective sequence) is new whatever the base did, and so is a new crash.
+    for base_kind, head_kind in (
+        (failure.ERROR, HANG),
+        (failure.ERROR, failure.COLLECTIVES),
+        (failure.VALUE, failure.ERROR),
+    ):
+        base, head = run(failing(PARITY, "c1", base_kind)), run(failing(PARITY, "c2", head_kind))
+        same_as_before = _replay_answering(FAIL, base_kind)  # the base fails the PR's case its own way
+        decision = compare.compare(base, head, base_side, head_side, replay=same_as_before)
+        assert [row.outcome for row in decision.rows] == ["FAILS DIFFERENTLY"] and decision.exit_code == 1
+
+
+def test_a_hang_that_replays_as_another_failure_takes_that_failure():
+    """Under load a crash can miss the deadline first: replayed alone, the verdict becomes the crash it is."""
+    result = run(failing(PARITY, "c1", HANG))
+    assert retries.confirm_hangs(result, "T", {}, replay=_replay_answering(FAIL, failure.ERROR)) == [PARITY]
+    verdict = result.verdicts[PARITY]
+    assert (verdict.outcome, verdict.kind) == (FAIL, failure.ERROR) and "not a hang" in verdict.reason
+    result = run(failing(PARITY, "c1", HANG))
+    assert retries.confirm_hangs(result, "T", {}, replay=_replay_answering(FAIL, HANG)) == []
+    assert result.verdicts[PARITY].kind == HANG
 
 
 def test_expectation_kinds_are_validated_and_written_back(tmp_path):

@@ -17,7 +17,14 @@ Both sides run the same derandomised suite. Then:
 * a check both sides fail, but in another way (the verdicts' failure
   ``kind`` differs: a wrong value on the base, a hang on the PR) is FAILS
   DIFFERENTLY, a new failure, unless the base fails the PR's counterexample
-  the same way when it is replayed there.
+  the same way when it is replayed there, or the base never returned
+  (``UNMASKING``): a base that raised or hung could not show the wrong
+  value, gradient or graph the PR's run now reaches, so a PR that fixes a
+  crash and exposes what the crash hid is STILL FAILING ("unmasked"), not
+  blocked; a PR that turns any failure into a hang (or a diverging
+  collective sequence) stays FAILS DIFFERENTLY. Replaying slime's history
+  and TransformerEngine's releases blocked exactly such fixes (a crash fix
+  exposing an older in-place write or CP re-grad defect) before this rule.
 
 In this mode every tier is gated by default: the base is the reference, so
 anything new is the PR's.
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.checks import failure
 from harness.gate.decision import Decision, Entry, entry, row
 from harness.gate.replays import REPLAY_TIMEOUT_S, Replayed, replay_in_subprocess
 from harness.gate.tiers import TIERS
@@ -35,6 +43,10 @@ from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, UNSUPPORTED, Run, Ver
 NEW_FAIL, FIXED, STILL_FAILING, IMPROVED = "NEW FAIL", "FIXED", "STILL FAILING", "IMPROVED"
 FAILS_DIFFERENTLY = "FAILS DIFFERENTLY"
 BUDGET_MARGIN = 0.05  # relative change of a measured figure that counts as worse / improved
+# A base failing as one of these did not return its outputs: what its outputs would have shown is unknown.
+DID_NOT_RETURN = frozenset({failure.ERROR, HANG})
+# A PR failing as one of these stops (or is about to stop) a training job: new whatever the base did.
+HANG_CLASS = frozenset({HANG, failure.COLLECTIVES})
 
 
 @dataclass
@@ -80,7 +92,7 @@ def _replays_needed(base: dict, head: dict) -> tuple[list, list]:
         b = base.get(key)
         if b is None:
             continue
-        if h.outcome == FAIL and (b.outcome == PASS or _differs(b, h)) and h.replayable:
+        if h.outcome == FAIL and (b.outcome == PASS or (_differs(b, h) and not _unmasked(b, h))) and h.replayable:
             on_base.append((h.check, h.case))
         if b.outcome == FAIL and h.outcome == PASS and b.replayable:
             on_head.append((b.check, b.case))
@@ -90,6 +102,11 @@ def _replays_needed(base: dict, head: dict) -> tuple[list, list]:
 def _differs(b: Verdict, h: Verdict) -> bool:
     """Both failed, in different ways (a verdict without a kind, from an older run, differs in none)."""
     return b.outcome == FAIL and h.outcome == FAIL and bool(b.kind and h.kind) and b.kind != h.kind
+
+
+def _unmasked(b: Verdict, h: Verdict) -> bool:
+    """The base did not return (raised or hung) and the PR, which does, fails on what it returned."""
+    return b.kind in DID_NOT_RETURN and h.kind not in HANG_CLASS and h.kind != b.kind
 
 
 def _hang(verdict: Verdict) -> str:
@@ -133,6 +150,12 @@ def _classify(decision: Decision, b: Verdict | None, h: Verdict, base: Side, hea
         decision.errors.append(entry(h, detail))
         return
     if h.outcome == FAIL:
+        if b is not None and _differs(b, h) and _unmasked(b, h):
+            detail = f"unmasked: the base failed as {b.kind} before its outputs were checked, the PR as {h.kind}: "
+            detail += h.reason
+            decision.rows.append(row(h, STILL_FAILING, detail))
+            decision.still_failing.append(entry(h, detail))
+            return
         if b is not None and _differs(b, h):
             result = replayed.get((base.label, h.check, h.case)) if h.replayable else None
             if result is None or result.outcome != FAIL or result.kind != h.kind:

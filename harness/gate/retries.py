@@ -12,7 +12,12 @@ so two kinds of verdict are checked again before the gate decides:
   exists for are deterministic (a rank that skips a collective skips it every
   time), so a hang that reproduces stays FAIL (hang); one whose replay passes
   was a deadline missed under load and becomes ERROR ("did not reproduce").
-  A replay that fails differently keeps the FAIL: the check failed either way.
+  A replay that fails differently keeps the FAIL, as the replay's failure
+  (its kind and reason): the check failed either way, but the hang was the
+  deadline's, and a hang kind that is really a crash under load would read,
+  base against PR, as a failure that changed kind (seen replaying slime's
+  history at load 40: a rank's in-place crash recorded as a hang on some
+  revisions, blocking commits that changed nothing).
   A hang whose report shows a rank that FINISHED the job without joining the
   collective its peers waited in (the verdict's ``diverged`` fact) is not
   replayed: the ranks' collective sequences differed, which no load can
@@ -30,20 +35,31 @@ from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, Run
 
 
 def confirm_hangs(run: Run, target: str, env: dict, *, replay=replay_in_subprocess) -> list[str]:
-    """Replay ``run``'s replayable hangs on ``target``; those that pass become ERROR. Returns the ids changed."""
+    """Replay ``run``'s replayable hangs on ``target``: passing ones become ERROR, ones failing otherwise take that
+    failure. Returns the ids changed."""
     hangs = [
         v for v in run.checks().values() if v.outcome == FAIL and v.kind == HANG and v.replayable and not v.diverged
     ]
     if not hangs:
         return []
     results = replay([(v.check, v.case) for v in hangs], target, env, REPLAY_TIMEOUT_S)
-    passed = {(r.check, r.case) for r in results if r.outcome == PASS}
+    replayed = {(r.check, r.case): r for r in results}
     changed = []
     for verdict in hangs:
-        if (verdict.check, verdict.case) in passed:
+        result = replayed.get((verdict.check, verdict.case))
+        if (
+            result is None
+            or result.outcome not in (PASS, FAIL)
+            or (result.outcome == FAIL and result.kind in (HANG, ""))
+        ):
+            continue
+        if result.outcome == PASS:
             reason = f"hang did not reproduce when replayed alone (a deadline missed under load?): {verdict.reason}"
             run.verdicts[verdict.id] = replace(verdict, outcome=ERROR, reason=reason)
-            changed.append(verdict.id)
+        else:
+            reason = f"replayed alone it fails as {result.kind or 'a failure'}, not a hang: {result.reason}"
+            run.verdicts[verdict.id] = replace(verdict, kind=result.kind, reason=reason)
+        changed.append(verdict.id)
     return changed
 
 
