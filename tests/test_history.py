@@ -92,3 +92,59 @@ def test_every_checkout_family_names_its_files_under_test():
     for family in specs.CHECKOUT_VARIABLES:
         paths = history.files_under_test(family)
         assert paths and all(path.endswith(".py") and not path.startswith("/") for path in paths), family
+
+
+def test_pypi_releases_replay_each_release_against_the_one_before(tmp_path, monkeypatch):
+    """``verl==pypi``: final releases in version order (1.10 after 1.9, pre-releases and yanked ones left out), the
+    first one from ``--since`` compared with the release before it; a release whose files under test did not
+    change costs nothing, an unloadable one is an ERROR row (no network: PyPI's answer and the installs are faked)."""
+    from harness.gate import releases
+
+    def upload(date, yanked=False):
+        return [{"upload_time": f"{date}T00:00:00", "yanked": yanked}]
+
+    answer = {
+        "releases": {
+            "1.9": upload("2025-01-01"),
+            "1.10": upload("2026-02-01"),
+            "1.11rc1": upload("2026-02-02"),
+            "1.8": upload("2024-12-01"),
+            "1.12": upload("2026-03-01", yanked=True),
+            "1.11": upload("2026-03-02"),
+            "1.7": [],
+        }
+    }
+    monkeypatch.setattr(releases, "_fetch_json", lambda name: answer)
+    assert releases.published("verl") == [
+        ("1.8", "2024-12-01"),
+        ("1.9", "2025-01-01"),
+        ("1.10", "2026-02-01"),
+        ("1.11", "2026-03-02"),
+    ]
+    assert [v for v, _ in releases.selected("verl", "pypi", "2026-01-01")] == ["1.9", "1.10", "1.11"]
+    assert releases.selected("verl", "1.8,1.11", "2026-01-01") == [("1.8", "2024-12-01"), ("1.11", "2026-03-02")]
+    with pytest.raises(ValueError, match="at least two versions"):
+        releases.selected("verl", "1.8", "2026-01-01")
+
+    trees = {}
+    for version, broken in (("1.9", False), ("1.10", False), ("1.11", True)):
+        trees[version] = tmp_path / version
+        shutil.copytree(fakes.HERE / "correct", trees[version])
+        if broken:
+            (trees[version] / TENSOR_PARALLEL).write_text(
+                "def vocab_parallel_log_probs_from_logits(x, y):\n    return x\n"
+            )
+    monkeypatch.setattr(releases, "install", lambda family, version: trees[version])
+
+    def no_suite(*args, **kwargs):
+        raise AssertionError("the suite must not run for a revision the adapter cannot load")
+
+    monkeypatch.setattr(history, "run_checked", no_suite)
+    reports = tmp_path / "reports"
+    assert history.main(["verl==pypi", "--since", "2026-01-01", "--reports", str(reports)]) == 0
+    (row,) = history.json.loads((reports / "verl" / "history.json").read_text())
+    assert (row["commit"], row["title"], row["date"]) == ("1.11", "1.10 -> 1.11", "2026-03-02")
+    assert (
+        row["errors"][0].startswith("adapter cannot load") and "defines no vocab_parallel_entropy" in row["errors"][0]
+    )
+    assert history.main(["slime==pypi", "--reports", str(reports)]) == 2  # slime publishes no releases here

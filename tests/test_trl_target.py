@@ -93,6 +93,49 @@ def test_a_wrong_entropy_sign_fails_parity(tmp_path):
         check_token_forward(CASES[0], f"{adapter}:T")
 
 
+OLD_UTILS = """import pandas  # noqa: F401  (never executed by the adapter)
+import torch
+import torch.nn.functional as F
+
+
+def selective_log_softmax(logits, index):
+    return logits.log_softmax(-1).gather(-1, index.unsqueeze(-1)).squeeze(-1)
+"""
+OLD_ENTROPY = """
+
+def entropy_from_logits(logits, chunk_size=1):
+    log_p = F.log_softmax(logits, dim=-1)
+    return -(log_p.exp() * log_p).sum(-1)
+"""
+
+
+def _older_release(tmp_path, *, entropy: bool):
+    """A stand-in TRL release before 1.14: no kernels, no fused helper, the two helpers of its time."""
+    root = tmp_path / f"trl_old_{entropy}"
+    (root / "trl" / "trainer").mkdir(parents=True)
+    (root / "trl" / "trainer" / "utils.py").write_text(OLD_UTILS + (OLD_ENTROPY if entropy else ""))
+    return root
+
+
+def test_an_older_release_is_the_token_path_alone_composed_as_its_trainer_did(tmp_path):
+    """A release replay loads TRL < 1.15 (no chunked LM head) and < 1.14 (no fused helper): token path, no gate."""
+    old_root, older_root = _older_release(tmp_path, entropy=True), _older_release(tmp_path, entropy=False)
+    adapter = tmp_path / "adapter.py"
+    adapter.write_text(
+        "from harness.targets.trl.family import TRLFamilyTarget\n\n"
+        "class Old(TRLFamilyTarget):\n"
+        f"    def __init__(self):\n        super().__init__({str(old_root)!r})\n\n"
+        "class Older(TRLFamilyTarget):\n"
+        f"    def __init__(self):\n        super().__init__({str(older_root)!r})\n"
+    )
+    old = load_target(f"{adapter}:Old")
+    assert old.capabilities == {"token", "entropy", "temperature"} and old.hidden is None
+    assert load_target(f"{adapter}:Older").capabilities == {"token", "temperature"}
+    check_token_forward(CASES[0], f"{adapter}:Old")
+    check_token_backward(CASES[0], f"{adapter}:Old")
+    check_token_forward(CASES[2], f"{adapter}:Older")
+
+
 def test_spec_installs_the_pypi_distribution_and_names_its_directory():
     from harness.gate import specs
 

@@ -2,7 +2,9 @@
 
 ``python -m harness.gate.history FAMILY=PATH_TO_GIT_REPO [--since 2025-12-01] [--until REV]
 [--tags PATTERN] [--paths a.py,b.py] [--reports reports/history] [pytest args]``, FAMILY any checkout family of
-``harness/gate/specs.py`` (slime, miles, verl, skyrl, nemo_rl, liger, trl, te, ms_swift)
+``harness/gate/specs.py`` (slime, miles, verl, skyrl, nemo_rl, liger, trl, te, ms_swift); or
+``FAMILY==pypi`` / ``FAMILY==V1,V2,...`` for a PyPI family: its published releases, each against the one
+before it (``harness/gate/releases.py``)
 
 For every commit (author date from ``--since``, up to ``--until``) that
 touches the files holding the code under test, the commit is the PR and its
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from harness import names
 from harness.gate import compare as comparison
-from harness.gate import specs
+from harness.gate import releases, specs
 from harness.gate.runner import run_checked
 from harness.gate.tiers import TIERS
 from harness.gate.verdicts import Run
@@ -117,6 +119,9 @@ class Revisions:
         self.paths = tuple(paths)
         self._load_errors: dict[str, str | None] = {}
 
+    def key(self, revision: str) -> str:
+        return content_key(self.repo, revision, self.paths)
+
     def tree(self, key: str, revision: str) -> Path:
         """The revision's tree; where the mirror lacks some blob (a partial clone), only the packages under test.
 
@@ -196,6 +201,21 @@ class Revisions:
         return run
 
 
+class ReleaseRevisions(Revisions):
+    """Published releases instead of commits: a revision is a version, its tree the release's install."""
+
+    def key(self, revision: str) -> str:
+        return releases.content_key(releases.install(self.family, revision), self.paths)
+
+    def tree(self, key: str, revision: str) -> Path:
+        return releases.install(self.family, revision)
+
+
+def _release_commits(family: str, which: str, since: str) -> list[Commit]:
+    pairs = releases.selected(family, which, since)
+    return [Commit(v, date, f"{base} -> {v}", base, name=v) for (base, _), (v, date) in zip(pairs, pairs[1:])]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.gate.history", description=__doc__.splitlines()[0])
     parser.add_argument("spec", help="FAMILY=PATH to a git repository (bare or not), e.g. slime=../slime")
@@ -206,10 +226,15 @@ def main(argv=None) -> int:
     parser.add_argument("--reports", default="reports/history")
     args, pytest_args = parser.parse_known_args(argv)
     family, _, location = args.spec.partition("=")
-    if family not in specs.CHECKOUT_VARIABLES or not location:
-        print(f"history: SPEC must be FAMILY=PATH with FAMILY in {sorted(specs.CHECKOUT_VARIABLES)}", file=sys.stderr)
+    published = location.startswith("=")
+    if family not in specs.CHECKOUT_VARIABLES or not location or (published and family not in specs.PYPI):
+        print(
+            f"history: SPEC must be FAMILY=PATH with FAMILY in {sorted(specs.CHECKOUT_VARIABLES)}, or "
+            f"FAMILY==pypi / FAMILY==V1,V2,... with FAMILY in {sorted(specs.PYPI)}",
+            file=sys.stderr,
+        )
         return 2
-    repo = Path(location).expanduser().resolve()
+    repo = None if published else Path(location).expanduser().resolve()
     paths = tuple(args.paths.split(",")) if args.paths else files_under_test(family)
     if not paths:
         print(f"history: give --paths for {family}", file=sys.stderr)
@@ -217,13 +242,16 @@ def main(argv=None) -> int:
     cache = Path(args.reports) / family
     table = []
     with tempfile.TemporaryDirectory(prefix="lph-history-") as trees:
-        revisions = Revisions(family, repo, cache, Path(trees), pytest_args, paths)
-        if args.tags:
+        kind = ReleaseRevisions if published else Revisions
+        revisions = kind(family, repo, cache, Path(trees), pytest_args, paths)
+        if published:
+            pending = _release_commits(family, location[1:], args.since)
+        elif args.tags:
             pending = tagged(repo, args.tags, args.since)
         else:
             pending = commits(repo, paths, args.since, args.until)
         for commit in pending:
-            head_key, base_key = content_key(repo, commit.sha, paths), content_key(repo, commit.parent, paths)
+            head_key, base_key = revisions.key(commit.sha), revisions.key(commit.parent)
             if head_key == base_key:
                 continue
             unloadable = [

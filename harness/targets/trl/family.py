@@ -4,12 +4,14 @@ Token level: ``selective_log_softmax`` / ``selective_log_softmax_and_entropy``
 (``harness.targets.trl.token:TRLTokenTarget``); hidden states:
 ``ChunkedLogProbFunction`` (``harness.targets.trl.hidden``). Capabilities:
 ``harness.targets.upstream.combined`` (``entropy_gate`` is the token path's
-only, so the family leaves it out; ``TRLTokenTarget`` alone checks it). TRL's
+only, so the family leaves it out; ``TRLTokenTarget`` alone checks it); a release
+without ``trl/kernels/`` (before 1.15) is the token path alone. TRL's
 Triton kernel alone is ``harness.targets.trl.token:TRLTritonTarget``.
 """
 
 from __future__ import annotations
 
+from harness.targets.trl import loading
 from harness.targets.trl.hidden import TRLHiddenTarget
 from harness.targets.trl.token import TRLTokenTarget
 from harness.targets.upstream.combined import TokenAndHidden
@@ -20,4 +22,7 @@ class TRLFamilyTarget(TokenAndHidden):
 
     def __init__(self, root=None):
         token = TRLTokenTarget(root)
+        if loading.kernels(token.root).chunked is None:  # TRL < 1.15: no chunked LM head, the token path alone
+            self.token, self.hidden, self.name, self.capabilities = token, None, token.name, token.capabilities
+            return
         super().__init__(token, TRLHiddenTarget(token.root), token.name)

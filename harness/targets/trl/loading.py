@@ -19,7 +19,14 @@ checkout) or the installed ``trl``. Nothing of TRL is copied here.
   they reference (``torch``, ``F``, ``is_triton_available`` and
   ``_fused_logprob_entropy``, the latter bound as TRL binds it: the
   ``logprob_entropy`` kernel when Triton is importable). A version whose file
-  lacks one of them is refused with its name.
+  lacks ``selective_log_softmax`` is refused with its name.
+
+Older releases (a release replay, ``docs/history-trl.md``) have less: no
+``trl/kernels/`` before 1.15 (no chunked LM head: ``kernels(root).chunked``
+is None), no ``selective_log_softmax_and_entropy`` /
+``_supports_trl_loss_kernel`` before 1.14, no ``entropy_from_logits`` before
+0.20; a helper a release lacks is None here, and the adapters declare only
+what the release has.
 
 The kernels are decorated when loaded, so ``TRITON_INTERPRET=1`` is set first
 (unless ``LPH_DEVICE=cuda``): on a CPU run ``logprob_entropy`` runs under
@@ -54,11 +61,12 @@ UTILS_FUNCTIONS = (
     "selective_log_softmax_and_entropy",
     "maybe_gather_lm_head_ctx",
 )
+REQUIRED = ("selective_log_softmax",)  # every release the adapters load has it; the others arrived later
 
 
 def trl_root() -> Path:
     return located.package_root(
-        "trl", PATH_VARIABLE, CHUNKED, "`pip install --no-deps trl==X` (`nox -s upstream -- trl==X`)"
+        "trl", PATH_VARIABLE, UTILS, "`pip install --no-deps trl==X` (`nox -s upstream -- trl==X`)"
     )
 
 
@@ -71,8 +79,11 @@ def is_triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def _definitions(path: Path, names) -> dict:
-    """The top-level ``def``s and assignments named ``names`` in ``path``, as source-ordered AST nodes."""
+def _definitions(path: Path, names, optional=()) -> dict:
+    """The top-level ``def``s and assignments named ``names`` in ``path``, as source-ordered AST nodes.
+
+    A name in ``optional`` the file lacks is left out; any other missing name is an error naming it.
+    """
     tree = ast.parse(path.read_text(), filename=str(path))
     found = {}
     for node in tree.body:
@@ -82,14 +93,14 @@ def _definitions(path: Path, names) -> dict:
             for target in node.targets:
                 if isinstance(target, ast.Name) and target.id in names:
                     found[target.id] = node
-    missing = [name for name in names if name not in found]
+    missing = [name for name in names if name not in found and name not in optional]
     if missing:
         raise AttributeError(f"{path} defines no {', '.join(missing)}: this TRL version is not supported")
     return found
 
 
-def _run_definitions(path: Path, names, namespace: dict) -> dict:
-    nodes = _definitions(path, names)
+def _run_definitions(path: Path, names, namespace: dict, optional=()) -> dict:
+    nodes = _definitions(path, names, optional)
     module = ast.Module(body=list(nodes.values()), type_ignores=[])
     exec(compile(module, str(path), "exec"), namespace)  # TRL's own statements, verbatim
     return namespace
@@ -122,15 +133,18 @@ def kernels(root: Path) -> types.SimpleNamespace:
         sub = name.partition(".")[2]
         sys.modules[name] = checkout.namespace_package(name, root / "trl" / sub if sub else root / "trl")
     utils = types.ModuleType(f"{PRIVATE}.trainer.utils")
-    namespace = _run_definitions(root / UTILS, ("maybe_gather_lm_head_ctx",), {"nullcontext": contextlib.nullcontext})
-    utils.maybe_gather_lm_head_ctx = _with_stand_in(namespace["maybe_gather_lm_head_ctx"])
+    if (root / CHUNKED).is_file():  # the helper only the chunked LM head's backward imports
+        namespace = _run_definitions(
+            root / UTILS, ("maybe_gather_lm_head_ctx",), {"nullcontext": contextlib.nullcontext}
+        )
+        utils.maybe_gather_lm_head_ctx = _with_stand_in(namespace["maybe_gather_lm_head_ctx"])
     sys.modules[utils.__name__] = utils
     if not os.environ.get("LPH_DEVICE", "cpu").startswith("cuda"):
         os.environ.setdefault("TRITON_INTERPRET", "1")  # read by triton.jit when the kernels are decorated
     loaded = {}
     with _transformers_stand_in():
         for key, path in (("chunked", CHUNKED), ("fused", FUSED)):
-            if key == "fused" and (not is_triton_available() or not (root / path).is_file()):
+            if not (root / path).is_file() or (key == "fused" and not is_triton_available()):
                 loaded[key] = None
                 continue
             name = f"{PRIVATE}.kernels.{path.stem}"
@@ -163,8 +177,9 @@ def utils_functions(root: Path) -> types.SimpleNamespace:
         "nullcontext": contextlib.nullcontext,
         "_fused_logprob_entropy": None if fused is None else fused.selective_log_softmax_and_entropy,
     }
-    _run_definitions(root / UTILS, UTILS_FUNCTIONS[:-1], namespace)
-    return types.SimpleNamespace(**{name: namespace[name] for name in UTILS_FUNCTIONS[:-1]})
+    wanted = UTILS_FUNCTIONS[:-1]
+    _run_definitions(root / UTILS, wanted, namespace, optional=tuple(n for n in wanted if n not in REQUIRED))
+    return types.SimpleNamespace(**{name: namespace.get(name) for name in wanted})
 
 
 def chunk_default(root: Path) -> int:

@@ -23,6 +23,15 @@ vocabulary: at TP > 1 the adapter gathers the shards
 (``harness.targets.upstream.whole_vocab``) and TRL runs on the whole
 vocabulary on every rank.
 
+Releases before 1.14 (a release replay) have no
+``selective_log_softmax_and_entropy``: there the adapter composes what their
+GRPO trainer does with the two helpers (logits divided by the temperature,
+``selective_log_softmax``, then ``entropy_from_logits``, under ``no_grad``
+unless the entropy bonus needs its gradient). That gate is the adapter's
+copy of the trainer's branch, not a TRL function's, so ``entropy_gate`` is
+not declared there; before 0.20 (no ``entropy_from_logits``) neither is
+``entropy``.
+
 Not declared, hence UNSUPPORTED: ``chunking`` (``entropy_from_logits``'s row
 chunk is fixed at its default by ``selective_log_softmax_and_entropy``, and
 ``selective_log_softmax`` has none), ``packed`` (TRL's trainers pad to
@@ -34,6 +43,8 @@ entropy's graph; the detach is the utils wrapper's).
 from __future__ import annotations
 
 from pathlib import Path
+
+import torch
 
 from harness.targets.protocol import Target
 from harness.targets.trl import loading
@@ -49,16 +60,32 @@ class TRLTokenTarget(Target):
         self.root = loading.trl_root() if root is None else Path(root)
         self.name = f"trl-{loading.trl_version(self.root)}"
         self.functions = loading.utils_functions(self.root)
+        if self.functions.selective_log_softmax_and_entropy is None:  # TRL < 1.14 (see the module docstring)
+            has_entropy = self.functions.entropy_from_logits is not None
+            self.capabilities = frozenset({"token", "temperature", *(("entropy",) if has_entropy else ())})
 
     def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
         if chunk_size is not None:
             raise RuntimeError(f"{self.name}: TRL's helpers take no chunk (capability not declared)")
         whole = gather_vocabulary(logits, tp_group)
+        if self.functions.selective_log_softmax_and_entropy is None:
+            return self._composed(whole, targets, with_entropy=with_entropy, entropy_grad=entropy_grad, t=temperature)
         if not with_entropy:
             return self.functions.selective_log_softmax(whole, targets, temperature=temperature), None
         return self.functions.selective_log_softmax_and_entropy(
             whole, targets, entropy_requires_grad=entropy_grad, temperature=temperature
         )
+
+    def _composed(self, whole, targets, *, with_entropy, entropy_grad, t):
+        """TRL < 1.14: the GRPO trainer's composition of the two helpers (the module docstring)."""
+        if with_entropy and "entropy" not in self.capabilities:
+            raise RuntimeError(f"{self.name}: no entropy_from_logits in this release (capability not declared)")
+        scaled = whole / t
+        log_probs = self.functions.selective_log_softmax(scaled, targets)
+        if not with_entropy:
+            return log_probs, None
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            return log_probs, self.functions.entropy_from_logits(scaled)
 
 
 class TRLTritonTarget(Target):
