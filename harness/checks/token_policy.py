@@ -35,10 +35,10 @@ from oracles import policy as policy_oracle
 
 
 def required_capabilities(case: Case) -> set[str]:
-    """``token_policy_loss``, each option's capability, and ``entropy`` when the bonus term is on."""
+    """``token_policy_loss``, each option's capability, and ``token_policy_entropy`` when the bonus term is on."""
     needed = {"token_policy_loss"} | PolicyOptions(**policy.option_values(case)).capabilities()
     if case.with_entropy and case.entropy_coef != 0:
-        needed.add("entropy")
+        needed.add("token_policy_entropy")
     return needed
 
 

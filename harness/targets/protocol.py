@@ -27,6 +27,7 @@ CAPABILITIES = frozenset(
         "packed",  # packed_log_probs
         "policy_loss",  # policy_loss
         "token_policy_loss",  # token_policy_loss: the same loss from [B, R] log-prob matrices (no logits)
+        "token_policy_entropy",  # ... with its entropy bonus (entropy_coef != 0) aggregated like the loss's other terms
         "entropy",  # with_entropy=True
         "entropy_gate",  # entropy_grad=False gives a graph-free entropy
         "chunking",  # chunk_size is honoured
