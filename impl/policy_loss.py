@@ -107,25 +107,65 @@ def policy_loss(
         cp_mode=cp_mode,
         caller_error=caller_error,
     )
+    loss = loss_from_log_probs(
+        terms,
+        out.log_probs,
+        out.entropy,
+        old_log_probs=old_log_probs,
+        advantages=advantages,
+        masks=masks,
+        full_masks=full_masks,
+        eps_clip=eps_clip,
+        eps_clip_high=eps_clip_high,
+        entropy_coef=entropy_coef,
+        cp_group=cp_group if cp_mode != "none" else None,
+        ref_log_probs=ref_log_probs,
+        rollout_log_probs=rollout_log_probs,
+    )
+    return PolicyLossOutput(loss=loss, log_probs=out.log_probs, entropy=out.entropy, entropy_grad=entropy_grad)
+
+
+def loss_from_log_probs(
+    terms: LossTerms,
+    log_probs: list,
+    entropy: list | None,
+    *,
+    old_log_probs: list,
+    advantages: list,
+    masks: list,
+    full_masks: list,
+    eps_clip: float,
+    eps_clip_high: float,
+    entropy_coef: float,
+    cp_group,
+    ref_log_probs: list | None,
+    rollout_log_probs: list | None,
+) -> torch.Tensor:
+    """The policy term (rollout-weighted), plus the KL term, minus the entropy bonus, each aggregated alike.
+
+    The one composition both entry points share: ``policy_loss`` (from logits,
+    per-sample lists in this CP rank's view, ``full_masks`` the whole samples')
+    and ``impl.token_policy_loss`` (the rows of ``[B, R]`` matrices, where the
+    view is the whole sample). ``entropy`` None: no bonus term.
+    """
     counts = [mask.sum() for mask in full_masks]
-    group = cp_group if cp_mode != "none" else None
 
     def agg(values):
         return aggregate(values, masks, counts, terms.aggregation, full_masks, terms.horizon)
 
-    pg = pg_terms(terms, out.log_probs, old_log_probs, advantages, masks, counts, eps_clip, eps_clip_high, group)
+    pg = pg_terms(terms, log_probs, old_log_probs, advantages, masks, counts, eps_clip, eps_clip_high, cp_group)
     if terms.rollout_correction is not None:
-        weights = rollout_weights(terms, old_log_probs, rollout_log_probs, masks, counts, group, out.log_probs)
+        weights = rollout_weights(terms, old_log_probs, rollout_log_probs, masks, counts, cp_group, log_probs)
         pg = [p * w for p, w in zip(pg, weights)]
     loss = agg(pg)
     if terms.kl_coef != 0:
-        kl = kl_terms(terms.kl_kind, out.log_probs, ref_log_probs, masks)
+        kl = kl_terms(terms.kl_kind, log_probs, ref_log_probs, masks)
         if terms.kl_ratio_weighted:
-            kl = [k * torch.exp(lp - old.to(lp)) for k, lp, old in zip(kl, out.log_probs, old_log_probs)]
+            kl = [k * torch.exp(lp - old.to(lp)) for k, lp, old in zip(kl, log_probs, old_log_probs)]
         loss = loss + terms.kl_coef * agg(kl)
-    if with_entropy:
-        loss = loss - entropy_coef * agg(out.entropy)
-    return PolicyLossOutput(loss=loss, log_probs=out.log_probs, entropy=out.entropy, entropy_grad=entropy_grad)
+    if entropy is not None:
+        loss = loss - entropy_coef * agg(entropy)
+    return loss
 
 
 def _caller_error(terms: LossTerms, masks, views, advantages, old_log_probs, ref_log_probs, rollout_log_probs):

@@ -25,69 +25,12 @@ from hypothesis import strategies as st
 
 from harness.cases import policy
 from harness.cases.case import Case
-from harness.cases.strategies import SPECIAL_VALUES, cases
+from harness.cases.policy_strategies import FLOAT32, HORIZON, NONZERO_KL_COEFS, loss_options, policy_cases
+from harness.cases.strategies import SPECIAL_VALUES
 from harness.checks.parity import check_entropy_bonus_gradient, check_policy_loss
 from harness.checks.policy import check_kl_term_gradient, check_policy_cp_invariance
 
 FEW = settings(max_examples=max(1, settings.default.max_examples // 8))
-HORIZON = 64.0  # seq-mean-token-sum-norm's constant: the longest drawn response
-ROLLOUT_MAX_SCALE = 30.0  # rollout log-weights resolvable in float32 (harness.cases.policy.rollout_log_probs)
-
-
-KL_COEFS = st.sampled_from((0.0, 0.0, 0.1, -0.5))
-NONZERO_KL_COEFS = st.sampled_from((0.1, -0.5, 1.0))
-# A term's gradient is the difference of two gradients rounded to the Case's dtype: in 16-bit formats a
-# small term (coef 0.01) vanishes below the rounding of the rest (as in regressions/test_inverted_no_grad_gate.py).
-FLOAT32 = st.just("float32")
-
-
-@st.composite
-def loss_options(draw, kl=KL_COEFS):
-    """A few loss options at once (each mostly at its default, so failures name few)."""
-    kind = draw(st.sampled_from(("ppo", "ppo", "gspo", "cispo")))
-    values = {"kind": kind}
-    if kind != "cispo" and draw(st.booleans()):
-        values["dual_clip_c"] = policy.DUAL_CLIP_C
-    coef = draw(kl)
-    if coef:
-        values.update(
-            kl_coef=coef,
-            kl_kind=draw(st.sampled_from(("k1", "k2", "k3", "low_var_kl", "abs"))),
-            kl_ratio_weighted=draw(st.booleans()),
-        )
-    correction = draw(st.sampled_from((None, None, "tis", "mis", "rs")))
-    if correction:
-        values.update(
-            rollout_correction=correction,
-            rollout_level=draw(st.sampled_from(("token", "sequence", "geometric"))),
-            rollout_floor=draw(st.sampled_from((None, 0.5))),
-        )
-    aggregation = draw(
-        st.sampled_from(
-            (
-                "sum-of-sample-mean",
-                "token-mean",
-                "token-sum",
-                "seq-mean-token-sum",
-                "seq-mean-token-mean",
-                "seq-mean-token-sum-norm",
-            )
-        )
-    )
-    values["aggregation"] = aggregation
-    if aggregation == "seq-mean-token-sum-norm":
-        values["horizon"] = HORIZON
-    return values
-
-
-@st.composite
-def policy_cases(draw, options=None, **case_kwargs):
-    """A policy-loss Case with options (``loss_options()`` by default); rollout corrections at moderate scales."""
-    case = draw(cases(max_samples=4, max_length=24, max_vocab_local=24, **case_kwargs))
-    values = draw(options if options is not None else loss_options())
-    if values.get("rollout_correction") and case.logit_scale > ROLLOUT_MAX_SCALE:
-        case = case.with_(logit_scale=ROLLOUT_MAX_SCALE)
-    return policy.with_options(case, **values)
 
 
 def _with(case: Case, **values) -> Case:

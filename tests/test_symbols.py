@@ -57,3 +57,15 @@ def test_names_bound_inside_a_block_are_a_documented_limit():
     with pytest.raises(NameError, match="HIDDEN"):
         uses_hidden()
     assert load_symbol(HEAVY, "uses_hidden", stand_ins={"HIDDEN": 5})() == 5
+
+
+def test_a_method_loads_without_its_class_and_runs_with_a_stand_in_self():
+    from types import SimpleNamespace
+
+    from harness.targets.upstream.symbols import load_method
+
+    loss = load_method(HEAVY, "HeavyTrainer", "loss")
+    assert loss(SimpleNamespace(offset=1.0), 3.0) == 7.0  # _helper and SCALE came along; the base class never ran
+    assert loss.__name__ == "loss" and inspect.getsourcefile(loss) == str(HEAVY)
+    with pytest.raises(LookupError, match="HeavyTrainer.missing"):
+        load_method(HEAVY, "HeavyTrainer", "missing")

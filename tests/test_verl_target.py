@@ -41,7 +41,13 @@ def test_tree_comes_from_the_environment(monkeypatch, tmp_path):
 
 def test_loading_stands_in_only_while_loading():
     target = fakes.correct()
-    assert target.capabilities == {"token", "entropy", "chunking", "temperature", "policy_loss"}
+    options = {
+        "token_policy_loss",
+        "token_policy_entropy",
+        "policy_dual_clip",
+        "policy_agg_seq-mean-token-mean",
+    }  # what the fake's loss has
+    assert target.capabilities == {"token", "entropy", "chunking", "temperature", "policy_loss"} | options
     assert not [name for name in sys.modules if name == "verl" or name.startswith("verl.")]
     assert "tensordict" not in sys.modules, "import-only placeholders must not outlive the load"
     # A verl tree without core_algos has no policy loss.

@@ -49,7 +49,7 @@ _BOUNDARIES = (math.log(1 - EPS_CLIP), math.log(1 + EPS_CLIP_HIGH))
 MAX_MARGIN = 0.2  # under half the clip window log(1 + EPS_CLIP_HIGH) - log(1 - EPS_CLIP) = 0.47: the zones stay apart
 
 
-def _per_sample_log_probs(case: Case, logits: torch.Tensor, log_probs_fn) -> list[torch.Tensor]:
+def per_sample_log_probs(case: Case, logits: torch.Tensor, log_probs_fn) -> list[torch.Tensor]:
     """``log_probs_fn`` over each sample's response rows and targets (the oracle's layout)."""
     picked = losses.per_sample(logits, case.response_rows())
     targets = layout.response_targets(case.tokens(), case.response_lengths)
@@ -58,7 +58,7 @@ def _per_sample_log_probs(case: Case, logits: torch.Tensor, log_probs_fn) -> lis
 
 def boundary_margin(case: Case, logits: torch.Tensor, oracle: list[torch.Tensor]) -> float:
     """The tolerance policy's log-prob bound for ``case`` (see the module docstring); ``logits`` in its dtype."""
-    naive = _per_sample_log_probs(case, logits, token.naive_log_probs)
+    naive = per_sample_log_probs(case, logits, token.naive_log_probs)
     naive_err = max((float((n.double() - o).abs().max()) for n, o in zip(naive, oracle) if o.numel()), default=0.0)
     finite = logits[torch.isfinite(logits)]
     scale = float(finite.abs().max()) / case.temperature if finite.numel() else 0.0
@@ -157,7 +157,7 @@ def old_log_probs(case: Case) -> list[torch.Tensor]:
     opts = loss_options(case)
     with torch.no_grad():
         logits = case.global_logits()
-        oracle = _per_sample_log_probs(case, logits.double(), token.log_probs)
+        oracle = per_sample_log_probs(case, logits.double(), token.log_probs)
         margin = boundary_margin(case, logits, oracle)
         boundaries = _clip_boundaries(opts)
         offsets = case.old_log_prob_offsets()
@@ -185,7 +185,7 @@ def ref_log_probs(case: Case) -> list[torch.Tensor]:
     opts = loss_options(case)
     with torch.no_grad():
         logits = case.global_logits()
-        oracle = _per_sample_log_probs(case, logits.double(), token.log_probs)
+        oracle = per_sample_log_probs(case, logits.double(), token.log_probs)
         margin = boundary_margin(case, logits, oracle) if opts.kl_kind.startswith("abs") else 0.0
         g = case.generator(_STREAM_REF)
         out = []

@@ -275,11 +275,21 @@ MUTANTS = (
         bug="the entropy bonus aggregated with a fixed per-sample mean whatever the loss's aggregation mode, so its "
         "weight against the policy term changes with batch composition",
         module="impl.policy_loss",
-        original="        loss = loss - entropy_coef * agg(out.entropy)\n",
+        original="        loss = loss - entropy_coef * agg(entropy)\n",
         replacement="        loss = loss - entropy_coef * aggregate(\n"
-        '            out.entropy, masks, counts, "sum-of-sample-mean", [], None\n'
+        '            entropy, masks, counts, "sum-of-sample-mean", [], None\n'
         "        )\n",
         killed_by=("properties/test_policy_losses.py",),
+    ),
+    Mutant(
+        name="token_loss_counts_padding",
+        bug="the token-level policy loss (impl.token_policy_loss, [B, R] matrices) takes its normalisers from the "
+        "matrix's width instead of the loss mask: every padded position counts as a token, so a sample's mean and "
+        "the batch's token count change with the longest response in the batch",
+        module="impl.token_policy_loss",
+        original="        full_masks=masks,\n",
+        replacement="        full_masks=[torch.ones_like(m) for m in masks],\n",
+        killed_by=("properties/test_token_policy_losses.py",),
     ),
     Mutant(
         name="tp_shard_sums_own_order",

@@ -13,6 +13,7 @@ from impl.policy_loss import policy_loss
 from impl.policy_terms import LossTerms
 from impl.sampling_packed import kept_set_log_probs, packed_sampling_log_probs_and_entropy
 from impl.token_level import log_probs_and_entropy as token_log_probs_and_entropy
+from impl.token_policy_loss import token_policy_loss
 
 
 def _batch(inputs: PackedInputs) -> PackedBatch:
@@ -149,6 +150,33 @@ class ImplTarget(Target):
                 **tensors,
             )
             return out.loss, out.log_probs, out.entropy
+
+    def token_policy_loss(
+        self,
+        log_probs,
+        *,
+        old_log_probs,
+        advantages,
+        loss_mask,
+        eps_clip,
+        eps_clip_high,
+        entropy,
+        entropy_coef,
+        options=None,
+    ):
+        terms, tensors = _loss_terms(options)
+        return token_policy_loss(
+            log_probs,
+            old_log_probs,
+            advantages,
+            loss_mask,
+            eps_clip=eps_clip,
+            eps_clip_high=eps_clip_high,
+            entropy=entropy,
+            entropy_coef=entropy_coef,
+            terms=terms,
+            **tensors,
+        )
 
     def sampling_log_probs(
         self, logits, targets, kept, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature, on_outside

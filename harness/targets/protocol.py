@@ -26,6 +26,8 @@ CAPABILITIES = frozenset(
         "token",  # token_log_probs
         "packed",  # packed_log_probs
         "policy_loss",  # policy_loss
+        "token_policy_loss",  # token_policy_loss: the same loss from [B, R] log-prob matrices (no logits)
+        "token_policy_entropy",  # ... with its entropy bonus (entropy_coef != 0) aggregated like the loss's other terms
         "entropy",  # with_entropy=True
         "entropy_gate",  # entropy_grad=False gives a graph-free entropy
         "chunking",  # chunk_size is honoured
@@ -149,7 +151,9 @@ class PolicyOptions:
     capability each such field needs (``capabilities()``): an adapter that
     knows none of them keeps the plain signature. Per-sample tensors
     (``ref_log_probs``, ``rollout_log_probs``) are in the same view as the
-    advantages (this CP rank's zigzag view under context parallelism).
+    advantages (this CP rank's zigzag view under context parallelism); at
+    token level (``Target.token_policy_loss``) they are ``[B, R]`` matrices
+    like the log-probs. The same capabilities gate the options at both levels.
 
     Attributes:
         kind: ``"ppo"``, ``"gspo"`` (sequence ratio ``exp(mean_t m_t (logp - old))``
@@ -317,5 +321,32 @@ class Target:
 
         A target declaring any ``policy_*`` option capability also takes
         ``options: PolicyOptions`` (passed only when not the default).
+        """
+        raise NotImplementedError
+
+    def token_policy_loss(
+        self,
+        log_probs,
+        *,
+        old_log_probs,
+        advantages,
+        loss_mask,
+        eps_clip,
+        eps_clip_high,
+        entropy,
+        entropy_coef,
+    ):
+        """Return the scalar policy loss over ``[B, R]`` response matrices (capability ``token_policy_loss``).
+
+        Row ``i`` of every argument is sample ``i``'s response, left-aligned and
+        padded to the longest response ``R`` with ``loss_mask`` 0 (values there
+        are 0); ``log_probs`` (float32, requires grad) and ``entropy`` (float32
+        or None; requires grad when ``entropy_coef != 0``) are leaves the
+        harness differentiates. The loss is the one ``policy_loss`` defines
+        (``sum-of-sample-mean`` unless ``options`` says otherwise) over the
+        whole batch; ``entropy`` None means no bonus term. A target declaring
+        ``policy_*`` option capabilities also takes ``options: PolicyOptions``
+        (passed only when not the default; its ``ref_log_probs`` and
+        ``rollout_log_probs`` are ``[B, R]``).
         """
         raise NotImplementedError

@@ -39,3 +39,10 @@ if SCALE:
 
 def uses_hidden():
     return HIDDEN
+
+
+class HeavyTrainer(registry.Trainer):
+    """Derives from a class of a package that is not installed: only its methods can be loaded (load_method)."""
+
+    def loss(self, x):
+        return _helper(x) + self.offset

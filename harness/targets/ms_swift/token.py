@@ -35,8 +35,10 @@ memory checks charge ms-swift one logits buffer more than its trainer uses).
 Not declared, hence UNSUPPORTED: ``entropy_gate`` (no switch: the entropy is
 always built with its graph), ``chunking`` (only the entropy is chunked, at a
 fixed 512 rows), ``packed`` (its CP/padding reconstruction lives in the trainer
-class), ``policy_loss`` (its GRPO loss is a method of the Megatron trainer and
-needs its batch objects).
+class), ``policy_loss`` from logits (its Megatron GRPO loss is a method of the
+Megatron trainer and needs its batch objects). The GRPO loss of its
+Hugging Face trainer is the token-level policy loss
+(``harness/targets/ms_swift/policy.py``), where the tree has it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import importlib.util
 from pathlib import Path
 
 from harness.targets.ms_swift import megatron_ce
+from harness.targets.ms_swift.policy import GRPO_TRAINER, MsSwiftPolicyTarget
 from harness.targets.protocol import Target
 from harness.targets.upstream import located, megatron_stand_in
 
@@ -71,12 +74,21 @@ def load_utils(root: Path, megatron: Path):
 class MsSwiftTarget(Target):
     capabilities = frozenset({"token", "entropy", "temperature"})
     # what a history replay keys revisions by (Megatron's cross entropy comes from LPH_MEGATRON_PATH, held fixed)
-    files_under_test = (str(UTILS),)
+    files_under_test = (str(UTILS), str(GRPO_TRAINER))
 
     def __init__(self, root: Path | None = None, megatron: Path | None = None):
         self.root = ms_swift_root() if root is None else Path(root)
         self.name = f"ms-swift-{located.version(self.root, 'ms-swift')}"
         self.module = load_utils(self.root, megatron_ce.megatron_root() if megatron is None else Path(megatron))
+        try:
+            self.policy = MsSwiftPolicyTarget(self.root)
+        except (FileNotFoundError, LookupError):  # a tree without GRPOTrainer._compute_loss_and_metrics
+            self.policy = None
+        else:
+            self.capabilities = self.capabilities | self.policy.capabilities
+
+    def token_policy_loss(self, log_probs, **arguments):
+        return self.policy.token_policy_loss(log_probs, **arguments)
 
     def token_log_probs(self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature):
         if chunk_size is not None or (with_entropy and not entropy_grad):

@@ -1,4 +1,4 @@
-"""The ``trl`` family's target (SPEC ``trl==X`` / ``trl=PATH``): TRL's token helpers and chunked LM head in one.
+"""The ``trl`` family's target (SPEC ``trl==X`` / ``trl=PATH``): TRL's token helpers, chunked LM head and GRPO loss.
 
 Token level: ``selective_log_softmax`` / ``selective_log_softmax_and_entropy``
 (``harness.targets.trl.token:TRLTokenTarget``); hidden states:
@@ -13,12 +13,18 @@ from __future__ import annotations
 
 from harness.targets.trl import loading
 from harness.targets.trl.hidden import TRLHiddenTarget
+from harness.targets.trl.policy import GRPO_TRAINER, TRLPolicyTarget
 from harness.targets.trl.token import TRLTokenTarget
 from harness.targets.upstream.combined import TokenAndHidden
 
 
 class TRLFamilyTarget(TokenAndHidden):
-    files_under_test = ("trl/trainer/utils.py", "trl/kernels/chunked_logprob.py", "trl/kernels/logprob_entropy.py")
+    files_under_test = (
+        "trl/trainer/utils.py",
+        "trl/kernels/chunked_logprob.py",
+        "trl/kernels/logprob_entropy.py",
+        str(GRPO_TRAINER),
+    )
 
     def __init__(self, root=None):
         token = TRLTokenTarget(root)
@@ -26,3 +32,12 @@ class TRLFamilyTarget(TokenAndHidden):
             self.token, self.hidden, self.name, self.capabilities = token, None, token.name, token.capabilities
             return
         super().__init__(token, TRLHiddenTarget(token.root), token.name)
+        try:
+            self.policy = TRLPolicyTarget(token.root)
+        except (FileNotFoundError, LookupError):  # a tree without GRPOTrainer._compute_loss: no policy loss
+            self.policy = None
+        else:
+            self.capabilities = self.capabilities | self.policy.capabilities
+
+    def token_policy_loss(self, log_probs, **arguments):
+        return self.policy.token_policy_loss(log_probs, **arguments)

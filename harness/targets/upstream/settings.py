@@ -26,3 +26,18 @@ class StrictSettings(Namespace):
             f"upstream read {self.READ_AS}.{name}, which the harness adapter does not set: this version needs a new "
             f"setting mapped in {self.MAPPED_IN}"
         )
+
+
+class OneProcessAccelerator:
+    """A trainer's ``accelerator`` on one process (Hugging Face Accelerate's names): gathering returns the tensor."""
+
+    num_processes = 1
+    sync_gradients = True
+
+    def gather(self, tensor):
+        return tensor
+
+    gather_for_metrics = gather
+
+    def reduce(self, tensor, reduction="sum"):
+        return tensor

@@ -115,8 +115,38 @@ def load_symbol(path, name: str, *, stand_ins: dict | None = None, package: str 
     imports. Returns the object; its module (``__module__``) is a fresh one.
     """
     path = Path(path)
-    stand_ins = dict(stand_ins or {})
     tree = ast.parse(path.read_text(), filename=str(path))
+    return _execute_needed(path, tree, name, dict(stand_ins or {}), package)
+
+
+def load_method(path, class_name: str, method: str, *, stand_ins: dict | None = None, package: str | None = None):
+    """The method ``class_name.method`` of the file ``path`` as a plain function, without its class or module.
+
+    For a trainer method under test (TRL's ``GRPOTrainer._compute_loss``):
+    its class derives from a framework's trainer, which is never built; the
+    method runs with a stand-in ``self`` the adapter provides. The
+    module-level names the method reads are collected as ``load_symbol``
+    collects them (a name of the class itself included, which then loads
+    the class).
+    """
+    path = Path(path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
+    methods = [n for c in classes for n in c.body if isinstance(n, ast.FunctionDef) and n.name == method]
+    if not methods:
+        raise LookupError(f"{path}: no method {class_name}.{method} (module-level class)")
+    alias = f"_lph_{class_name}__{method}"
+    function = ast.FunctionDef(**{field: getattr(methods[-1], field) for field in methods[-1]._fields})
+    function.name = alias
+    ast.copy_location(function, methods[-1])
+    tree = ast.Module(body=[*tree.body, function], type_ignores=[])
+    loaded = _execute_needed(path, tree, alias, dict(stand_ins or {}), package)
+    loaded.__name__ = loaded.__qualname__ = method
+    return loaded
+
+
+def _execute_needed(path: Path, tree: ast.Module, name: str, stand_ins: dict, package: str | None):
+    """Execute the statements ``name`` needs as a fresh module (``stand_ins`` bound first); return ``name``."""
     module = types.ModuleType(f"lph_symbol_{path.stem}_{name}")
     module.__file__, module.__package__ = str(path), package
     module.__dict__.update(stand_ins)

@@ -34,7 +34,9 @@ entropy's chunk. verl computes the entropy only when its caller asks
 (``calculate_entropy``) and, for metrics, under the caller's ``no_grad``; the
 adapter computes it under ``torch.no_grad()`` when its gradient is not wanted.
 
-The policy loss is ``harness/targets/verl/policy.py``.
+The policy loss, from logits (``policy_loss``) and from ``[B, R]`` log-prob
+matrices (``token_policy_loss``), with the options verl has, is
+``harness/targets/verl/policy.py``.
 
 Not declared (UNSUPPORTED), and why:
 ``packed``, ``cp_zigzag``, ``bshd`` (verl's thd packing, ``preprocess_thd_engine``
@@ -103,8 +105,12 @@ class VerlTarget(Target):
         caps = {"token", "entropy", "temperature"}
         if hasattr(self.tp, "vocab_parallel_entropy_with_chunking"):
             caps.add("chunking")
+        self.rollout_weights = None
         if self.algos is not None and verl_policy.supported(self.algos):
-            caps.add("policy_loss")
+            self.rollout_weights = verl_policy.rollout_weights_function(self.root, self.algos)
+            caps |= {"policy_loss", "token_policy_loss", "token_policy_entropy"} | verl_policy.capabilities(
+                self.algos, self.rollout_weights
+            )
         self.capabilities = frozenset(caps)
 
     def _chunk(self, chunk_size):
@@ -141,6 +147,7 @@ class VerlTarget(Target):
         temperature,
         response_only,
         loss_mask_only,
+        options=None,
     ):
         if packing.cp_size_and_rank(cp_group)[0] > 1 or inputs.cp_mode != "none":
             raise ValueError(f"{self.name}: context parallelism is not mapped for verl (no 'cp_zigzag' capability)")
@@ -163,6 +170,7 @@ class VerlTarget(Target):
         per_sample_entropy = verl_policy.response_rows(entropy[0], inputs) if with_entropy else None
         loss = verl_policy.ppo_loss(
             self.algos,
+            self.rollout_weights,
             per_sample,
             per_sample_entropy,
             inputs,
@@ -171,5 +179,34 @@ class VerlTarget(Target):
             eps_clip=eps_clip,
             eps_clip_high=eps_clip_high,
             entropy_coef=entropy_coef,
+            options=options,
         )
         return loss, per_sample, per_sample_entropy
+
+    def token_policy_loss(
+        self,
+        log_probs,
+        *,
+        old_log_probs,
+        advantages,
+        loss_mask,
+        eps_clip,
+        eps_clip_high,
+        entropy,
+        entropy_coef,
+        options=None,
+    ):
+        """verl's ``ppo_loss`` composition on the harness's ``[B, R]`` matrices (``verl_policy.matrix_loss``)."""
+        return verl_policy.matrix_loss(
+            self.algos,
+            self.rollout_weights,
+            log_probs,
+            entropy,
+            loss_mask,
+            old=old_log_probs,
+            adv=advantages,
+            eps_clip=eps_clip,
+            eps_clip_high=eps_clip_high,
+            entropy_coef=entropy_coef,
+            options=options,
+        )
