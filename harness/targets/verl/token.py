@@ -36,15 +36,24 @@ adapter computes it under ``torch.no_grad()`` when its gradient is not wanted.
 
 The policy loss is ``harness/targets/verl/policy.py``.
 
-Not declared (UNSUPPORTED), and why:
-``packed``, ``cp_zigzag``, ``bshd`` (verl's thd packing, ``preprocess_thd_engine``
-in ``verl/models/mcore/util.py``, pads every sequence to a multiple of
-``tp·cp·2``, not the harness's ``2·cp``, and gathers the outputs over CP;
-presenting the harness's rows in that layout needs a cross-rank re-layout the
-adapter does not do yet); ``entropy_gate`` (the gate is the caller's
-``no_grad``, i.e. the adapter's, not verl's); ``response_only`` /
-``loss_mask_only`` (every row is evaluated); ``donation``; ``cp_allgather``
-(verl has no such layout).
+Packed level (``packed``, ``cp_zigzag``, ``cp_allgather``; declared where the
+tree has ``verl/models/mcore/util.py`` with ``preprocess_thd_engine`` /
+``postprocess_thd_engine``, ``cp_allgather`` where that takes ``cp_layout``):
+``harness/targets/verl/packed.py`` runs verl's own thd packing (each sequence
+padded to a multiple of ``tp·cp·2``), CP split, label roll and CP gather around
+the logits processor above, the temperature per row as verl's engine expands
+it; the harness's rows are re-laid out into verl's across the CP ranks
+(``packed.py`` says how, and how the gradient comes back). Under CP the policy
+loss reads verl's loss over the gathered batch (every rank holds the whole
+batch's advantages and log-probs, the adapter gathers the harness's views)
+as each rank's share: the value divided by ``cp``, the gradient verl's.
+
+Not declared (UNSUPPORTED), and why: ``bshd`` (the engine's bshd path,
+``preprocess_bshd_engine``, is not mapped); ``entropy_gate`` (the gate is the
+caller's ``no_grad``, i.e. the adapter's, not verl's); ``response_only`` /
+``loss_mask_only`` (every row is evaluated); ``donation``. Mismatched CP
+slices (ranks handing different row counts) are refused by the adapter's
+gather: verl's engine makes its rows itself, so it has no such input.
 """
 
 from __future__ import annotations
