@@ -35,7 +35,11 @@ by ``source.mcore_util``). The adapter's part is the re-layout around them:
 
 Without CP the gather and the sum are skipped (no collective), and where
 verl's rows are the harness's in order (one rank, no padding) the logits are
-used as they are (a view, no copy).
+used as they are (a view, no copy). Under CP the gather holds ``cp`` times a
+rank's logits: the adapter's cost, not verl's (the packed budget checks,
+which would see it, need ``response_only``, which verl does not have).
+Ranks handing different row counts are refused before the gather (verl's
+engine makes its rows itself, so no input of verl's can differ so).
 
 CP layouts: the harness's ``zigzag`` is verl's ``cp_layout="zigzag"``; its
 ``allgather`` (contiguous pieces of the stream) is verl's ``"contiguous"``
