@@ -95,12 +95,51 @@ class _SharedGradient(torch.autograd.Function):
         return grad, None
 
 
-def _equal_rows(logits, cp_group, cp) -> None:
-    """Every CP rank must hand the same number of rows (the gather needs it); a clear error on every rank."""
-    counts = [torch.zeros(1, dtype=torch.long) for _ in range(cp)]
-    dist.all_gather(counts, torch.tensor([logits.shape[0]], dtype=torch.long), group=cp_group)
-    if len({int(c) for c in counts}) != 1:
-        raise ValueError(f"logits rows differ between CP ranks ({[int(c) for c in counts]}): cannot gather them")
+def _problem(inputs, logits, cp: int) -> str:
+    """What this rank's inputs describe that cannot be presented to verl ("" if nothing)."""
+    for i, (tokens, total, response, mask) in enumerate(
+        zip(inputs.tokens, inputs.total_lengths, inputs.response_lengths, inputs.loss_masks)
+    ):
+        if tokens.numel() != total:
+            return f"tokens[{i}] has {tokens.numel()} ids, total_lengths says {total}"
+        if not 0 <= response <= total - 1:
+            return f"response_lengths[{i}]={response} must lie in [0, total_lengths[{i}] - 1 = {total - 1}]"
+        if mask.numel() != response:
+            return f"loss_masks[{i}] has {mask.numel()} entries, response_lengths says {response}"
+    if inputs.cp_mode == "allgather":
+        needed = -(-sum(inputs.total_lengths) // cp)
+    else:
+        needed = sum(packing.padded_lengths(inputs, cp)) // cp
+    if logits.shape[0] < needed:
+        return f"logits rows: {logits.shape[0]} on this rank, the packed layout needs at least {needed}"
+    return ""
+
+
+def checked(inputs, logits, cp_group) -> None:
+    """Refuse what the adapter cannot present to verl, clearly and on every CP rank alike.
+
+    These are the harness's descriptions, which verl never receives: its
+    engine makes the logits rows itself (so their count, width and dtype agree
+    on every CP rank) and returns whole sequences (no response lengths or loss
+    masks). What verl does take (token ids, temperature, chunk size, the
+    entropy flag, the CP layout) is left to verl. Under CP the ranks exchange
+    their findings first, so a refusal is never one rank's alone (a hang).
+    """
+    cp = packing.cp_size_and_rank(cp_group)[0]
+    problem = _problem(inputs, logits, cp)
+    if cp == 1:
+        if problem:
+            raise ValueError(problem)
+        return
+    mine = (logits.shape[0], logits.shape[-1], str(logits.dtype), tuple(int(r) for r in inputs.response_lengths))
+    everyone = [None] * cp
+    dist.all_gather_object(everyone, (problem, mine), group=cp_group)
+    for rank, (found, _) in enumerate(everyone):
+        if found:
+            raise ValueError(f"CP rank {rank}: {found}")
+    for what, index in (("logits rows", 0), ("V_local", 1), ("logits dtype", 2), ("response_lengths", 3)):
+        if len({each[1][index] for each in everyone}) != 1:
+            raise ValueError(f"{what} differ between CP ranks ({[each[1][index] for each in everyone]})")
 
 
 def harness_rows(inputs, cp: int, local_rows: int) -> list[list[int]]:
@@ -129,7 +168,6 @@ def _nested(values: list[torch.Tensor]) -> torch.Tensor:
 def _verl_stream(logits, wanted, cp_group, cp) -> torch.Tensor:
     """The rows verl's split puts on this rank (``wanted``: row numbers in the ranks' concatenation, -1 padding)."""
     if cp > 1:
-        _equal_rows(logits, cp_group, cp)
         logits = _AllRanks.apply(logits, cp_group)
     if wanted.numel() <= logits.shape[0] and torch.equal(wanted, torch.arange(wanted.numel(), device=wanted.device)):
         return logits[: wanted.numel()]
@@ -139,6 +177,7 @@ def _verl_stream(logits, wanted, cp_group, cp) -> torch.Tensor:
 
 def _sequences(util, process, logits, inputs, *, tp_group, cp_group, temperature):
     """Steps 1-4: per output of ``process``, verl's gathered sequences ``[T_i]`` (None for a None output)."""
+    checked(inputs, logits, cp_group)
     megatron_stand_in.set_groups(tp_group, cp_group)
     cp = packing.cp_size_and_rank(cp_group)[0]
     layout = {"cp_layout": VERL_LAYOUTS[inputs.cp_mode]} if has_layout_argument(util) else {}
@@ -198,8 +237,11 @@ def whole_responses(util, process, logits, inputs, *, tp_group, cp_group, temper
     return tuple(None if out is None else _picked(out, responses) for out in outputs)
 
 
-def whole_from_views(views: list[torch.Tensor], inputs, cp_group) -> list[torch.Tensor]:
-    """Per-sample vectors given as each CP rank's zigzag view (advantages, old log-probs), made whole on every rank."""
+def whole_from_views(views: list[torch.Tensor], inputs, cp_group, name: str) -> list[torch.Tensor]:
+    """Per-sample vectors given as each CP rank's zigzag view (advantages, old log-probs), made whole on every rank.
+
+    Every rank sees every rank's views, so a view of the wrong length is refused on all of them alike.
+    """
     cp = packing.cp_size_and_rank(cp_group)[0]
     everyone = [None] * cp
     dist.all_gather_object(everyone, [v.detach().cpu() for v in views], group=cp_group)
@@ -209,6 +251,8 @@ def whole_from_views(views: list[torch.Tensor], inputs, cp_group) -> list[torch.
         values = torch.zeros(response, dtype=views[i].dtype)
         for rank in range(cp):
             positions = torch.tensor(packing.view_positions(inputs, cp, rank)[i], dtype=torch.long)
+            if len(everyone[rank]) != len(views) or everyone[rank][i].numel() != positions.numel():
+                raise ValueError(f"{name}: CP rank {rank}'s views do not match its zigzag view of the samples")
             values[positions - first] = everyone[rank][i]
         whole.append(values.to(views[i].device))
     return whole

@@ -173,7 +173,7 @@ class VerlTarget(Target):
         if "packed" not in self.capabilities:
             raise ValueError(f"{self.name}: no {source.MCORE_UTIL} with the thd helpers in this tree")
         if inputs.qkv_format != "thd":
-            raise ValueError(f"{self.name}: qkv_format={inputs.qkv_format!r}: only thd is mapped for verl")
+            raise ValueError(f"{self.name}: qkv_format={inputs.qkv_format!r}: only qkv_format='thd' is mapped for verl")
         if inputs.cp_mode not in verl_packed.VERL_LAYOUTS or (
             inputs.cp_mode != "none" and f"cp_{inputs.cp_mode}" not in self.capabilities
         ):
@@ -234,8 +234,8 @@ class VerlTarget(Target):
                     cp_group=cp_group,
                     temperature=temperature,
                 )
-            advantages = verl_packed.whole_from_views(advantages, inputs, cp_group)
-            old_log_probs = verl_packed.whole_from_views(old_log_probs, inputs, cp_group)
+            advantages = verl_packed.whole_from_views(advantages, inputs, cp_group, "advantages")
+            old_log_probs = verl_packed.whole_from_views(old_log_probs, inputs, cp_group, "old_log_probs")
         else:
             megatron_stand_in.set_groups(tp_group, None)
             labels = verl_policy.rolled_labels(inputs, logits.shape[0], logits.device)
