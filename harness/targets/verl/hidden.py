@@ -53,7 +53,7 @@ class VerlFusedTorchTarget(Target):
         rows = hidden.shape[0]
         chunk = max(rows, 1) if chunk_size is None else chunk_size  # 0 and negatives reach verl as given
         log_probs, entropy = self.module.FusedLinearForPPOFunction.apply(
-            hidden, weight, targets.to(hidden.device).long(), float(temperature), chunk
+            hidden, weight, targets.to(hidden.device), float(temperature), chunk
         )
         if not with_entropy:
             return log_probs, None
