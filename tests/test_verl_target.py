@@ -6,8 +6,11 @@ the seams: finding the tree, executing the files under test as private modules
 with Megatron and verl's trainer imports stood in, the composition of verl's
 Megatron logits processor (temperature in the logits' dtype, entropy on the
 divided logits, log-probs on their backup), the PPO loss through verl's
-registry and aggregation, the fused torch LM-head path, and the chunked-entropy
-backward defect of verl 0.9.1 failing the checks while the correct one passes.
+registry and aggregation, the fused torch LM-head path, the chunked-entropy
+backward defect of verl 0.9.1 failing the checks while the correct one passes,
+and the packed level: verl's thd helpers (a stand-in padding to ``tp·cp·2``,
+not the harness's ``2·cp``) run on the harness's rows re-laid out across CP
+ranks, and a label roll done per CP chunk fails the packed check.
 """
 
 import sys
@@ -17,7 +20,13 @@ import torch
 
 from harness.cases.case import Case
 from harness.checks.hidden import check_hidden_backward, check_hidden_forward
-from harness.checks.parity import check_policy_loss, check_token_backward, check_token_forward
+from harness.checks.parity import (
+    check_packed_backward,
+    check_packed_forward,
+    check_policy_loss,
+    check_token_backward,
+    check_token_forward,
+)
 from harness.gate import history, specs
 from harness.targets import PackedInputs
 from harness.targets.verl import source
@@ -27,6 +36,7 @@ from tests.fakes.verl import targets as fakes
 CORRECT = f"{fakes.__file__}:correct"
 VIEW_WRITING = f"{fakes.__file__}:view_writing"
 FUSED = f"{fakes.__file__}:fused_torch"
+CHUNK_ROLLED = f"{fakes.__file__}:chunk_rolled"
 TOKEN_CASE = Case(seed=7, vocab=10, samples=((9, 4),), temperature=2.5, with_entropy=True)
 POLICY_CASE = Case(seed=5, vocab=12, samples=((7, 4), (3, 0), (5, 4)), pad_multiple=3, mask_mode="mixed")
 
@@ -47,11 +57,13 @@ def test_loading_stands_in_only_while_loading():
         "policy_dual_clip",
         "policy_agg_seq-mean-token-mean",
     }  # what the fake's loss has
-    assert target.capabilities == {"token", "entropy", "chunking", "temperature", "policy_loss"} | options
+    packed = {"packed", "cp_zigzag", "cp_allgather"}
+    assert target.capabilities == {"token", "entropy", "chunking", "temperature", "policy_loss"} | options | packed
     assert not [name for name in sys.modules if name == "verl" or name.startswith("verl.")]
     assert "tensordict" not in sys.modules, "import-only placeholders must not outlive the load"
-    # A verl tree without core_algos has no policy loss.
-    assert "policy_loss" not in fakes.view_writing().capabilities
+    assert "megatron.core.packed_seq_params" not in sys.modules, "the PackedSeqParams stand-in is for loading only"
+    # A verl tree without core_algos has no policy loss; one without models/mcore/util.py no packed level.
+    assert not fakes.view_writing().capabilities & ({"policy_loss"} | packed)
 
 
 def test_temperature_is_rounded_to_the_logits_dtype_as_verl_divides():
@@ -80,9 +92,9 @@ def test_policy_loss_through_verls_registry(coef):
     check_policy_loss(POLICY_CASE.with_(with_entropy=False), CORRECT)
 
 
-def test_context_parallel_policy_loss_is_refused_clearly():
+def test_cp_mode_without_a_cp_group_is_refused_clearly():
     inputs = PackedInputs([torch.tensor([1, 2, 3])], [3], [2], [torch.ones(2)], "thd", 1, cp_mode="zigzag")
-    with pytest.raises(ValueError, match="cp_zigzag"):
+    with pytest.raises(ValueError, match="cp_group"):
         fakes.correct().policy_loss(
             torch.zeros(3, 4),
             inputs,
@@ -99,6 +111,33 @@ def test_context_parallel_policy_loss_is_refused_clearly():
             response_only=False,
             loss_mask_only=False,
         )
+
+
+PACKED_CASES = [
+    # tp 2 without CP: verl pads every sequence to a multiple of tp, the harness not at all
+    Case(seed=4, vocab=16, tp=2, samples=((9, 5), (4, 3)), pad_multiple=3, temperature=0.7, with_entropy=True),
+    # tp 2 x cp 2: verl's zigzag chunks are tp*cp*2-aligned, the harness's 2*cp-aligned (rows cross ranks)
+    Case(seed=5, vocab=12, tp=2, cp=2, cp_mode="zigzag", samples=((9, 6), (5, 3), (2, 1)), with_entropy=True),
+    Case(seed=6, vocab=12, cp=2, cp_mode="allgather", samples=((9, 6), (3, 2)), pad_multiple=3, chunk_size=2),
+]
+
+
+@pytest.mark.parametrize("case", PACKED_CASES, ids=lambda c: f"tp{c.tp}-cp{c.cp}-{c.cp_mode}")
+def test_packed_level_runs_verls_thd_helpers_on_the_harness_rows(case):
+    check_packed_forward(case, CORRECT)
+    check_packed_backward(case, CORRECT)
+
+
+def test_policy_loss_under_cp_reads_verls_whole_batch_loss_as_each_ranks_share():
+    case = PACKED_CASES[1].with_(tp=1, mask_mode="mixed", entropy_coef=0.1)
+    check_policy_loss(case, CORRECT)
+
+
+def test_label_roll_per_cp_chunk_fails_the_packed_check():
+    case = PACKED_CASES[1].with_(tp=1)
+    check_packed_forward(case.with_(cp=1, cp_mode="none"), CHUNK_ROLLED)  # one rank: the chunk is the sequence
+    with pytest.raises(AssertionError):
+        check_packed_forward(case, CHUNK_ROLLED)
 
 
 @pytest.mark.parametrize("chunk_size", [None, 3])

@@ -10,8 +10,8 @@ without materialising every logit, through one of two kernels:
   ``hidden @ W.T / t``, log-softmax and entropy, and a backward that recomputes
   the chunk. It takes ``hidden [T, H]``, the whole head ``[V, H]``, targets
   ``[T]``, a float temperature and an integer chunk (the module's ``chunk_size``,
-  512 in verl; the harness's ``chunk_size``, or all rows as one chunk when
-  None). It returns fp32 log-probs and the entropy in the logits' dtype, both
+  512 in verl; the harness's ``chunk_size`` as given, 0 and negatives
+  included, or all rows as one chunk when None). It returns fp32 log-probs and the entropy in the logits' dtype, both
   always: with ``with_entropy=False`` the entropy is dropped (autograd then
   hands its backward ``None``, which it accepts), with ``entropy_grad=False`` it
   is detached (the caller's choice in verl). Capabilities ``hidden``,
@@ -51,9 +51,9 @@ class VerlFusedTorchTarget(Target):
         if tp_group is not None:
             raise ValueError(f"{self.name}: tp_group must be None (verl's fused torch path takes the whole head)")
         rows = hidden.shape[0]
-        chunk = chunk_size if chunk_size else max(rows, 1)
+        chunk = max(rows, 1) if chunk_size is None else chunk_size  # 0 and negatives reach verl as given
         log_probs, entropy = self.module.FusedLinearForPPOFunction.apply(
-            hidden, weight, targets.to(hidden.device).long(), float(temperature), chunk
+            hidden, weight, targets.to(hidden.device), float(temperature), chunk
         )
         if not with_entropy:
             return log_probs, None

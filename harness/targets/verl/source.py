@@ -10,6 +10,12 @@ private module (``lph_upstream_verl_*``), their imports answered by:
   (``harness/targets/upstream/megatron_stand_in.py``);
 * ``megatron.core.tensor_parallel.vocab_parallel_cross_entropy``: Megatron's
   cross entropy, stood in (``harness/targets/upstream/megatron_cross_entropy.py``);
+* for ``models/mcore/util.py`` (the thd packing, ``harness/targets/verl/packed.py``):
+  ``megatron.core.packed_seq_params.PackedSeqParams`` as a record of its
+  keyword arguments, ``verl.utils.device`` (no NPU) and ``verl.utils.model``
+  (a placeholder: its output class is used by functions the adapter never
+  calls); its module logger gets the ``warning_once`` that importing
+  transformers adds to ``logging.Logger`` in a verl process;
 * for ``core_algos.py``: verl's own ``torch_functional.py`` (its masked sums),
   with its import-only third-party packages (tensordict, transformers,
   omegaconf, numpy when absent) as placeholders, and the three verl names it
@@ -23,22 +29,24 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import sys
 import types
 from pathlib import Path
 
 from harness.targets.slime.stand_ins import absent_dependencies
-from harness.targets.upstream import checkout, megatron_cross_entropy
+from harness.targets.upstream import checkout, megatron_cross_entropy, megatron_stand_in
 
 PATH_VARIABLE = "LPH_VERL_PATH"
 TENSOR_PARALLEL = "verl/utils/megatron/tensor_parallel.py"
 CORE_ALGOS = "verl/trainer/ppo/core_algos.py"
 TORCH_FUNCTIONAL = "verl/utils/torch_functional.py"
 FUSED_TORCH = "verl/utils/experimental/torch_functional.py"
+MCORE_UTIL = "verl/models/mcore/util.py"
 # The files VerlTarget executes (a history replay keys revisions by their blob ids); the hidden-state target
 # (hidden.py) executes FUSED_TORCH.
-FILES_UNDER_TEST = (TENSOR_PARALLEL, CORE_ALGOS, TORCH_FUNCTIONAL)
+FILES_UNDER_TEST = (TENSOR_PARALLEL, CORE_ALGOS, TORCH_FUNCTIONAL, MCORE_UTIL)
 # Third-party packages the loaded files import at module level for functions the adapters never call.
 IMPORT_ONLY = ("tensordict", "transformers", "omegaconf", "numpy", "codetiming", "hydra")
 
@@ -181,3 +189,58 @@ def core_algos(root: Path) -> types.ModuleType | None:
         return module
 
     return _cached(root, "core_algos", load)
+
+
+class _PackedSeqParams:
+    """Megatron's ``PackedSeqParams`` as the packing helpers use it: a record of the keyword arguments.
+
+    Its ``**kwargs`` signature is what verl's ``_PACKED_SEQ_PARAMS_HAS_CP_PARTITION_MODE``
+    takes for a Megatron that knows ``cp_partition_mode`` (both CP layouts).
+    """
+
+    def __init__(self, **kwargs):
+        self.__dict__.update(kwargs)
+
+
+class _LoggerOnce(logging.LoggerAdapter):
+    """verl's module logger with the ``warning_once`` transformers installs on ``logging.Logger``."""
+
+    def warning_once(self, message, *args, **kwargs):
+        if message not in _WARNED:
+            _WARNED.add(message)
+            self.warning(message, *args, **kwargs)
+
+
+_WARNED: set = set()
+
+
+def mcore_util(root: Path) -> types.ModuleType | None:
+    """``verl/models/mcore/util.py`` (``preprocess_thd_engine`` / ``postprocess_thd_engine``), None where absent."""
+
+    def load():
+        if not (root / MCORE_UTIL).is_file():
+            return None
+        megatron_stand_in.install()
+        modules = checkout.namespace_packages(root, ("verl", "verl.utils", "verl.models", "verl.models.mcore"))
+        modules["verl.utils.device"] = _placeholder_module("verl.utils.device", is_npu_available=False)
+        modules["verl.utils.model"] = _placeholder_module(
+            "verl.utils.model", CausalLMOutputForPPO=_refused("verl.utils.model.CausalLMOutputForPPO")
+        )
+        packed_seq_params = _placeholder_module("megatron.core.packed_seq_params", PackedSeqParams=_PackedSeqParams)
+        saved = sys.modules.get(packed_seq_params.__name__)
+        sys.modules[packed_seq_params.__name__] = packed_seq_params
+        try:
+            with checkout.as_sys_modules(modules, "verl"):
+                module = _execute("lph_upstream_verl_mcore_util", root / MCORE_UTIL)
+        finally:
+            if saved is None:
+                del sys.modules[packed_seq_params.__name__]
+            else:
+                sys.modules[packed_seq_params.__name__] = saved
+        if not all(hasattr(module, name) for name in ("preprocess_thd_engine", "postprocess_thd_engine")):
+            return None
+        if hasattr(module, "logger"):
+            module.logger = _LoggerOnce(module.logger, {})
+        return module
+
+    return _cached(root, "mcore_util", load)

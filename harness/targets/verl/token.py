@@ -38,39 +38,51 @@ The policy loss, from logits (``policy_loss``) and from ``[B, R]`` log-prob
 matrices (``token_policy_loss``), with the options verl has, is
 ``harness/targets/verl/policy.py``.
 
-Not declared (UNSUPPORTED), and why:
-``packed``, ``cp_zigzag``, ``bshd`` (verl's thd packing, ``preprocess_thd_engine``
-in ``verl/models/mcore/util.py``, pads every sequence to a multiple of
-``tp·cp·2``, not the harness's ``2·cp``, and gathers the outputs over CP;
-presenting the harness's rows in that layout needs a cross-rank re-layout the
-adapter does not do yet); ``entropy_gate`` (the gate is the caller's
-``no_grad``, i.e. the adapter's, not verl's); ``response_only`` /
-``loss_mask_only`` (every row is evaluated); ``donation``; ``cp_allgather``
-(verl has no such layout).
+Packed level (``packed``, ``cp_zigzag``, ``cp_allgather``; declared where the
+tree has ``verl/models/mcore/util.py`` with ``preprocess_thd_engine`` /
+``postprocess_thd_engine``, ``cp_allgather`` where that takes ``cp_layout``):
+``harness/targets/verl/packed.py`` runs verl's own thd packing (each sequence
+padded to a multiple of ``tp·cp·2``), CP split, label roll and CP gather around
+the logits processor above, the temperature per row as verl's engine expands
+it; the harness's rows are re-laid out into verl's across the CP ranks
+(``packed.py`` says how, and how the gradient comes back). Under CP the policy
+loss reads verl's loss over the gathered batch (every rank holds the whole
+batch's advantages and log-probs, the adapter gathers the harness's views)
+as each rank's share: the value divided by ``cp``, the gradient verl's.
+
+Not declared (UNSUPPORTED), and why: ``bshd`` (the engine's bshd path,
+``preprocess_bshd_engine``, is not mapped); ``entropy_gate`` (the gate is the
+caller's ``no_grad``, i.e. the adapter's, not verl's); ``response_only`` /
+``loss_mask_only`` (every row is evaluated); ``donation``. Mismatched CP
+slices (ranks handing different row counts) are refused by the adapter's
+gather: verl's engine makes its rows itself, so it has no such input.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 
 import torch
 
 from harness.targets.protocol import Target
 from harness.targets.upstream import megatron_stand_in, packing
+from harness.targets.verl import packed as verl_packed
 from harness.targets.verl import policy as verl_policy
 from harness.targets.verl import source
 
 
-def divided(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """verl's ``logits.div_(temperature.to(logits.dtype))``, out of place (a tensor the adapter owns).
+def divided(logits: torch.Tensor, temperature) -> torch.Tensor:
+    """verl's ``logits.div_(temperature.unsqueeze(-1).to(logits.dtype))``, out of place (a tensor the adapter owns).
 
-    As verl's logits processor, a non-positive temperature becomes 1e-8 first
-    ("avoid non-positive temperature such as padding"), so it is never refused.
+    ``temperature`` is a float or one per row (verl's engine expands it per
+    token). As verl's logits processor, a non-positive temperature becomes 1e-8
+    first ("avoid non-positive temperature such as padding"), so it is never refused.
     """
-    temperature = torch.tensor(temperature, dtype=torch.float32)
-    temperature = torch.where(temperature <= 0, torch.tensor(1e-8), temperature)
-    return logits / temperature.to(logits.dtype)
+    temperature = torch.as_tensor(temperature, dtype=torch.float32, device=logits.device)
+    temperature = torch.where(temperature <= 0, torch.tensor(1e-8, device=logits.device), temperature)
+    return logits / temperature.unsqueeze(-1).to(logits.dtype)
 
 
 def logits_processor(tp, scores, labels, *, chunk_size, with_entropy, entropy_grad):
@@ -102,10 +114,15 @@ class VerlTarget(Target):
         self.name = source.version(self.root)
         self.tp = source.tensor_parallel(self.root)
         self.algos = source.core_algos(self.root)
+        self.util = source.mcore_util(self.root)
         caps = {"token", "entropy", "temperature"}
         if hasattr(self.tp, "vocab_parallel_entropy_with_chunking"):
             caps.add("chunking")
         self.rollout_weights = None
+        if self.util is not None:
+            caps |= {"packed", "cp_zigzag"}
+            if verl_packed.has_layout_argument(self.util):
+                caps.add("cp_allgather")
         if self.algos is not None and verl_policy.supported(self.algos):
             self.rollout_weights = verl_policy.rollout_weights_function(self.root, self.algos)
             caps |= {"policy_loss", "token_policy_loss", "token_policy_entropy"} | verl_policy.capabilities(
@@ -130,6 +147,61 @@ class VerlTarget(Target):
             )
         return log_probs[0], (entropy[0] if entropy is not None else None)
 
+    def _processor(self, chunk_size, with_entropy, entropy_grad):
+        """verl's logits processor on the packed stream, the temperature per row (``packed.py``'s ``process``)."""
+
+        def process(scores, labels, per_row_temperature):
+            return logits_processor(
+                self.tp,
+                divided(scores, per_row_temperature),
+                labels,
+                chunk_size=self._chunk(chunk_size),
+                with_entropy=with_entropy,
+                entropy_grad=entropy_grad,
+            )
+
+        return process
+
+    def packed_log_probs(
+        self,
+        logits,
+        inputs,
+        *,
+        tp_group,
+        cp_group,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        response_only,
+        loss_mask_only,
+    ):
+        """verl's engine on a packed batch: its thd packing, CP split and gather around the processor (packed.py)."""
+        if "packed" not in self.capabilities:
+            raise ValueError(f"{self.name}: no {source.MCORE_UTIL} with the thd helpers in this tree")
+        if inputs.qkv_format != "thd":
+            raise ValueError(f"{self.name}: qkv_format={inputs.qkv_format!r}: only qkv_format='thd' is mapped for verl")
+        if inputs.cp_mode not in verl_packed.VERL_LAYOUTS or (
+            inputs.cp_mode != "none" and f"cp_{inputs.cp_mode}" not in self.capabilities
+        ):
+            raise ValueError(f"{self.name}: cp_mode={inputs.cp_mode!r} is not a layout this target runs")
+        if (packing.cp_size_and_rank(cp_group)[0] > 1) != (inputs.cp_mode != "none"):
+            raise ValueError(f"{self.name}: cp_mode={inputs.cp_mode!r} does not match the cp_group given")
+        if response_only or loss_mask_only:
+            raise ValueError(f"{self.name}: response_only/loss_mask_only: verl evaluates every row")
+
+        with torch._dynamo.config.patch(disable=True):
+            return verl_packed.packed_outputs(
+                self.util,
+                self._processor(chunk_size, with_entropy, entropy_grad),
+                logits,
+                inputs,
+                tp_group=tp_group,
+                cp_group=cp_group,
+                temperature=temperature,
+                with_entropy=with_entropy,
+            )
+
     def policy_loss(
         self,
         logits,
@@ -149,25 +221,44 @@ class VerlTarget(Target):
         loss_mask_only,
         options=None,
     ):
-        if packing.cp_size_and_rank(cp_group)[0] > 1 or inputs.cp_mode != "none":
-            raise ValueError(f"{self.name}: context parallelism is not mapped for verl (no 'cp_zigzag' capability)")
+        cp, cp_rank = packing.cp_size_and_rank(cp_group)
+        if (cp > 1 or inputs.cp_mode != "none") and f"cp_{inputs.cp_mode}" not in self.capabilities:
+            raise ValueError(f"{self.name}: cp_mode={inputs.cp_mode!r} is not a layout this target runs")
+        if (cp > 1) != (inputs.cp_mode != "none"):
+            raise ValueError(f"{self.name}: cp_mode={inputs.cp_mode!r} does not match the cp_group given")
         if inputs.qkv_format != "thd":
             raise ValueError(f"{self.name}: qkv_format={inputs.qkv_format!r}: only thd is mapped for verl")
         if response_only or loss_mask_only:
             raise ValueError(f"{self.name}: response_only/loss_mask_only: verl evaluates every row")
-        megatron_stand_in.set_groups(tp_group, None)
-        labels = verl_policy.rolled_labels(inputs, logits.shape[0], logits.device)
-        with torch._dynamo.config.patch(disable=True):
-            log_probs, entropy = logits_processor(
-                self.tp,
-                divided(logits, temperature).unsqueeze(0),
-                labels.unsqueeze(0),
-                chunk_size=self._chunk(chunk_size),
-                with_entropy=with_entropy,
-                entropy_grad=True,
-            )
-        per_sample = verl_policy.response_rows(log_probs[0], inputs)
-        per_sample_entropy = verl_policy.response_rows(entropy[0], inputs) if with_entropy else None
+        if cp > 1:
+            # verl's loss under CP: every rank holds the whole batch (gathered outputs, its own rows' gradient)
+            with torch._dynamo.config.patch(disable=True):
+                per_sample, per_sample_entropy = verl_packed.whole_responses(
+                    self.util,
+                    self._processor(chunk_size, with_entropy, True),
+                    logits,
+                    inputs,
+                    tp_group=tp_group,
+                    cp_group=cp_group,
+                    temperature=temperature,
+                )
+            advantages = verl_packed.whole_from_views(advantages, inputs, cp_group, "advantages")
+            old_log_probs = verl_packed.whole_from_views(old_log_probs, inputs, cp_group, "old_log_probs")
+            options = _whole_options(options, inputs, cp_group)
+        else:
+            megatron_stand_in.set_groups(tp_group, None)
+            labels = verl_policy.rolled_labels(inputs, logits.shape[0], logits.device)
+            with torch._dynamo.config.patch(disable=True):
+                log_probs, entropy = logits_processor(
+                    self.tp,
+                    divided(logits, temperature).unsqueeze(0),
+                    labels.unsqueeze(0),
+                    chunk_size=self._chunk(chunk_size),
+                    with_entropy=with_entropy,
+                    entropy_grad=True,
+                )
+            per_sample = verl_policy.response_rows(log_probs[0], inputs)
+            per_sample_entropy = verl_policy.response_rows(entropy[0], inputs) if with_entropy else None
         loss = verl_policy.ppo_loss(
             self.algos,
             self.rollout_weights,
@@ -181,6 +272,12 @@ class VerlTarget(Target):
             entropy_coef=entropy_coef,
             options=options,
         )
+        if cp > 1:
+            # Each rank's loss is the whole batch's; its share (the harness's convention) keeps that gradient.
+            loss = loss - loss.detach() * (1 - 1 / cp)
+            per_sample = verl_packed.view_of_whole(per_sample, inputs, cp, cp_rank)
+            if per_sample_entropy is not None:
+                per_sample_entropy = verl_packed.view_of_whole(per_sample_entropy, inputs, cp, cp_rank)
         return loss, per_sample, per_sample_entropy
 
     def token_policy_loss(
@@ -210,3 +307,15 @@ class VerlTarget(Target):
             entropy_coef=entropy_coef,
             options=options,
         )
+
+
+def _whole_options(options, inputs, cp_group):
+    """The options' per-sample tensors (views like the advantages under CP) made whole, as verl's loss reads them."""
+    if options is None:
+        return None
+    changes = {
+        name: verl_packed.whole_from_views(getattr(options, name), inputs, cp_group, name)
+        for name in ("ref_log_probs", "rollout_log_probs")
+        if getattr(options, name) is not None
+    }
+    return dataclasses.replace(options, **changes) if changes else options

@@ -16,5 +16,9 @@ def view_writing() -> VerlTarget:
     return VerlTarget(HERE / "view_writing")
 
 
+def chunk_rolled() -> VerlTarget:
+    return VerlTarget(HERE / "chunk_rolled")
+
+
 def fused_torch() -> VerlFusedTorchTarget:
     return VerlFusedTorchTarget(HERE / "correct")
