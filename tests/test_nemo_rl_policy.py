@@ -105,6 +105,24 @@ def test_a_detached_kl_fails_the_term_gradient(tmp_path):
         check_token_kl_term_gradient(case, _adapter(tmp_path, root))
 
 
+def test_an_earlier_kl_weight_is_read_from_the_source(tmp_path):
+    """Before HEAD's score term, NeMo's KL weight was 1 (the plain KL) and the on-policy one detached."""
+    root = tmp_path / "nemo"
+    shutil.copytree(ROOT, root)
+    losses = root / "nemo_rl" / "algorithms" / "loss" / "loss_functions.py"
+    text = losses.read_text()
+    head = "torch.exp(logp - generation_logprobs) if self.on_policy_kl else torch.exp(logp - logp.detach())"
+    assert head in text
+    earlier = "torch.exp(logp - generation_logprobs).detach() if self.on_policy_kl else torch.ones_like(logp)"
+    losses.write_text(text.replace(head, earlier))
+    spec = _adapter(tmp_path, root)
+    case = policy.with_options(CASE, kl_coef=0.5, kl_kind="k3")
+    check_token_policy_loss(case, spec)
+    check_token_kl_term_gradient(case, spec)
+    with pytest.raises(pytest.skip.Exception, match="policy_kl_ratio_weighted"):
+        check_token_policy_loss(policy.with_options(case, kl_ratio_weighted=True), spec)
+
+
 def test_the_family_target_carries_the_policy_loss(tmp_path):
     """The gate's ``nemo_rl`` target: the log-prob Functions plus the loss where the checkout has it."""
     root = tmp_path / "nemo"

@@ -49,6 +49,7 @@ Not declared at all, and why: in docs/policy-losses.md and docs/targets.md.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -64,6 +65,10 @@ INTERFACE_NAMES = ("LossFunction", "LossType", "LossInputType", "MetricNormalize
 KL_KINDS = ("k1", "k2", "k3")
 TOKEN_LEVEL = {"token-mean": True, "seq-mean-token-mean": False, "sum-of-sample-mean": False}
 ROLLOUT_TYPES = {"tis": "tis", "mis": "icepop"}  # the protocol's mode -> truncated_importance_sampling_type
+# The KL weight's forms, which changed over the revisions: HEAD always multiplies by exp(x - x.detach()) (the score
+# term); before, the default weight was 1 and the on-policy approximation's exp(logp - generation) was detached.
+SCORE_TERM_ALWAYS = re.compile(r"exp\(\s*(\w+)\s*-\s*\1\.detach\(\)\s*\)")
+DETACHED_ON_POLICY_WEIGHT = re.compile(r"-\s*generation_logprobs\s*\)\s*\.detach\(\)")
 
 
 class LossConfig(StrictSettings):
@@ -72,9 +77,29 @@ class LossConfig(StrictSettings):
     READ_AS = "ClippedPGLossConfig"
     MAPPED_IN = "harness/targets/nemo_rl/policy.py (loss_config)"
 
+    # Before the pydantic config (#2325, 2026-05), ClippedPGLossConfig was a TypedDict: cfg["name"], cfg.get("name", d).
+    def __getitem__(self, name):
+        return getattr(self, name)
+
+    def get(self, name, default=None):
+        return vars(self).get(name, default)
+
 
 def _quoted(source: str, word: str) -> bool:
     return f'"{word}"' in source or f"'{word}'" in source
+
+
+def kl_forms(source: str) -> frozenset[str]:
+    """Which of the protocol's KL forms the revision's loss has: ``"plain"`` (gradient ``grad k``: its default
+    weight is 1) and ``"ratio_weighted"`` (the on-policy approximation's weight, with its gradient)."""
+    if "use_on_policy_kl_approximation" not in source or "kl_input_clamp_value" not in source:
+        return frozenset()
+    forms = set()
+    if not SCORE_TERM_ALWAYS.search(source):
+        forms.add("plain")
+    if not DETACHED_ON_POLICY_WEIGHT.search(source):
+        forms.add("ratio_weighted")
+    return frozenset(forms)
 
 
 def capabilities(source: str) -> set[str]:
@@ -86,8 +111,11 @@ def capabilities(source: str) -> set[str]:
         caps.add("policy_dual_clip")
     if "use_cispo" in source:
         caps.add("policy_cispo")
-    if "use_on_policy_kl_approximation" in source and "kl_input_clamp_value" in source:
-        caps |= {f"policy_kl_{kind}" for kind in KL_KINDS} | {"policy_kl_ratio_weighted"}
+    forms = kl_forms(source)
+    if forms:
+        caps |= {f"policy_kl_{kind}" for kind in KL_KINDS}
+    if "ratio_weighted" in forms:
+        caps.add("policy_kl_ratio_weighted")
     if "truncated_importance_sampling_ratio_min" in source:
         for mode, name in ROLLOUT_TYPES.items():
             if _quoted(source, name):
@@ -95,21 +123,24 @@ def capabilities(source: str) -> set[str]:
     return caps
 
 
-def combination_needs(options: PolicyOptions) -> set[str]:
-    """Names (never declared) for the option combinations NeMo-RL has no form of; empty when it runs them."""
+def combination_needs(options: PolicyOptions, forms: frozenset[str]) -> set[str]:
+    """Names (never declared) for the option combinations NeMo-RL has no form of; empty when it runs them.
+
+    ``forms``: the revision's ``kl_forms``."""
     needs = set()
-    if options.kl_coef != 0 and not options.kl_ratio_weighted:
-        needs.add("policy_kl_without_score_term")  # NeMo's KL weight always carries exp(logp - sg logp)'s gradient
+    if options.kl_coef != 0 and not options.kl_ratio_weighted and "plain" not in forms:
+        needs.add("policy_kl_without_score_term")  # the KL weight always carries exp(logp - sg logp)'s gradient
     if options.kl_coef != 0 and options.kl_ratio_weighted and options.rollout_correction is not None:
-        needs.add("policy_kl_ratio_weighted_with_rollout_correction")  # the weight is then exp(logp - rollout)
+        # the weight is then exp(logp - rollout)
+        needs.add("policy_kl_ratio_weighted_with_rollout_correction")
     if options.kind == "cispo" and options.aggregation != "token-mean":
         needs.add(f"policy_cispo_agg_{options.aggregation}")  # NeMo asserts token_level_loss with use_cispo
     return needs
 
 
-def loss_config(*, eps_clip, eps_clip_high, options: PolicyOptions) -> LossConfig:
+def loss_config(*, eps_clip, eps_clip_high, options: PolicyOptions, forms: frozenset[str]) -> LossConfig:
     """NeMo's loss configuration for the harness's options (every field ``__init__`` reads, set explicitly)."""
-    unmet = combination_needs(options)
+    unmet = combination_needs(options, forms)
     if unmet:
         raise ValueError(f"NeMo-RL's ClippedPGLossFn has no form for {sorted(unmet)} (combination_needs)")
     correction = options.rollout_correction
@@ -147,7 +178,9 @@ def _with_first_column(matrix: torch.Tensor) -> torch.Tensor:
 def load_loss_class(root: Path):
     """``ClippedPGLossFn`` from the checkout ``root``, with its interfaces and helpers loaded alone."""
     absent = {"BatchedDataDict": dict}  # read in annotations only
-    interfaces = {name: load_symbol(root / INTERFACES, name, stand_ins=absent) for name in INTERFACE_NAMES}
+    text = (root / INTERFACES).read_text()  # MetricNormalizer is newer (2026-07) than the loss package (2026-03)
+    defined = [name for name in INTERFACE_NAMES if f"class {name}(" in text]
+    interfaces = {name: load_symbol(root / INTERFACES, name, stand_ins=absent) for name in defined}
     helpers = {name: load_symbol(root / UTILS, name) for name in ("calculate_kl", "masked_mean")}
     stand_ins = {**interfaces, **helpers, **absent, "ClippedPGLossConfig": LossConfig}
     return load_symbol(root / LOSS_FUNCTIONS, "ClippedPGLossFn", stand_ins=stand_ins)
@@ -161,10 +194,11 @@ class NemoRLPolicyTarget(Target):
         if not (self.root / LOSS_FUNCTIONS).is_file():
             raise FileNotFoundError(f"{self.root / LOSS_FUNCTIONS}: this NeMo-RL has no loss package")
         self.loss_class = load_loss_class(self.root)
-        self.capabilities = frozenset(capabilities((self.root / LOSS_FUNCTIONS).read_text()))
+        source = (self.root / LOSS_FUNCTIONS).read_text()
+        self.capabilities, self.kl_forms = frozenset(capabilities(source)), kl_forms(source)
 
     def combination_needs(self, options: PolicyOptions) -> set[str]:
-        return combination_needs(options)
+        return combination_needs(options, self.kl_forms)
 
     def token_policy_loss(
         self,
@@ -182,7 +216,8 @@ class NemoRLPolicyTarget(Target):
         options = options if options is not None else PolicyOptions()
         if entropy is not None and entropy_coef != 0:
             raise ValueError(f"{self.name}: ClippedPGLossFn has no entropy bonus (token_policy_entropy not declared)")
-        loss_fn = self.loss_class(loss_config(eps_clip=eps_clip, eps_clip_high=eps_clip_high, options=options))
+        config = loss_config(eps_clip=eps_clip, eps_clip_high=eps_clip_high, options=options, forms=self.kl_forms)
+        loss_fn = self.loss_class(config)
         rows = log_probs.shape[0]
         generation = options.rollout_log_probs if options.rollout_correction is not None else old_log_probs
         data = {

@@ -72,6 +72,7 @@ import contextlib
 import importlib
 import inspect
 import os
+import warnings
 from functools import cached_property
 from pathlib import Path
 
@@ -145,10 +146,20 @@ class NemoRLTarget(Target):
         rev = revision(self.root)
         self.name = f"nemo_rl@{rev}" if rev else "nemo_rl"
         self.modules = load_modules(self.root)
-        # a checkout without the loss package (before its split into nemo_rl/algorithms/loss/) has no policy entry
-        has_loss = (self.root / LOSS_FUNCTIONS).is_file()
-        self.policy = NemoRLPolicyTarget(self.root, self.name) if has_loss else None
+        self.policy, self.policy_error = self._policy()
         self.capabilities = self._capabilities()
+
+    def _policy(self) -> tuple[NemoRLPolicyTarget | None, str | None]:
+        """The token-level policy loss, or None and why: a checkout without the loss package (before its split
+        into ``nemo_rl/algorithms/loss/``, 2026-03), or one whose ``ClippedPGLossFn`` cannot be loaded alone
+        (kept in ``policy_error`` and warned: the log-prob checks of that revision still run)."""
+        if not (self.root / LOSS_FUNCTIONS).is_file():
+            return None, f"no {LOSS_FUNCTIONS}"
+        try:
+            return NemoRLPolicyTarget(self.root, self.name), None
+        except (LookupError, ImportError, NameError) as exc:
+            warnings.warn(f"{self.name}: ClippedPGLossFn not loaded, no token_policy_loss: {exc}", stacklevel=2)
+            return None, str(exc)
 
     @cached_property
     def _module(self):

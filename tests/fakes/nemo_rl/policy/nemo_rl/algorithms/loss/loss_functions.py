@@ -90,13 +90,13 @@ class ClippedPGLossFn(LossFunction):
         logp = next_token_logprobs
         token_mask, sample_mask = data["token_mask"][:, 1:], data["sample_mask"]
         adv, old = data["advantages"][:, 1:], data["prev_logprobs"][:, 1:]
-        gen = data["generation_logprobs"][:, 1:]
+        generation_logprobs = data["generation_logprobs"][:, 1:]
         counts = (global_valid_seqs, global_valid_toks)
 
         kl = torch.tensor(0.0)
         if self.kl_coef != 0:
             ref = data["reference_policy_logprobs"][:, 1:]
-            weight = torch.exp(logp - gen) if self.on_policy_kl else torch.exp(logp - logp.detach())
+            weight = torch.exp(logp - generation_logprobs) if self.on_policy_kl else torch.exp(logp - logp.detach())
             per_token = calculate_kl(logp, ref, self.kl_type, *self.kl_clamps, importance_sampling_weights=weight)
             kl = self._reduce(self.kl_coef * per_token, token_mask, sample_mask, *counts)
 
@@ -111,7 +111,7 @@ class ClippedPGLossFn(LossFunction):
 
         weights = torch.ones_like(old)
         if self.use_is:
-            weights = torch.exp(old - gen)
+            weights = torch.exp(old - generation_logprobs)
             if self.tis_type == "tis":
                 weights = weights.clamp(min=self.tis_min or 0.0, max=self.tis_max)
             elif self.tis_type == "icepop":
