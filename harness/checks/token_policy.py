@@ -30,6 +30,7 @@ from harness.checks.parity import policy_loss_scale, policy_upstream, replayable
 from harness.checks.tolerance import assert_close, assert_identical, value_scale
 from harness.jobs.token_policy import token_policy_job
 from harness.ranks.run import run_job
+from harness.targets import load_target
 from harness.targets.protocol import PolicyOptions
 from oracles import policy as policy_oracle
 
@@ -47,7 +48,9 @@ def _run(case: Case, spec: str) -> dict:
         raise ValueError(
             f"token-level policy-loss checks take single-rank Cases (tp=cp=1), got tp={case.tp} cp={case.cp}"
         )
-    require(spec, required_capabilities(case))
+    combination = getattr(load_target(spec), "combination_needs", None)  # an adapter need not derive from Target
+    options = PolicyOptions(**policy.option_values(case))
+    require(spec, required_capabilities(case) | (combination(options) if combination else set()))
     (result,) = run_job(token_policy_job, case, spec)
     return result
 

@@ -324,6 +324,16 @@ class Target:
         """
         raise NotImplementedError
 
+    def combination_needs(self, options: PolicyOptions) -> set[str]:
+        """Capabilities a COMBINATION of options needs beyond each option's own (``PolicyOptions.capabilities``).
+
+        For an implementation that has each option but not every combination
+        of them (NeMo-RL's CISPO under token-mean only): names it does not
+        declare, so the token-level checks report such a Case UNSUPPORTED
+        instead of running it as something else. Empty by default.
+        """
+        return set()
+
     def token_policy_loss(
         self,
         log_probs,

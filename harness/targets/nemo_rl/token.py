@@ -47,13 +47,13 @@ Mapping NeMo-RL's conventions onto the harness's (docs/targets.md)
 
 Not declared (UNSUPPORTED in the verdict table), and why
 ---------------------------------------------------------
-* ``policy_loss``: NeMo's ``ClippedPGLossFn`` (``nemo_rl/algorithms/loss/
-  loss_functions.py``) takes already computed next-token log-probs, has no
-  entropy term at all (``approx_entropy`` is a metric), and its module imports
-  the trainer's stack at the top (pydantic configs, ``BatchedDataDict``, the
-  DTensor parallelisation helpers and the x-token loss utilities): the
-  harness's policy loss (PPO minus ``entropy_coef ·`` entropy, whose gate is
-  docs/bugs.md #1) has no NeMo counterpart to run;
+* ``policy_loss`` (from logits): NeMo's ``ClippedPGLossFn`` (``nemo_rl/algorithms/
+  loss/loss_functions.py``) takes already computed next-token log-probs and
+  has no entropy term at all (``approx_entropy`` is a metric). It is checked
+  at token level instead: ``token_policy_loss`` and its option capabilities,
+  where the checkout has the loss package, through
+  ``harness.targets.nemo_rl.policy`` (the class loaded alone, never its
+  module's imports);
 * ``cp_zigzag`` on a CPU device where the revision's ``AllGatherCPTensor``
   backward moves its index with ``.cuda()`` from pinned memory (the HEAD of
   this writing does): that backward cannot run without CUDA, so under
@@ -72,12 +72,14 @@ import contextlib
 import importlib
 import inspect
 import os
+import warnings
 from functools import cached_property
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from harness.targets.nemo_rl.policy import INTERFACES, LOSS_FUNCTIONS, UTILS, NemoRLPolicyTarget
 from harness.targets.protocol import Target
 from harness.targets.upstream import megatron_stand_in, packing
 from harness.targets.upstream.checkout import as_sys_modules, namespace_packages, revision
@@ -130,15 +132,34 @@ class NemoRLTarget(Target):
     """NeMo-RL's vocab-parallel log-prob/entropy Functions and packed entry point (see the module docstring)."""
 
     # what a history replay keys revisions by: the module executed and the one it imports at the top (absent
-    # before 2026-03, #2053); ``loss_functions.py`` is not loaded (``policy_loss`` is not declared)
-    files_under_test = ("nemo_rl/distributed/model_utils.py", "nemo_rl/algorithms/logits_sampling_utils.py")
+    # before 2026-03, #2053), and the token-level policy loss's files (``harness.targets.nemo_rl.policy``)
+    files_under_test = (
+        "nemo_rl/distributed/model_utils.py",
+        "nemo_rl/algorithms/logits_sampling_utils.py",
+        str(LOSS_FUNCTIONS),
+        str(INTERFACES),
+        str(UTILS),
+    )
 
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = nemo_rl_root(root)
         rev = revision(self.root)
         self.name = f"nemo_rl@{rev}" if rev else "nemo_rl"
         self.modules = load_modules(self.root)
+        self.policy, self.policy_error = self._policy()
         self.capabilities = self._capabilities()
+
+    def _policy(self) -> tuple[NemoRLPolicyTarget | None, str | None]:
+        """The token-level policy loss, or None and why: a checkout without the loss package (before its split
+        into ``nemo_rl/algorithms/loss/``, 2026-03), or one whose ``ClippedPGLossFn`` cannot be loaded alone
+        (kept in ``policy_error`` and warned: the log-prob checks of that revision still run)."""
+        if not (self.root / LOSS_FUNCTIONS).is_file():
+            return None, f"no {LOSS_FUNCTIONS}"
+        try:
+            return NemoRLPolicyTarget(self.root, self.name), None
+        except (LookupError, ImportError, NameError) as exc:
+            warnings.warn(f"{self.name}: ClippedPGLossFn not loaded, no token_policy_loss: {exc}", stacklevel=2)
+            return None, str(exc)
 
     @cached_property
     def _module(self):
@@ -161,7 +182,15 @@ class NemoRLTarget(Target):
                     caps.discard("chunking")  # one option for both entry points: the packed one has no chunk yet
                 if "cp_group" in parameters and (_on_cuda() or not _cuda_only_cp_backward(module)):
                     caps.add("cp_zigzag")
+        if self.policy is not None:
+            caps |= self.policy.capabilities
         return frozenset(caps)
+
+    def combination_needs(self, options) -> set[str]:
+        return self.policy.combination_needs(options) if self.policy is not None else set()
+
+    def token_policy_loss(self, log_probs, **arguments):
+        return self.policy.token_policy_loss(log_probs, **arguments)
 
     @contextlib.contextmanager
     def _calling(self, tp_group, cp_group):
