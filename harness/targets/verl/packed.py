@@ -131,13 +131,16 @@ def checked(inputs, logits, cp_group) -> None:
         if problem:
             raise ValueError(problem)
         return
-    mine = (logits.shape[0], logits.shape[-1], str(logits.dtype), tuple(int(r) for r in inputs.response_lengths))
+    lengths = tuple(int(t) for t in inputs.total_lengths), tuple(int(r) for r in inputs.response_lengths)
+    mine = (logits.shape[0], logits.shape[-1], str(logits.dtype), *lengths)
     everyone = [None] * cp
     dist.all_gather_object(everyone, (problem, mine), group=cp_group)
     for rank, (found, _) in enumerate(everyone):
         if found:
             raise ValueError(f"CP rank {rank}: {found}")
-    for what, index in (("logits rows", 0), ("V_local", 1), ("logits dtype", 2), ("response_lengths", 3)):
+    if len({each[1][3] for each in everyone}) != 1:
+        return  # the sequence lengths verl itself takes differ: what verl does with them is the check's question
+    for what, index in (("logits rows", 0), ("V_local", 1), ("logits dtype", 2), ("response_lengths", 4)):
         if len({each[1][index] for each in everyone}) != 1:
             raise ValueError(f"{what} differ between CP ranks ({[each[1][index] for each in everyone]})")
 
