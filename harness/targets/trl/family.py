@@ -28,10 +28,11 @@ class TRLFamilyTarget(TokenAndHidden):
 
     def __init__(self, root=None):
         token = TRLTokenTarget(root)
-        if loading.kernels(token.root).chunked is None:  # TRL < 1.15: no chunked LM head, the token path alone
-            self.token, self.hidden, self.name, self.capabilities = token, None, token.name, token.capabilities
+        chunked = loading.kernels(token.root).chunked is not None  # TRL < 1.15: no chunked LM head
+        super().__init__(token, TRLHiddenTarget(token.root) if chunked else None, token.name)
+        self.policy = None
+        if not chunked:  # the releases a history replay reaches before 1.15: their token path alone
             return
-        super().__init__(token, TRLHiddenTarget(token.root), token.name)
         try:
             self.policy = TRLPolicyTarget(token.root)
         except (FileNotFoundError, LookupError):  # a tree without GRPOTrainer._compute_loss: no policy loss

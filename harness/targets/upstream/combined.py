@@ -23,10 +23,17 @@ def combined_capabilities(token: frozenset, hidden: frozenset) -> frozenset:
 
 
 class TokenAndHidden(Target):
-    """Delegates ``token_log_probs`` to ``self.token`` and ``hidden_log_probs`` to ``self.hidden``."""
+    """Delegates ``token_log_probs`` to ``self.token`` and ``hidden_log_probs`` to ``self.hidden``.
 
-    def __init__(self, token: Target, hidden: Target, name: str):
+    ``hidden`` is None for a library version without the hidden-state path (an older release in a history
+    replay): the family is then its token path alone, with that path's capabilities.
+    """
+
+    def __init__(self, token: Target, hidden: Target | None, name: str):
         self.token, self.hidden, self.name = token, hidden, name
+        if hidden is None:
+            self.capabilities = frozenset(token.capabilities)
+            return
         self.capabilities = combined_capabilities(frozenset(token.capabilities), frozenset(hidden.capabilities))
 
     def token_log_probs(self, logits, targets, **options):
