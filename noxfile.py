@@ -120,7 +120,8 @@ def mutants(session: nox.Session) -> None:
 
 
 PEERS = ["skyrl==0.3.0"]
-# This round's CPU peers (bench/peers.py); ms-swift is left out unless LPH_MEGATRON_PATH names a Megatron-LM checkout.
+# Library peers whose token or hidden-state path runs on the CPU (bench/peers.py); ms-swift is left out
+# unless LPH_MEGATRON_PATH names a Megatron-LM checkout.
 PEERS += ["trl==1.16.0", "ms-swift==4.6.0"]
 
 

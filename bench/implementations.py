@@ -5,9 +5,10 @@
   cache-friendly chunk (``impl.token_level.cache_friendly_chunk_rows``);
 * peers, where they load: SkyRL's ``DistributedLogprob`` + ``vocab_parallel_entropy``
   from the INSTALLED ``skyrl`` package (``pip install --no-deps skyrl==0.3.0``;
-  nothing of it is copied here), on a single-rank process group and a minimal
-  stand-in for the ``megatron.core.parallel_state`` lookups it makes;
-* this round's peers (TRL, ms-swift) through their adapters (``bench.peers``).
+  nothing of it is copied here), on a single-rank process group and the harness's
+  stand-in for the ``megatron.core.parallel_state`` lookups it makes
+  (``harness.targets.upstream.megatron_stand_in``);
+* the other peers (TRL, ms-swift) through their adapters (``bench.peers``).
 
 Each entry is measured on a single rank (tp = 1).
 """
@@ -16,15 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import sys
 import tempfile
-import types
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from harness.targets.upstream import megatron_stand_in
 from impl.token_level import cache_friendly_chunk_rows, log_probs_and_entropy
 
 SKYRL_FILE = "backends/skyrl_train/distributed/megatron/model_utils.py"
@@ -52,20 +52,10 @@ def _single_rank_group() -> None:
 
 
 def _parallel_state_stand_in() -> None:
-    """The two lookups SkyRL's model utilities make of Megatron's parallel state, for one rank."""
-    if "megatron.core.parallel_state" in sys.modules:
-        return
-    state = types.ModuleType("megatron.core.parallel_state")
-    state.get_tensor_model_parallel_group = lambda: dist.group.WORLD
-    state.get_tensor_model_parallel_rank = lambda: 0
-    state.get_tensor_model_parallel_world_size = lambda: 1
-    state.get_context_parallel_group = lambda: dist.group.WORLD
-    state.get_context_parallel_world_size = lambda: 1
-    state.get_context_parallel_rank = lambda: 0
-    megatron = sys.modules.setdefault("megatron", types.ModuleType("megatron"))
-    core = sys.modules.setdefault("megatron.core", types.ModuleType("megatron.core"))
-    megatron.core, core.parallel_state = core, state
-    sys.modules["megatron.core.parallel_state"] = state
+    """The parallel-state lookups SkyRL's model utilities make, for one rank: the harness's stand-in, which also
+    answers ms-swift's ``mpu`` (a private stand-in without ``mpu`` registered first would hide it from that peer)."""
+    megatron_stand_in.install()
+    megatron_stand_in.set_groups(None, None)
 
 
 def load_skyrl() -> Callable | None:

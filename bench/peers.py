@@ -1,4 +1,4 @@
-"""This round's peers for ``nox -s bench``, through their harness adapters, where they load on the CPU.
+"""The library peers of ``nox -s bench``, through their harness adapters, where they load on the CPU.
 
 * token level (``bench.implementations``): TRL's ``selective_log_softmax_and_entropy``
   (``trl-X``, its torch path on CPU tensors) and ms-swift's

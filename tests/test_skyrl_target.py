@@ -154,6 +154,8 @@ def test_megatron_stand_in_single_rank_collectives_are_the_identity():
     group = state.get_tensor_model_parallel_group()
     assert group is megatron_stand_in.SINGLE_RANK
     assert (state.get_tensor_model_parallel_world_size(), state.get_tensor_model_parallel_rank()) == (1, 0)
+    # Megatron's get_pg_rank / get_pg_size ask the group itself once torch.distributed is initialised
+    assert (group.size(), group.rank()) == (1, 0)
     x = torch.arange(3.0)
     torch.distributed.all_reduce(x, op=torch.distributed.ReduceOp.MAX, group=group)
     gathered = [torch.empty(3)]

@@ -50,7 +50,7 @@ CHECKOUT_VARIABLES = {
     "verl": "LPH_VERL_PATH",
 }
 PYPI = {"skyrl", "verl"}
-# Families from this round: Liger's token + hidden paths, TRL's helpers and chunked LM head (docs/targets.md).
+# Families beyond the Megatron trainers: Liger (token + hidden), TRL (helpers, chunked LM head); docs/targets.md.
 ADAPTERS.update(
     {
         "liger": "harness.targets.liger.family:LigerFamilyTarget",

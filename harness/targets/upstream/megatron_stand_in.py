@@ -37,6 +37,13 @@ class _SingleRank:
     def __repr__(self) -> str:
         return "SINGLE_RANK"
 
+    # a ProcessGroup's own queries, which Megatron's get_pg_rank / get_pg_size call once torch.distributed is up
+    def rank(self) -> int:
+        return 0
+
+    def size(self) -> int:
+        return 1
+
 
 SINGLE_RANK = _SingleRank()
 
