@@ -14,7 +14,8 @@ from hypothesis import example, given
 
 from harness.cases.case import Case
 from harness.cases.strategies import SPECIAL_VALUES, TOKEN_LEVEL, cases
-from harness.checks.parity import check_packed_backward, check_policy_loss, check_token_backward
+from harness.checks.parity import check_packed_backward, check_token_backward
+from harness.checks.policy import check_policy_loss
 
 
 @pytest.mark.tier("contract")

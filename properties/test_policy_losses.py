@@ -27,8 +27,12 @@ from harness.cases import policy
 from harness.cases.case import Case
 from harness.cases.policy_strategies import FLOAT32, HORIZON, NONZERO_KL_COEFS, loss_options, policy_cases
 from harness.cases.strategies import SPECIAL_VALUES
-from harness.checks.parity import check_entropy_bonus_gradient, check_policy_loss
-from harness.checks.policy import check_kl_term_gradient, check_policy_cp_invariance
+from harness.checks.policy import (
+    check_entropy_bonus_gradient,
+    check_kl_term_gradient,
+    check_policy_cp_invariance,
+    check_policy_loss,
+)
 
 FEW = settings(max_examples=max(1, settings.default.max_examples // 8))
 

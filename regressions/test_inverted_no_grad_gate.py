@@ -23,12 +23,8 @@ from harness.cases.case import Case
 from harness.cases.strategies import cases
 from harness.checks.failure import LAYOUT, ensure
 from harness.checks.invariances import check_gate_invariance
-from harness.checks.parity import (
-    assert_entropy_gate,
-    check_entropy_bonus_gradient,
-    check_policy_loss,
-    require,
-)
+from harness.checks.parity import assert_entropy_gate, require
+from harness.checks.policy import check_entropy_bonus_gradient, check_policy_loss
 from harness.jobs.logits import policy_job
 from harness.ranks.run import run_job
 

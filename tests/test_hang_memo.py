@@ -10,7 +10,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from harness.cases.case import Case
-from harness.checks.parity import check_policy_loss
+from harness.checks.policy import check_policy_loss
 from harness.ranks import deadline, hang_memo
 from harness.ranks.errors import hang_errors, is_collective_timeout
 from harness.ranks.pool import CollectiveHang, RankError, RankHang, get_pool

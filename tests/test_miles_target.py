@@ -16,13 +16,8 @@ import pytest
 
 from harness.cases.case import Case
 from harness.checks.invariances import check_gate_invariance
-from harness.checks.parity import (
-    check_packed_backward,
-    check_packed_forward,
-    check_policy_loss,
-    check_token_backward,
-    check_token_forward,
-)
+from harness.checks.parity import check_packed_backward, check_packed_forward, check_token_backward, check_token_forward
+from harness.checks.policy import check_policy_loss
 from harness.gate import history, specs
 from harness.targets.slime import api
 from harness.targets.slime.adapter import MILES_PATH_VARIABLE, MilesTarget, SlimeTarget, slime_root

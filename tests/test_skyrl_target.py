@@ -13,13 +13,8 @@ import torch
 
 from harness.cases.case import Case
 from harness.checks.ownership import check_shared_logits
-from harness.checks.parity import (
-    check_packed_backward,
-    check_packed_forward,
-    check_policy_loss,
-    check_token_backward,
-    check_token_forward,
-)
+from harness.checks.parity import check_packed_backward, check_packed_forward, check_token_backward, check_token_forward
+from harness.checks.policy import check_policy_loss
 from harness.memory.logits import MemoryCase, measure_token_memory
 from harness.memory.tracker import int64_with_dimension
 from harness.targets import load_target

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.cases.case import Case
-from harness.checks.parity import check_policy_loss
+from harness.checks.policy import check_policy_loss
 from harness.targets.slime.adapter import SlimeTarget
 from harness.targets.upstream.symbols import MissingUpstreamImport
 

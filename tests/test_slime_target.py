@@ -18,10 +18,10 @@ from harness.checks.parity import (
     assert_entropy_gate,
     check_packed_backward,
     check_packed_forward,
-    check_policy_loss,
     check_token_backward,
     check_token_forward,
 )
+from harness.checks.policy import check_policy_loss
 from harness.jobs.logits import policy_job
 from harness.ranks.run import run_job
 from harness.targets import PackedInputs, load_target

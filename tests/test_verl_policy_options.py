@@ -11,7 +11,7 @@ import pytest
 
 from harness.cases import policy
 from harness.cases.case import Case
-from harness.checks.parity import check_policy_loss
+from harness.checks.policy import check_policy_loss
 from harness.checks.token_policy import check_token_policy_loss
 from tests.fakes.verl import targets as fakes
 

@@ -20,13 +20,8 @@ import torch
 
 from harness.cases.case import Case
 from harness.checks.hidden import check_hidden_backward, check_hidden_forward
-from harness.checks.parity import (
-    check_packed_backward,
-    check_packed_forward,
-    check_policy_loss,
-    check_token_backward,
-    check_token_forward,
-)
+from harness.checks.parity import check_packed_backward, check_packed_forward, check_token_backward, check_token_forward
+from harness.checks.policy import check_policy_loss
 from harness.gate import history, specs
 from harness.targets import PackedInputs
 from harness.targets.verl import source

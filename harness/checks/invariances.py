@@ -21,7 +21,6 @@ from harness.checks.parity import (
     assert_dropped_zero,
     assert_packed_backward,
     assert_packed_forward,
-    assert_policy_loss,
     assert_token_backward,
     assert_token_forward,
     consumed_positions,
@@ -30,6 +29,7 @@ from harness.checks.parity import (
     require,
     required_capabilities,
 )
+from harness.checks.policy import assert_policy_loss
 from harness.checks.tolerance import assert_identical
 from harness.jobs.logits import packed_job, policy_job, token_job
 from harness.ranks.run import run_job

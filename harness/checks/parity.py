@@ -24,7 +24,7 @@ from harness.cases.case import Case
 from harness.checks import diagnosis, expected, record
 from harness.checks.failure import GRADIENT, GRAPH, LAYOUT, MUTATION, UNSUPPORTED, VALUE, CheckFailure, ensure, mark
 from harness.checks.tolerance import assert_close, assert_identical, gradient_scale, value_scale
-from harness.jobs.logits import packed_job, policy_job, token_job, unmutated_job
+from harness.jobs.logits import packed_job, token_job, unmutated_job
 from harness.ranks import rank_warnings
 from harness.ranks.run import run_job
 from harness.targets import Unsupported, load_target
@@ -122,7 +122,7 @@ def require(spec: str, capabilities) -> None:
     raise mark(Unsupported(message), kind=UNSUPPORTED, missing=sorted(missing))
 
 
-def _cp_groups(case: Case, results: list) -> list[list]:
+def cp_groups(case: Case, results: list) -> list[list]:
     """Results grouped by CP rank, each group in TP order (rank = cp_rank * tp + tp_rank)."""
     return [results[c * case.tp : (c + 1) * case.tp] for c in range(case.cp)]
 
@@ -134,7 +134,7 @@ def assemble_grad(case: Case, results: list, key: str = "grad") -> torch.Tensor:
     rows (the layout oracle's placement), and a padding row must have received
     exactly zero gradient.
     """
-    shards = [torch.cat([r[key] for r in group], dim=1) for group in _cp_groups(case, results)]
+    shards = [torch.cat([r[key] for r in group], dim=1) for group in cp_groups(case, results)]
     if case.cp_mode == "none":
         return shards[0]
     full = torch.zeros(case.rows, case.vocab, dtype=shards[0].dtype)
@@ -175,7 +175,7 @@ def gather_samples(case: Case, results: list, key: str):
 
     Every response position must be returned by exactly one CP rank.
     """
-    per_cp = [replicated(group, key) for group in _cp_groups(case, results)]
+    per_cp = [replicated(group, key) for group in cp_groups(case, results)]
     if per_cp[0] is None:
         ensure(all(values is None for values in per_cp), LAYOUT, f"{key}: returned by some CP ranks only")
         return None
@@ -213,7 +213,7 @@ def grad_scale(case: Case, upstream: float) -> float:
     return gradient_scale(case.global_logits(), case.temperature, upstream)
 
 
-def _max_abs(values) -> float:
+def max_abs(values) -> float:
     values = [v for v in values if v.numel()]
     return max((float(v.abs().max()) for v in values), default=0.0)
 
@@ -227,7 +227,7 @@ def _compare_samples(actual: list, ref: list, naive: list, what: str, case: Case
 
 def _assert_probe_grad(case: Case, results: list, ref, naive, a: list, b: list) -> None:
     """The assembled gradient of the probe loss (weights ``a``, ``b``) against the oracle; inputs untouched."""
-    upstream = _max_abs(a) + (_max_abs(b) if case.with_entropy else 0.0)
+    upstream = max_abs(a) + (max_abs(b) if case.with_entropy else 0.0)
     assert_close(
         assemble_grad(case, results),
         ref.grad,
@@ -394,81 +394,6 @@ def assert_entropy_gate(case: Case, results: list, spec: str = "impl") -> None:
             ensure(
                 not with_graph, GRAPH, f"rank {rank}: gated-off entropy of sample(s) {with_graph} still has a grad_fn"
             )
-
-
-def policy_upstream(case: Case) -> float:
-    """Largest d(loss)/d(log-prob or entropy): |A| times the ratio bound, plus the KL and entropy coefficients.
-
-    Every aggregation divides a token's term by at least 1 (a count, a number
-    of samples, a horizon >= 1), so the per-term bounds hold for all of them:
-    the ratio is the clipped one (GSPO: the sample's, up to e^0.8), times the
-    rollout weight's cap; the KL estimators' gradients stay under 2 for the
-    drawn log-ratios (ratio-weighted included).
-    """
-    opts = policy.loss_options(case)
-    ratio = (1 + policy.EPS_CLIP_HIGH) * 1.5 if opts.kind != "gspo" else 2.3
-    weight = opts.rollout_cap if opts.rollout_correction else 1.0
-    return _max_abs(case.advantages()) * ratio * weight + 2 * abs(opts.kl_coef) + abs(case.entropy_coef)
-
-
-@replayable
-def check_policy_loss(case: Case, spec: str = "impl") -> None:
-    """The PPO loss and its gradient match the oracle; the entropy gate is honoured."""
-    require(spec, required_capabilities(case, "policy_loss"))
-    assert_policy_loss(case, run_job(policy_job, case, spec), spec)
-
-
-def policy_loss_scale(case: Case) -> float:
-    """The policy loss's value scale: per-term bound times the number of terms it adds (samples, or tokens)."""
-    token_sum = policy.loss_options(case).aggregation == "token-sum"
-    terms = sum(case.response_lengths) if token_sum else len(case.samples)
-    return value_scale(case.global_logits(), case.temperature) * policy_upstream(case) * max(terms, 1)
-
-
-def total_policy_loss(case: Case, results: list):
-    """The batch's loss: under context parallelism each CP rank returns its share, and the shares add up."""
-    return sum(replicated(group, "loss") for group in _cp_groups(case, results))
-
-
-def assert_policy_loss(case: Case, results: list, spec: str) -> None:
-    ref, naive = expected.policy_reference(case), expected.policy_reference(case, precise=False)
-    # The gate first: an inverted one (bug 1) is then named as such, not as a gradient mismatch.
-    assert_entropy_gate(case, results, spec)
-    loss = total_policy_loss(case, results)
-    assert_close(
-        loss, ref.loss, naive.loss, what="policy loss", scale=policy_loss_scale(case), working_dtype=case.torch_dtype
-    )
-    assert_close(
-        assemble_grad(case, results),
-        ref.grad,
-        naive.grad,
-        what="grad(logits) of the policy loss",
-        scale=grad_scale(case, policy_upstream(case)),
-        out_dtype=case.torch_dtype,
-        kind=GRADIENT,
-        working_dtype=case.torch_dtype,
-    )
-    assert_inputs_unmutated(results)
-
-
-@replayable
-def check_entropy_bonus_gradient(case: Case, spec: str = "impl") -> None:
-    """grad(c) - grad(0) == -c * d(agg(H))/dz (the Case's aggregation): the bonus really moves the gradient."""
-    require(spec, required_capabilities(case, "policy_loss") | {"entropy"})
-    with_bonus = assemble_grad(case, run_job(policy_job, case, spec))
-    without = assemble_grad(case, run_job(policy_job, case.with_(entropy_coef=0.0), spec))
-    want = -case.entropy_coef * expected.entropy_bonus_grad(case)
-    difference = with_bonus.double() - without.double()
-    assert_close(
-        difference,
-        want,
-        want,
-        what="grad(coef) - grad(0)",
-        scale=2 * grad_scale(case, policy_upstream(case)),
-        out_dtype=case.torch_dtype,
-        kind=GRADIENT,
-        working_dtype=case.torch_dtype,
-    )
 
 
 @replayable

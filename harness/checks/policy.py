@@ -1,8 +1,10 @@
-"""Checks of the policy loss's options (docs/policy-losses.md) beyond value and gradient parity.
+"""Checks of the packed policy loss (docs/policy-losses.md): parity, and what parity alone cannot see.
 
-Parity of every option is ``harness.checks.parity.check_policy_loss`` on a
-Case carrying options (``harness.cases.policy.with_options``). Here:
-
+* parity (``check_policy_loss``): the loss and grad(logits) against the
+  float64 oracle, every option on a Case carrying it
+  (``harness.cases.policy.with_options``), the entropy gate first;
+* the bug-1 shape for the entropy bonus: ``grad(c) - grad(0)`` must be
+  ``-c * d agg(H)/dz`` (``check_entropy_bonus_gradient``);
 * the bug-1 shape for the KL term: ``grad(kl_coef=c) - grad(kl_coef=0)`` must
   be ``c * d agg(kl)/dz``, so a KL term that lost its gradient (detached, or
   computed from detached log-probs) moves nothing and fails, whatever the
@@ -20,18 +22,94 @@ from harness.checks import expected
 from harness.checks.failure import GRADIENT
 from harness.checks.parity import (
     assemble_grad,
-    assert_policy_loss,
+    assert_entropy_gate,
+    assert_inputs_unmutated,
+    cp_groups,
     grad_scale,
-    policy_loss_scale,
-    policy_upstream,
+    max_abs,
     replayable,
+    replicated,
     require,
     required_capabilities,
-    total_policy_loss,
 )
-from harness.checks.tolerance import assert_close
+from harness.checks.tolerance import assert_close, value_scale
 from harness.jobs.logits import policy_job
 from harness.ranks.run import run_job
+
+
+def policy_upstream(case: Case) -> float:
+    """Largest d(loss)/d(log-prob or entropy): |A| times the ratio bound, plus the KL and entropy coefficients.
+
+    Every aggregation divides a token's term by at least 1 (a count, a number
+    of samples, a horizon >= 1), so the per-term bounds hold for all of them:
+    the ratio is the clipped one (GSPO: the sample's, up to e^0.8), times the
+    rollout weight's cap; the KL estimators' gradients stay under 2 for the
+    drawn log-ratios (ratio-weighted included).
+    """
+    opts = policy.loss_options(case)
+    ratio = (1 + policy.EPS_CLIP_HIGH) * 1.5 if opts.kind != "gspo" else 2.3
+    weight = opts.rollout_cap if opts.rollout_correction else 1.0
+    return max_abs(case.advantages()) * ratio * weight + 2 * abs(opts.kl_coef) + abs(case.entropy_coef)
+
+
+@replayable
+def check_policy_loss(case: Case, spec: str = "impl") -> None:
+    """The PPO loss and its gradient match the oracle; the entropy gate is honoured."""
+    require(spec, required_capabilities(case, "policy_loss"))
+    assert_policy_loss(case, run_job(policy_job, case, spec), spec)
+
+
+def policy_loss_scale(case: Case) -> float:
+    """The policy loss's value scale: per-term bound times the number of terms it adds (samples, or tokens)."""
+    token_sum = policy.loss_options(case).aggregation == "token-sum"
+    terms = sum(case.response_lengths) if token_sum else len(case.samples)
+    return value_scale(case.global_logits(), case.temperature) * policy_upstream(case) * max(terms, 1)
+
+
+def total_policy_loss(case: Case, results: list):
+    """The batch's loss: under context parallelism each CP rank returns its share, and the shares add up."""
+    return sum(replicated(group, "loss") for group in cp_groups(case, results))
+
+
+def assert_policy_loss(case: Case, results: list, spec: str) -> None:
+    ref, naive = expected.policy_reference(case), expected.policy_reference(case, precise=False)
+    # The gate first: an inverted one (bug 1) is then named as such, not as a gradient mismatch.
+    assert_entropy_gate(case, results, spec)
+    loss = total_policy_loss(case, results)
+    assert_close(
+        loss, ref.loss, naive.loss, what="policy loss", scale=policy_loss_scale(case), working_dtype=case.torch_dtype
+    )
+    assert_close(
+        assemble_grad(case, results),
+        ref.grad,
+        naive.grad,
+        what="grad(logits) of the policy loss",
+        scale=grad_scale(case, policy_upstream(case)),
+        out_dtype=case.torch_dtype,
+        kind=GRADIENT,
+        working_dtype=case.torch_dtype,
+    )
+    assert_inputs_unmutated(results)
+
+
+@replayable
+def check_entropy_bonus_gradient(case: Case, spec: str = "impl") -> None:
+    """grad(c) - grad(0) == -c * d(agg(H))/dz (the Case's aggregation): the bonus really moves the gradient."""
+    require(spec, required_capabilities(case, "policy_loss") | {"entropy"})
+    with_bonus = assemble_grad(case, run_job(policy_job, case, spec))
+    without = assemble_grad(case, run_job(policy_job, case.with_(entropy_coef=0.0), spec))
+    want = -case.entropy_coef * expected.entropy_bonus_grad(case)
+    difference = with_bonus.double() - without.double()
+    assert_close(
+        difference,
+        want,
+        want,
+        what="grad(coef) - grad(0)",
+        scale=2 * grad_scale(case, policy_upstream(case)),
+        out_dtype=case.torch_dtype,
+        kind=GRADIENT,
+        working_dtype=case.torch_dtype,
+    )
 
 
 @replayable

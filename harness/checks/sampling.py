@@ -21,11 +21,11 @@ from harness.cases.case import Case
 from harness.checks.expected import Reference, _grad_of
 from harness.checks.failure import ACCEPTED, ERROR, GRADIENT, LAYOUT, MUTATION, UNCLEAR, CheckFailure, ensure
 from harness.checks.parity import (
-    _max_abs,
     assemble_grad,
     assert_inputs_unmutated,
     gather_samples,
     grad_scale,
+    max_abs,
     replayable,
     replicated,
     require,
@@ -190,7 +190,7 @@ def check_sampling_packed(case: Case, spec: str = "impl") -> None:
         for i, (value, want, rough) in enumerate(zip(got, getattr(ref, key), getattr(naive, key))):
             assert_close(value, want, rough, what=f"{key}[sample {i}] over K", scale=scale)
     a, b = case.probe_weights()
-    upstream = _max_abs(a) + (_max_abs(b) if case.with_entropy else 0.0)
+    upstream = max_abs(a) + (max_abs(b) if case.with_entropy else 0.0)
     _assert_grad_over_kept(case, results, ref, naive, upstream)
 
 

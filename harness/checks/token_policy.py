@@ -26,7 +26,8 @@ import torch
 from harness.cases import policy, token_policy
 from harness.cases.case import Case
 from harness.checks.failure import GRADIENT, LAYOUT, ensure
-from harness.checks.parity import policy_loss_scale, policy_upstream, replayable, require
+from harness.checks.parity import replayable, require
+from harness.checks.policy import policy_loss_scale, policy_upstream
 from harness.checks.tolerance import assert_close, assert_identical, value_scale
 from harness.jobs.token_policy import token_policy_job
 from harness.ranks.run import run_job
