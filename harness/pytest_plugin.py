@@ -25,7 +25,7 @@ from hypothesis.errors import Unsatisfiable
 from harness.cases import limits as case_limits
 from harness.cases import stats
 from harness.checks import failure, record
-from harness.gate import render
+from harness.gate import journal, render
 from harness.gate.order import order_items
 from harness.gate.render import Row
 from harness.gate.tiers import HARDENING, MARKER, SELF_TEST, TIERS, tier_of_item
@@ -142,6 +142,24 @@ def pytest_collection_modifyitems(session, config, items):
     items[:] = order_items(items)
 
 
+def _journal_dir(config) -> Path | None:
+    """Where the crash journal goes (``harness.gate.journal``): the report directory, in the process running checks.
+
+    Under xdist a worker's death is xdist's to report: workers keep no journal.
+    """
+    report_dir = config.getoption("--report-dir")
+    return Path(report_dir) if report_dir and not _is_worker(config) else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Journal the check before it runs: if the target kills the process inside it, the gate knows which."""
+    directory = _journal_dir(item.config)
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+        journal.started(directory, item.nodeid, dict(item.user_properties).get("tier", SELF_TEST))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """Each test gets its own record and hang memo, current while it runs."""
@@ -239,6 +257,9 @@ class _VerdictCollector:
         verdict = _raw_verdict(report)
         if verdict is not None:
             self.config.stash[VERDICTS][report.nodeid] = verdict
+            directory = _journal_dir(self.config)
+            if directory is not None:
+                journal.decided(directory, verdict)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -36,6 +36,7 @@ UNCLEAR = "unclear"  # bad input refused, but not with the error type or words t
 HANG = "hang"  # a rank never returned (RankHang, CollectiveHang)
 COLLECTIVES = "collectives"  # the ranks of a group issued different collectives (a hang in waiting, bug 5)
 ERROR = "error"  # the target raised where it should have returned (any exception but a failed check)
+CRASH = "crash"  # the target killed the test process (a signal such as SIGSEGV): decided by the gate's journal
 POOL_START = "pool_start"  # the rank pool could not start: the machine's fault, never the target's
 UNSUPPORTED = "unsupported"  # the target lacks a capability the check needs
 ASSERTION = "assertion"  # a failed plain assertion no kind was given for
@@ -55,6 +56,7 @@ FAILURE_KINDS = (
     HANG,
     COLLECTIVES,
     ERROR,
+    CRASH,
     ASSERTION,
     PRECISION,
 )

@@ -19,6 +19,7 @@ from hypothesis import reject
 from hypothesis.control import currently_in_test_context
 from hypothesis.errors import HypothesisException
 
+from harness.cases import limits as case_limits
 from harness.cases import policy
 from harness.cases.case import Case
 from harness.checks import diagnosis, expected, record
@@ -110,8 +111,22 @@ def require(spec: str, capabilities) -> None:
     Unsupported.
     """
     missing = set(capabilities) - set(load_target(spec).capabilities)
-    if not missing:
-        return
+    if missing:
+        _left_out(spec, missing)
+
+
+def require_rows_within_limits(spec: str, case: Case) -> None:
+    """Leave out (UNSUPPORTED, the bound named) a hidden-state example above the target's ``max_hidden_rows``.
+
+    The bound is a target's declared cost on this machine (``harness.cases.limits``), not a capability of its
+    code: the verdict says which bound, so a check never passes on examples it did not run.
+    """
+    bound = case_limits.active().get("max_hidden_rows")
+    if bound is not None and case.rows > bound:
+        _left_out(spec, {f"more than {bound} rows per call (its case_limits)"})
+
+
+def _left_out(spec: str, missing) -> None:
     if currently_in_test_context():
         record.current().unsupported[(load_target(spec).name, tuple(sorted(missing)))] += 1
         reject()

@@ -44,9 +44,9 @@ NEW_FAIL, FIXED, STILL_FAILING, IMPROVED = "NEW FAIL", "FIXED", "STILL FAILING",
 FAILS_DIFFERENTLY = "FAILS DIFFERENTLY"
 BUDGET_MARGIN = 0.05  # relative change of a measured figure that counts as worse / improved
 # A base failing as one of these did not return its outputs: what its outputs would have shown is unknown.
-DID_NOT_RETURN = frozenset({failure.ERROR, HANG})
+DID_NOT_RETURN = frozenset({failure.ERROR, HANG, failure.CRASH})
 # A PR failing as one of these stops (or is about to stop) a training job: new whatever the base did.
-HANG_CLASS = frozenset({HANG, failure.COLLECTIVES})
+HANG_CLASS = frozenset({HANG, failure.COLLECTIVES, failure.CRASH})
 
 
 @dataclass

@@ -23,12 +23,13 @@ import sys
 import time
 from pathlib import Path
 
-from harness.gate import base_cache, expectations, retries, single, specs
+from harness.gate import base_cache, expectations, journal, retries, single, specs
 from harness.gate import compare as comparison
 from harness.gate.tiers import CHECK_DIRECTORIES, CONTRACT, TIERS, parse_tiers
 from harness.gate.verdicts import Run
 
 PYTEST_OK = (0, 1)  # all passed / some checks failed: both are verdicts; anything else is a broken run
+PYTEST_NOTHING_LEFT = 5  # no test collected: after a crash, every check but the crashed ones had its verdict
 
 
 class RunError(RuntimeError):
@@ -46,12 +47,20 @@ def _split_args(pytest_args: list[str]) -> tuple[list[str], list[str]]:
     return selected, [arg for arg in pytest_args if arg not in selected]
 
 
+MAX_CRASHES = 8  # checks that may kill the process in one run before the run is called broken
+
+
 def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -> tuple[Run, float]:
-    """The suite against one resolved SPEC, verdicts in ``out``; (run, wall seconds)."""
+    """The suite against one resolved SPEC, verdicts in ``out``; (run, wall seconds).
+
+    A check inside which the target kills the process (``harness.gate.journal``) is a FAIL of kind ``crash``;
+    the checks not yet run then run without it, and the verdicts of every pass are joined.
+    """
     specs.install(resolved)
     out.mkdir(parents=True, exist_ok=True)
     stale = out / "verdicts.json"
     stale.unlink(missing_ok=True)
+    journal.clear(out)
     selected, others = _split_args(pytest_args)
     command = [sys.executable, "-m", "pytest", *(selected or CHECK_DIRECTORIES), "--target", resolved.target]
     command += [f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", "-o", "junit_family=xunit2", *others]
@@ -61,10 +70,29 @@ def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -
     print(f"gate: running the suite against {resolved.spec} ({resolved.target}) -> {out}", flush=True)
     started = time.monotonic()
     code = subprocess.run(command, cwd=specs.ROOT, env=env).returncode
+    crashed: dict = {}
+    while code not in PYTEST_OK:
+        decided, running = journal.read(out)
+        if running is None or len(crashed) >= MAX_CRASHES:
+            break
+        nodeid, tier = running
+        crashed[nodeid] = journal.crash_verdict(nodeid, tier, code, resolved.target)
+        print(f"gate: {nodeid}: {crashed[nodeid].reason}; running the rest without it", flush=True)
+        stale.unlink(missing_ok=True)
+        done = [*decided, *crashed]
+        code = subprocess.run([*command, *(f"--deselect={i}" for i in done)], cwd=specs.ROOT, env=env).returncode
+        if code == PYTEST_NOTHING_LEFT:  # the crash was in the last check: every other one had been decided
+            code = 0
     elapsed = time.monotonic() - started
-    if code not in PYTEST_OK or not stale.is_file():
+    if code not in PYTEST_OK or not (stale.is_file() or crashed):
         raise RunError(f"pytest exited {code} on {resolved.spec} without verdicts: see its output above")
-    return Run.load(out), elapsed
+    if not crashed:
+        return Run.load(out), elapsed
+    last = Run.load(out) if stale.is_file() else Run(target=resolved.target)
+    decided, _ = journal.read(out)
+    run = Run(target=last.target, verdicts={**decided, **crashed}, meta=last.meta)
+    run.save(out)
+    return run, elapsed
 
 
 def run_checked(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -> tuple[Run, float]:

@@ -22,6 +22,15 @@ def combined_capabilities(token: frozenset, hidden: frozenset) -> frozenset:
     return frozenset((token | hidden) - OPTIONS) | (token & hidden & OPTIONS)
 
 
+def combined_limits(*targets) -> dict | None:
+    """Every path's declared ``case_limits`` (``harness.cases.limits``), the smaller bound where two name one."""
+    limits: dict = {}
+    for target in targets:
+        for key, bound in (getattr(target, "case_limits", None) or {}).items():
+            limits[key] = min(bound, limits.get(key, bound))
+    return limits or None
+
+
 class TokenAndHidden(Target):
     """Delegates ``token_log_probs`` to ``self.token`` and ``hidden_log_probs`` to ``self.hidden``.
 
@@ -31,6 +40,7 @@ class TokenAndHidden(Target):
 
     def __init__(self, token: Target, hidden: Target | None, name: str):
         self.token, self.hidden, self.name = token, hidden, name
+        self.case_limits = combined_limits(token, hidden)
         if hidden is None:
             self.capabilities = frozenset(token.capabilities)
             return
