@@ -117,6 +117,9 @@ def pytest_configure(config):
         os.environ[_STATS_ENV] = tempfile.mkdtemp(prefix="lph-stats-")
     config.stash[STATS_DIR] = Path(os.environ[_STATS_ENV])
     config.pluginmanager.register(_VerdictCollector(config), "lph-verdicts")
+    directory = _journal_dir(config)
+    if directory is not None:
+        journal.clear(directory)  # this run's journal only: the gate gathers a rerun's passes itself
 
 
 def pytest_unconfigure(config):

@@ -8,15 +8,18 @@ keeps the verdicts decided before it and runs the rest.
 """
 
 from harness.checks.failure import CRASH
-from harness.gate import specs
+from harness.gate import journal, specs
 from harness.gate.runner import run_suite
-from harness.gate.verdicts import FAIL, PASS
+from harness.gate.verdicts import FAIL, PASS, Verdict
 
 CHECKS = "tests/fakes/crashing_checks.py"
 
 
 def test_a_check_that_kills_the_process_is_a_crash_and_the_rest_still_run(tmp_path, monkeypatch):
     monkeypatch.setenv("LPH_CRASH_DEMO", "1")
+    # a journal left in the directory by an earlier run is not this run's
+    journal.decided(tmp_path, Verdict("tests/fakes/crashing_checks.py::test_ghost", PASS, "contract"))
+    journal.started(tmp_path, "tests/fakes/crashing_checks.py::test_ghost_running", "contract")
     resolved = specs.ResolvedSpec("impl", "impl", "impl")
     run, _ = run_suite(resolved, tmp_path, [CHECKS, "-p", "no:cacheprovider", "-q"])
     verdicts = {key.split("::")[-1]: v for key, v in run.verdicts.items()}

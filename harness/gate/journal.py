@@ -8,7 +8,9 @@ the whole suite. So, with ``--report-dir``, the pytest plugin appends a line
 here when a check starts and one when its verdict is decided; the gate
 (``harness.gate.runner``) turns a run that died into the verdicts it had
 decided, a FAIL of kind ``crash`` for the check it was in, and a rerun of the
-rest without them.
+rest without them. Each pytest run starts its journal empty (the gate gathers
+a rerun's passes itself), so a report directory reused by hand never mixes
+runs.
 
 One JSON object per line, appended and closed each time (a line written before
 the crash is on disk after it): ``{"started": id, "tier": tier}`` or

@@ -60,7 +60,6 @@ def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -
     out.mkdir(parents=True, exist_ok=True)
     stale = out / "verdicts.json"
     stale.unlink(missing_ok=True)
-    journal.clear(out)
     selected, others = _split_args(pytest_args)
     command = [sys.executable, "-m", "pytest", *(selected or CHECK_DIRECTORIES), "--target", resolved.target]
     command += [f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", "-o", "junit_family=xunit2", *others]
@@ -71,8 +70,10 @@ def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -
     started = time.monotonic()
     code = subprocess.run(command, cwd=specs.ROOT, env=env).returncode
     crashed: dict = {}
+    decided: dict = {}  # each pass's journal starts empty: the passes' verdicts are gathered here
     while code not in PYTEST_OK:
-        decided, running = journal.read(out)
+        passed_on, running = journal.read(out)
+        decided.update(passed_on)
         if running is None or len(crashed) >= MAX_CRASHES:
             break
         nodeid, tier = running
@@ -89,8 +90,7 @@ def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -
     if not crashed:
         return Run.load(out), elapsed
     last = Run.load(out) if stale.is_file() else Run(target=resolved.target)
-    decided, _ = journal.read(out)
-    run = Run(target=last.target, verdicts={**decided, **crashed}, meta=last.meta)
+    run = Run(target=last.target, verdicts={**decided, **last.verdicts, **crashed}, meta=last.meta)
     run.save(out)
     return run, elapsed
 
