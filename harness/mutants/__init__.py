@@ -1,1 +1,2 @@
-"""Historic bugs as named mutants of ``impl/`` (catalog.py), their loader and runner."""
+"""Historic bugs as named mutants of ``impl/`` (one module per concern, gathered by catalog.py), their loader
+and runner."""
