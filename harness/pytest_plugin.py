@@ -119,6 +119,7 @@ def pytest_configure(config):
     config.pluginmanager.register(_VerdictCollector(config), "lph-verdicts")
     directory = _journal_dir(config)
     if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
         journal.clear(directory)  # this run's journal only: the gate gathers a rerun's passes itself
 
 
@@ -159,7 +160,6 @@ def pytest_runtest_protocol(item, nextitem):
     """Journal the check before it runs: if the target kills the process inside it, the gate knows which."""
     directory = _journal_dir(item.config)
     if directory is not None:
-        directory.mkdir(parents=True, exist_ok=True)
         journal.started(directory, item.nodeid, dict(item.user_properties).get("tier", SELF_TEST))
 
 

@@ -30,6 +30,7 @@ from harness.gate.verdicts import Run
 
 PYTEST_OK = (0, 1)  # all passed / some checks failed: both are verdicts; anything else is a broken run
 PYTEST_NOTHING_LEFT = 5  # no test collected: after a crash, every check but the crashed ones had its verdict
+MAX_CRASHES = 8  # checks that may kill the process in one run before the run is called broken
 
 
 class RunError(RuntimeError):
@@ -45,9 +46,6 @@ def _split_args(pytest_args: list[str]) -> tuple[list[str], list[str]]:
     """(test selections, other pytest options): a rerun keeps the options and names its own checks."""
     selected = [arg for arg in pytest_args if _is_test_path(arg)]
     return selected, [arg for arg in pytest_args if arg not in selected]
-
-
-MAX_CRASHES = 8  # checks that may kill the process in one run before the run is called broken
 
 
 def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -> tuple[Run, float]:

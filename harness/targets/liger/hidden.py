@@ -34,10 +34,9 @@ the check over a thousand row blocks reads UNSUPPORTED with the bound named.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from harness.ranks.device import device_type
 from harness.targets.liger.token import IGNORE_INDEX, import_liger
 from harness.targets.protocol import Target
 from harness.targets.upstream import located
@@ -61,7 +60,8 @@ class LigerTarget(Target):
 
     def __init__(self, root=None):
         root, self.function = _function(root)
-        self.case_limits = INTERPRETER_CASE_LIMITS if os.environ.get("TRITON_INTERPRET") == "1" else None
+        # the interpreter runs exactly when the device is the CPU (``import_liger``'s own rule)
+        self.case_limits = INTERPRETER_CASE_LIMITS if device_type() == "cpu" else None
         self.name = f"liger-kernel-{located.version(root, 'liger-kernel')}"
 
     def hidden_log_probs(

@@ -28,7 +28,7 @@ Mapping onto ``hidden_log_probs`` (docs/targets.md):
   ``tensor_parallel_output_grad=True``, whose backward reduce-scatters: the
   TP sum. The protocol's ``hidden`` is replicated, so the adapter's
   equivalent of that seam is identity forward, all-reduce (sum) backward
-  (``_SumOverTP``); with one rank it is the identity;
+  (``SumGradientOverGroup``); with one rank it is the identity;
 * log-probs come back fp32; targets outside the shard are SkyRL's business
   (masked to 0 on every rank and summed over TP).
 
@@ -54,29 +54,14 @@ import importlib.util
 import os
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 
 from harness.targets.protocol import Target
 from harness.targets.skyrl.token import MODEL_UTILS, _version, load_model_utils, skyrl_root
 from harness.targets.upstream import megatron_stand_in
+from harness.targets.upstream.shared_gradient import SumGradientOverGroup
 
 TRITON_FILE = MODEL_UTILS.parent / "fused_linear_logprob_triton.py"
-
-
-class _SumOverTP(torch.autograd.Function):
-    """Identity forward, gradient summed over the TP group: what SkyRL's sequence-parallel gather does for it."""
-
-    @staticmethod
-    def forward(ctx, hidden, tp_group):
-        ctx.tp_group = tp_group
-        return hidden.view_as(hidden)
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, group=ctx.tp_group)
-        return grad, None
 
 
 def _on_cuda() -> bool:
@@ -113,7 +98,7 @@ class SkyRLHiddenTarget(Target):
         if temperature != 1.0:
             weight = weight / temperature
         chunk = chunk_size if chunk_size is not None and chunk_size < rows else rows
-        batched = hidden.unsqueeze(0) if one_rank else _SumOverTP.apply(hidden, tp_group).unsqueeze(0)
+        batched = hidden.unsqueeze(0) if one_rank else SumGradientOverGroup.apply(hidden, tp_group).unsqueeze(0)
         log_probs = self.function.apply(
             batched,
             weight,

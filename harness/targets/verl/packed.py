@@ -29,7 +29,7 @@ by ``source.mcore_util``). The adapter's part is the re-layout around them:
 * out: each rank holds every position's value (verl's gather) but the
   gradient only of its own rows, as every verl rank computes the same loss
   over the gathered batch; the harness gives each rank the gradient of its
-  zigzag view only, so the gathered values pass through ``_SharedGradient``,
+  zigzag view only, so the gathered values pass through ``SumGradientOverGroup``,
   whose backward sums the views' gradients over the CP group (what every verl
   rank's identical loss would give).
 
@@ -54,6 +54,7 @@ import torch
 import torch.distributed as dist
 
 from harness.targets.upstream import megatron_stand_in, packing
+from harness.targets.upstream.shared_gradient import SumGradientOverGroup
 
 VERL_LAYOUTS = {"none": "zigzag", "zigzag": "zigzag", "allgather": "contiguous"}
 
@@ -78,21 +79,6 @@ class _AllRanks(torch.autograd.Function):
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, group=ctx.group)
         return grad[ctx.rank * ctx.rows : (ctx.rank + 1) * ctx.rows], None
-
-
-class _SharedGradient(torch.autograd.Function):
-    """Identity on values every CP rank holds alike; backward: the gradient summed over the group."""
-
-    @staticmethod
-    def forward(ctx, values, group):
-        ctx.group = group
-        return values.view_as(values)
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, group=ctx.group)
-        return grad, None
 
 
 def _problem(inputs, logits, cp: int) -> str:
@@ -226,7 +212,7 @@ def _views(sequences, views, cp_group) -> list[torch.Tensor]:
     """Each sample's positions of this rank's zigzag view, the gradient shared over CP (module docstring)."""
     flat = torch.cat(sequences)
     if cp_group is not None and flat.requires_grad:
-        flat = _SharedGradient.apply(flat, cp_group)
+        flat = SumGradientOverGroup.apply(flat, cp_group)
     return _picked(list(flat.split([s.shape[0] for s in sequences])), views)
 
 
