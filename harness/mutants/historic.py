@@ -14,6 +14,8 @@ HISTORIC = (
         original="return bool(with_entropy) and entropy_coef != 0",
         replacement="return bool(with_entropy) and entropy_coef == 0",
         killed_by=("regressions/test_inverted_no_grad_gate.py",),
+        bug_class="bug 1: entropy-gradient gate",
+        representative=True,
     ),
     Mutant(
         name="borrow_restore_saved_logits",
@@ -31,6 +33,7 @@ HISTORIC = (
             "        borrowed.add_(offset)\n"
         ),
         killed_by=("regressions/test_inplace_version_counter.py",),
+        bug_class="bug 2: in-place writes",
     ),
     Mutant(
         name="forward_shifts_logits_in_place",
@@ -43,6 +46,8 @@ HISTORIC = (
             "        return chunk.sub_(shift) if in_place else torch.sub(chunk, shift, out=out)\n"
         ),
         killed_by=("regressions/test_inplace_version_counter.py",),
+        bug_class="bug 2: in-place writes",
+        representative=True,
     ),
     Mutant(
         name="one_hot_backward",
@@ -55,6 +60,8 @@ HISTORIC = (
             "        grad_chunk.add_(one_hot.float() * target_grad[start:end])\n"
         ),
         killed_by=("regressions/test_one_hot_oom.py",),
+        bug_class="bug 3: memory",
+        representative=True,
     ),
     Mutant(
         name="redistribute_zeros_require_grad",
@@ -70,6 +77,8 @@ HISTORIC = (
             "        full = full.detach().requires_grad_(True)\n"
         ),
         killed_by=("regressions/test_allgather_cp_regrad.py", "regressions/test_dsa_hang.py"),
+        bug_class="bug 4: CP re-grad",
+        representative=True,
     ),
     Mutant(
         name="empty_cp_rank_skips_graph",
@@ -89,6 +98,8 @@ HISTORIC = (
             "        entropy = log_probs if options['with_entropy'] else None\n"
         ),
         killed_by=("regressions/test_dsa_hang.py",),
+        bug_class="bug 5: collectives",
+        representative=True,
     ),
     Mutant(
         name="tp_rank_without_targets_skips_stats_gather",
@@ -101,6 +112,7 @@ HISTORIC = (
             "            stats = sum_in_rank_order(stats, tp_group)\n"
         ),
         killed_by=("regressions/test_dsa_hang.py",),
+        bug_class="bug 5: collectives",
     ),
     Mutant(
         name="no_cp_agreement",
@@ -111,6 +123,7 @@ HISTORIC = (
         original='    agree(cp_group, "cp_group", fields, local_error=local_error, device=device, fix=CP_CALL_FIXES)\n',
         replacement="    if local_error is not None:\n        raise local_error\n",
         killed_by=("properties/test_bad_inputs_distributed.py",),
+        bug_class="metadata agreement",
     ),
     Mutant(
         name="no_tp_agreement",
@@ -130,6 +143,7 @@ HISTORIC = (
         ),
         replacement="    if local_error is not None:\n        raise local_error\n",
         killed_by=("properties/test_bad_inputs_distributed.py",),
+        bug_class="metadata agreement",
     ),
     Mutant(
         name="cp_group_without_mode_accepted",
@@ -144,6 +158,8 @@ HISTORIC = (
         ),
         replacement="",
         killed_by=("properties/test_bad_inputs_distributed.py",),
+        bug_class="metadata agreement",
+        representative=True,
     ),
     Mutant(
         name="cp_mode_without_group_accepted",
@@ -153,6 +169,7 @@ HISTORIC = (
         original='        if cp_mode != "none":\n            _validate(logits, batch, cp_mode, loss_mask_only)\n',
         replacement='        if cp_mode == "no such mode":\n',
         killed_by=("properties/test_bad_inputs_distributed.py",),
+        bug_class="metadata agreement",
     ),
     Mutant(
         name="masked_shard_rescale_nan",
@@ -165,5 +182,7 @@ HISTORIC = (
         replacement="    clamped = delta  # 'exp(-inf) is 0 anyway'\n",
         killed_by=("properties/test_forward_parity.py",),
         target="impl-triton",
+        bug_class="input class: masked shard",
+        representative=True,
     ),
 )

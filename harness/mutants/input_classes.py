@@ -16,6 +16,8 @@ INPUT_CLASSES = (
         original="        buffer.masked_fill_(unselected.unsqueeze(1), 0)\n",
         replacement="        pass  # 'rows never evaluated get no write'\n",
         killed_by=("properties/test_donation.py",),
+        bug_class="input class: donation with row selection",
+        representative=True,
     ),
     Mutant(
         name="donated_rows_zeroed_before_read",
@@ -27,6 +29,7 @@ INPUT_CLASSES = (
         replacement="        buffer.zero_()\n",
         killed_by=("properties/test_donation.py",),
         target="impl-triton",
+        bug_class="input class: donation with row selection",
     ),
     Mutant(
         name="hidden_weight_grad_input_dtype_accumulation",
@@ -40,5 +43,7 @@ INPUT_CLASSES = (
             "                grad_weight[cols].copy_(grad_weight[cols].to(self.weight.dtype).add_(block))\n"
         ),
         killed_by=("properties/test_hidden_states.py",),
+        bug_class="input class: low-precision accumulation",
+        representative=True,
     ),
 )

@@ -15,6 +15,7 @@ POLICY = (
         original="        d = _masked(lp - ref.to(lp), m)\n",
         replacement="        d = _masked(lp.detach() - ref.to(lp), m)\n",
         killed_by=("properties/test_policy_losses.py",),
+        bug_class="policy loss: option formula",
     ),
     Mutant(
         name="dual_clip_on_positive_advantages",
@@ -24,6 +25,8 @@ POLICY = (
         original="    return torch.where(advantage < 0, torch.minimum(pg, -dual_clip_c * advantage), pg)\n",
         replacement="    return torch.where(advantage > 0, torch.minimum(pg, -dual_clip_c * advantage), pg)\n",
         killed_by=("properties/test_policy_losses.py",),
+        bug_class="policy loss: option formula",
+        representative=True,
     ),
     Mutant(
         name="aggregation_normaliser_per_cp_rank",
@@ -33,6 +36,8 @@ POLICY = (
         original="        return aggregate(values, masks, counts, terms.aggregation, full_masks, terms.horizon)\n",
         replacement="        return aggregate(values, masks, counts, terms.aggregation, masks, terms.horizon)\n",
         killed_by=("properties/test_policy_losses.py",),
+        bug_class="policy loss: CP aggregation",
+        representative=True,
     ),
     Mutant(
         name="gspo_ratio_per_token",
@@ -42,6 +47,7 @@ POLICY = (
         original="        means = sample_means(log_ratios, masks, counts, cp_group)\n",
         replacement="        means = [lr.detach() for lr in log_ratios]\n",
         killed_by=("properties/test_policy_losses.py",),
+        bug_class="policy loss: option formula",
     ),
     Mutant(
         name="sequence_statistic_per_cp_rank",
@@ -51,6 +57,7 @@ POLICY = (
         original="    return sum_in_rank_order(local, cp_group)\n",
         replacement="    return local\n",
         killed_by=("properties/test_policy_losses.py",),
+        bug_class="policy loss: CP aggregation",
     ),
     Mutant(
         name="cispo_weight_not_detached",
@@ -60,6 +67,7 @@ POLICY = (
         original="            -r.clamp(1 - eps_low, 1 + eps_high).detach() * a * _masked(lp, m)\n",
         replacement="            -r.clamp(1 - eps_low, 1 + eps_high) * a * _masked(lp, m)\n",
         killed_by=("properties/test_policy_losses.py",),
+        bug_class="policy loss: option formula",
     ),
     Mutant(
         name="tis_truncated_from_below",
@@ -69,6 +77,7 @@ POLICY = (
         original="            weights.append(w.clamp(terms.rollout_floor, terms.rollout_cap))\n",
         replacement="            weights.append(w.clamp(min=terms.rollout_cap))\n",
         killed_by=("properties/test_policy_losses.py",),
+        bug_class="policy loss: option formula",
     ),
     Mutant(
         name="mis_truncates_instead_of_masking",
@@ -80,6 +89,7 @@ POLICY = (
         "                torch.where(keep, w, w.clamp(terms.rollout_floor, terms.rollout_cap))\n"
         "            )\n",
         killed_by=("properties/test_policy_losses.py",),
+        bug_class="policy loss: option formula",
     ),
     Mutant(
         name="rejection_keeps_the_weight",
@@ -89,6 +99,7 @@ POLICY = (
         original="            weights.append(keep.to(w.dtype))\n",
         replacement="            weights.append(torch.where(keep, w, 0.0))\n",
         killed_by=("properties/test_policy_losses.py",),
+        bug_class="policy loss: option formula",
     ),
     Mutant(
         name="entropy_term_ignores_aggregation",
@@ -100,6 +111,7 @@ POLICY = (
         '            entropy, masks, counts, "sum-of-sample-mean", [], None\n'
         "        )\n",
         killed_by=("properties/test_policy_losses.py",),
+        bug_class="policy loss: option formula",
     ),
     Mutant(
         name="token_loss_counts_padding",
@@ -110,5 +122,7 @@ POLICY = (
         original="        full_masks=masks,\n",
         replacement="        full_masks=[torch.ones_like(m) for m in masks],\n",
         killed_by=("properties/test_token_policy_losses.py",),
+        bug_class="policy loss: token-level normalisers",
+        representative=True,
     ),
 )

@@ -1,10 +1,14 @@
-"""Run each mutant's regression tests in a fresh pytest process and report killed/survived.
+"""Run each mutant's regression tests in a fresh pytest process and report killed/survived/equivalent here.
 
 A mutant is KILLED when pytest exits 1 with at least one check of its
 regressions FAILED in the run's ``verdicts.json`` (read as data, never
 scraped from pytest's output; a collection error or an internal error
 proves nothing). The environment carries ``LPH_MUTANT`` into the subprocess
-and, through spawn, into every rank it starts.
+and, through spawn, into every rank it starts. A mutant with a probe
+(harness/mutants/probes.py) is asked first whether its mutated operation
+changes any bits on this machine; where it changes none the mutant is
+EQUIVALENT HERE and is not run: no check can tell it from impl on this
+machine, and that is a fact about the machine, not a survival.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from harness import ROOT
 from harness.gate.verdicts import FAIL, Run
 from harness.mutants.catalog import MUTANTS, Mutant
 from harness.mutants.loader import ENV_VAR
+from harness.names import resolve
 
 
 @dataclass
@@ -29,13 +35,27 @@ class MutantResult:
     failed: list
     seconds: float
     output: str
+    probe: object = None  # the ProbeResult, for a mutant with a probe
+
+    @property
+    def equivalent_here(self) -> bool:
+        return self.probe is not None and not self.probe.detectable
 
     @property
     def killed(self) -> bool:
         return self.returncode == 1 and bool(self.failed)
 
+    @property
+    def verdict(self) -> str:
+        if self.equivalent_here:
+            return "equivalent here"
+        return "killed" if self.killed else "SURVIVED"
+
 
 def run_mutant(mutant: Mutant, extra_args=()) -> MutantResult:
+    probe = resolve(mutant.probe)() if mutant.probe else None
+    if probe is not None and not probe.detectable:
+        return MutantResult(mutant, 0, [], 0.0, f"equivalent here: {probe}", probe)
     env = dict(os.environ, **{ENV_VAR: mutant.name})
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
     command = [
@@ -62,24 +82,23 @@ def run_mutant(mutant: Mutant, extra_args=()) -> MutantResult:
             verdicts = []
     output = proc.stdout + proc.stderr
     failed = sorted(v.id for v in verdicts if v.outcome == FAIL)
-    return MutantResult(mutant, proc.returncode, failed, time.monotonic() - start, output)
+    return MutantResult(mutant, proc.returncode, failed, time.monotonic() - start, output, probe)
 
 
 def main(argv=None) -> int:
     names = set(argv if argv is not None else sys.argv[1:])
     selected = [m for m in MUTANTS if not names or m.name in names]
-    survived = 0
-    print(f"{'mutant':42} {'target':12} {'verdict':9} {'seconds':>7}  failing regressions")
+    verdicts = Counter()
+    print(f"{'mutant':42} {'target':12} {'verdict':15} {'seconds':>7}  failing regressions")
     for mutant in selected:
         result = run_mutant(mutant)
-        verdict = "killed" if result.killed else "SURVIVED"
-        survived += not result.killed
-        failed = ", ".join(result.failed) or "-"
-        print(f"{mutant.name:42} {mutant.target:12} {verdict:9} {result.seconds:7.1f}  {failed}")
-        if not result.killed:
+        verdicts[result.verdict] += 1
+        failed = ", ".join(result.failed) or (str(result.probe) if result.equivalent_here else "-")
+        print(f"{mutant.name:42} {mutant.target:12} {result.verdict:15} {result.seconds:7.1f}  {failed}")
+        if result.verdict == "SURVIVED":
             print(result.output[-4000:])
-    print(f"{len(selected) - survived} killed, {survived} survived")
-    return 1 if survived else 0
+    print(", ".join(f"{verdicts[v]} {v}" for v in ("killed", "equivalent here", "SURVIVED")))
+    return 1 if verdicts["SURVIVED"] else 0
 
 
 if __name__ == "__main__":

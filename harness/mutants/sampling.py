@@ -18,6 +18,8 @@ SAMPLING = (
             "    rows, columns = every[:, 0], every[:, 1]\n"
         ),
         killed_by=("regressions/test_sampling_full_vocab.py",),
+        bug_class="sampling: kept set",
+        representative=True,
     ),
     Mutant(
         name="sampling_target_outside_neg_inf",
@@ -27,6 +29,7 @@ SAMPLING = (
         original='    if on_outside == "force_keep":\n',
         replacement="    if False:  # force-keep dropped: the sampled token is masked like any column outside K\n",
         killed_by=("regressions/test_sampling_target_outside.py",),
+        bug_class="sampling: kept set",
     ),
     Mutant(
         name="sampling_top_k_per_shard",
@@ -36,6 +39,7 @@ SAMPLING = (
         original="            candidates = gather_candidates(z.topk(width, dim=1).values, tp_group)\n",
         replacement="            candidates = z.topk(width, dim=1).values  # 'each rank knows its own top-k'\n",
         killed_by=("regressions/test_sampling_per_shard.py",),
+        bug_class="sampling: kept set",
     ),
     Mutant(
         name="sampling_packed_cp_error_one_rank",
@@ -46,5 +50,6 @@ SAMPLING = (
         original='    agree(cp_group, "cp_group", {}, local_error=error, device=device, fix={})\n',
         replacement="    if error is not None:  # 'a CP rank reports its own rows'\n        raise error\n",
         killed_by=("properties/test_sampling_packed.py",),
+        bug_class="sampling: kept set",
     ),
 )

@@ -1,5 +1,9 @@
-"""The same bits on every topology (docs/topology.md): a TP shard summing in its own order, and the hidden path's
-last row block left unpadded.
+"""The same bits on every topology (docs/topology.md): a TP shard summing in its own order, the hidden path's
+vocabulary leaves summed in sequence, and its last row block left unpadded.
+
+The first two change an order of IEEE additions and are detectable on every machine; the third changes only the
+GEMM kernel a BLAS picks, so it carries a probe (harness/mutants/probes.py) and is EQUIVALENT HERE on a machine
+whose BLAS gives a block's rows the same bits at every row count.
 """
 
 from __future__ import annotations
@@ -16,6 +20,22 @@ TOPOLOGY = (
         original="    return leaves // tp if leaves % tp == 0 else 1\n",
         replacement="    return 1  # 'each rank sums its own shard'\n",
         killed_by=("properties/test_topology.py",),
+        bug_class="topology: same bits",
+        representative=True,
+    ),
+    Mutant(
+        name="hidden_leaves_summed_in_sequence",
+        bug="docs/topology.md: grad_hidden's parts over the vocabulary leaves are added one after the other "
+        "('the order of a sum cannot matter'), not by the adjacent-pair tree whose subtrees are the TP shards, so "
+        "at TP 1 four leaves add as ((p0 + p1) + p2) + p3 and at TP 2 as (p0 + p1) + (p2 + p3): grad_hidden's "
+        "bits follow the TP degree",
+        module="impl.fixed_gemm",
+        original="    level = 0\n    while stack and stack[-1][0] == level:\n        part = stack.pop()[1].add_(part)\n"
+        "        level += 1\n    stack.append((level, part))\n",
+        replacement="    if stack:  # 'leaves may be added in any order'\n        part = stack.pop()[1].add_(part)\n"
+        "    stack.append((0, part))\n",
+        killed_by=("properties/test_topology.py",),
+        bug_class="topology: same bits",
     ),
     Mutant(
         name="hidden_last_block_unpadded",
@@ -26,5 +46,7 @@ TOPOLOGY = (
         original="        if end - start == MATMUL_BLOCK_ROWS and _aligned(self.hidden[start:end]):\n",
         replacement="        if _aligned(self.hidden[start:end]):  # 'the last block needs no padding'\n",
         killed_by=("properties/test_topology.py",),
+        probe="harness.mutants.probes:last_block_rows",
+        bug_class="topology: same bits",
     ),
 )

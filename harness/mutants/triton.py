@@ -17,6 +17,8 @@ TRITON = (
         replacement="    entropy_term = entropy is None  # inverted\n",
         killed_by=("regressions/test_inverted_no_grad_gate.py",),
         target="impl-triton",
+        bug_class="Triton kernels",
+        representative=True,
     ),
     Mutant(
         name="triton_forward_stores_shifted_logits",
@@ -31,6 +33,7 @@ TRITON = (
         ),
         killed_by=("regressions/test_inplace_version_counter.py",),
         target="impl-triton",
+        bug_class="Triton kernels",
     ),
     Mutant(
         name="triton_backward_writes_over_logits",
@@ -43,6 +46,7 @@ TRITON = (
         replacement="    grad_logits = gradient_buffer(logits, row_index, True)\n    source = None\n",
         killed_by=("regressions/test_inplace_version_counter.py",),
         target="impl-triton",
+        bug_class="Triton kernels",
     ),
     Mutant(
         name="triton_rank_without_targets_skips_max",
@@ -56,5 +60,6 @@ TRITON = (
         ),
         killed_by=("regressions/test_dsa_hang.py",),
         target="impl-triton",
+        bug_class="Triton kernels",
     ),
 )
