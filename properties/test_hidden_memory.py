@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 
 from harness.checks.failure import MEMORY, ensure
 from harness.checks.parity import require
-from harness.memory.hidden import REAL_SCALES, HiddenMemoryCase, measure_hidden_memory, target_runner
+from harness.memory.hidden import (
+    REAL_SCALES,
+    HiddenMemoryCase,
+    measure_hidden_memory,
+    real_scale_report,
+    target_runner,
+)
 from harness.targets import load_target
 
 
@@ -23,12 +29,13 @@ def _capabilities(case: HiddenMemoryCase) -> set[str]:
     return {"hidden", "chunking"} | ({"entropy"} if case.with_entropy else set())
 
 
+@pytest.mark.slow
 @pytest.mark.tier("budget")
 @pytest.mark.parametrize("name", sorted(REAL_SCALES))
 def test_hidden_forward_backward_at_real_scale(name, spec):
     case = REAL_SCALES[name]
     require(spec, _capabilities(case))
-    report = measure_hidden_memory(case, target_runner(load_target(spec), case))
+    report = real_scale_report(spec, case, lambda: target_runner(load_target(spec), case))
     print(report)
     ensure(report.peak <= case.bound(), MEMORY, str(report))
 

@@ -26,7 +26,7 @@ import pytest
 from harness.checks.failure import MEMORY, ensure
 from harness.checks.parity import require
 from harness.memory.hidden import REAL_SCALES as HIDDEN_REAL_SCALES
-from harness.memory.hidden import measure_hidden_memory, target_runner
+from harness.memory.hidden import real_scale_report, target_runner
 from harness.memory.logits import HISTORIC_SCALES, measure_token_memory
 from harness.memory.tracker import int64_with_dimension
 from harness.targets import load_target
@@ -53,12 +53,13 @@ def test_no_vocab_sized_int64_in_log_prob_backward(name, spec):
     ensure(not one_hots, MEMORY, lambda: f"{name}: a one_hot over the vocabulary: {_describe(one_hots)}; {report}")
 
 
+@pytest.mark.slow
 def test_no_vocab_sized_int64_in_hidden_state_backward(spec):
     """The same mechanism on the hidden-state path: NeMo-RL's ChunkedDistributedHiddenStatesToLogprobs
     still builds one_hot in its backward. T=205,280, H=4096, V=151,936 at tp 8, chunk 1024, log-probs only."""
     require(spec, {"hidden", "chunking"})
     case = dataclasses.replace(HIDDEN_REAL_SCALES["qwen-tp8-fp32"], with_entropy=False)
-    report = measure_hidden_memory(case, target_runner(load_target(spec), case))
+    report = real_scale_report(spec, case, lambda: target_runner(load_target(spec), case))
     print(report)
     one_hots = int64_with_dimension(report.allocations, case.vocab_local)
     ensure(

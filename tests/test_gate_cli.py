@@ -54,12 +54,14 @@ def test_inverted_gate_pr_is_a_new_fail_and_its_revert_fixes_it(tmp_path):
 
 
 def test_one_more_buffer_is_a_budget_new_fail_with_both_figures(tmp_path):
-    select = ["properties/test_memory_bounds.py", "-k", "test_forward_backward_at_real_scale"]
+    # One real scale is enough to show the figure travel (each gate run traces it under fake tensors).
+    select = ["properties/test_memory_bounds.py", "-k", "test_forward_backward_at_real_scale and skyrl"]
     code, output = gate(f"{BUDGET}:OneMoreBuffer", "--baseline", "impl", *select, reports=tmp_path)
     assert code == 1, output[-3000:]
     decision = decision_of(tmp_path, f"{BUDGET.replace('/', '_')}_OneMoreBuffer-vs-impl")
     assert decision["new_failures"] and all(e["tier"] == "budget" for e in decision["new_failures"])
     base, head = Run.load(tmp_path / "impl"), Run.load(tmp_path / f"{BUDGET.replace('/', '_')}_OneMoreBuffer")
+    assert len(head.checks()) == 1, head.checks()
     for name, verdict in head.checks().items():
         before, after = base.verdicts[name].figures["peak_over_logits"], verdict.figures["peak_over_logits"]
         assert before["case"] == after["case"] and after["value"] > before["value"] + 0.9, (name, before, after)
