@@ -36,18 +36,17 @@ def _install(session: nox.Session, extra: str = "test") -> None:
     session.install("-e", f".[{extra}]")
 
 
-@nox.session(python=PYTHON)
-def tests(session: nox.Session) -> None:
-    """The CI gate: self-tests, every property and regression against impl/ (torch), the mutant check,
-    then the Triton backend (target impl-triton) under Triton's CPU interpreter.
+def _workers() -> list[str]:
+    """pytest-xdist workers: one per core, at most 4 (each holds its own rank pools); ``LPH_WORKERS=1``: none."""
+    count = int(os.environ.get("LPH_WORKERS", min(os.cpu_count() or 1, 4)))
+    return ["-n", str(count)] if count > 1 else []
 
-    The second run is the whole property and regression suite again, plus the kernels' own tests, on the
-    Triton kernels (TRITON_INTERPRET=1), with the `interpreter` Hypothesis profile (6 derandomised examples
-    per property) and the target's case limits (harness/targets/impl_triton.py): the interpreter costs
-    milliseconds per kernel op. Arguments after -- go to both runs.
-    """
-    _install(session)
-    session.run("python", "-m", "pytest", "tests", *SUITE, f"--ignore={TRITON_KERNEL_TESTS}", *session.posargs)
+
+def _suite(session: nox.Session, *selection: str) -> None:
+    """The whole suite twice: on impl (torch), then on the Triton kernels under Triton's CPU interpreter."""
+    workers = _workers()
+    first = ["tests", *SUITE, f"--ignore={TRITON_KERNEL_TESTS}"]
+    session.run("python", "-m", "pytest", *first, *workers, *selection, *session.posargs)
     session.run(
         "python",
         "-m",
@@ -57,9 +56,43 @@ def tests(session: nox.Session) -> None:
         *TRITON_NOT_PROMISED,
         "--target",
         "impl-triton",
+        *workers,
+        *selection,
         *session.posargs,
         env={"TRITON_INTERPRET": "1", "HYPOTHESIS_PROFILE": "interpreter"},
     )
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The CI gate: self-tests, every property and regression against impl/ (torch), one mutant per bug class,
+    then the Triton backend (target impl-triton) under Triton's CPU interpreter.
+
+    The second run is the whole property and regression suite again, plus the kernels' own tests, on the
+    Triton kernels (TRITON_INTERPRET=1), with the `interpreter` Hypothesis profile (6 derandomised examples
+    per property) and the target's case limits (harness/targets/impl_triton.py): the interpreter costs
+    milliseconds per kernel op. Both runs use pytest-xdist (``_workers``). Checks marked ``nightly`` (the
+    mutants beyond one per bug class) run in ``nox -s slow``. Arguments after -- go to both runs.
+    """
+    _install(session)
+    _suite(session, "-m", "not nightly")
+
+
+@nox.session(python=PYTHON)
+def slow(session: nox.Session) -> None:
+    """What ``nox -s tests`` leaves out (``-m nightly``): the mutants beyond one per bug class, nightly."""
+    _install(session)
+    session.run("python", "-m", "pytest", "tests", "-m", "nightly", *_workers(), *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def quick(session: nox.Session) -> None:
+    """The edit-test loop: the suite on impl (torch) without the ``slow`` and ``nightly`` checks (subprocess
+    pytest runs, mutants, rank-pool self-tests, real-scale fake-tensor traces), ``dev`` profile (15 examples
+    per property). Not a gate: ``nox -s tests`` before you push."""
+    _install(session)
+    first = ["tests", *SUITE, f"--ignore={TRITON_KERNEL_TESTS}", "-m", "not slow and not nightly"]
+    session.run("python", "-m", "pytest", *first, *_workers(), *session.posargs, env={"HYPOTHESIS_PROFILE": "dev"})
 
 
 @nox.session(python=PYTHON)
