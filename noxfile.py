@@ -39,7 +39,8 @@ def _install(session: nox.Session, extra: str = "test") -> None:
 def _workers() -> list[str]:
     """pytest-xdist workers: one per core, at most 4 (each holds its own rank pools); ``LPH_WORKERS=1``: none."""
     count = int(os.environ.get("LPH_WORKERS", min(os.cpu_count() or 1, 4)))
-    return ["-n", str(count)] if count > 1 else []
+    # loadgroup: checks marked xdist_group run on one worker (the real-scale hidden trace is made once there).
+    return ["-n", str(count), "--dist", "loadgroup"] if count > 1 else []
 
 
 def _suite(session: nox.Session, *selection: str) -> None:

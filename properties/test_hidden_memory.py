@@ -30,6 +30,7 @@ def _capabilities(case: HiddenMemoryCase) -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("hidden-real-scale")  # one worker: the one_hot regression reuses its log-probs trace
 @pytest.mark.tier("budget")
 @pytest.mark.parametrize("name", sorted(REAL_SCALES))
 def test_hidden_forward_backward_at_real_scale(name, spec):

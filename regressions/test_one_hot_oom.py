@@ -54,6 +54,7 @@ def test_no_vocab_sized_int64_in_log_prob_backward(name, spec):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("hidden-real-scale")  # one worker: the trace is the budget property's (real_scale_report)
 def test_no_vocab_sized_int64_in_hidden_state_backward(spec):
     """The same mechanism on the hidden-state path: NeMo-RL's ChunkedDistributedHiddenStatesToLogprobs
     still builds one_hot in its backward. T=205,280, H=4096, V=151,936 at tp 8, chunk 1024, log-probs only."""

@@ -180,7 +180,11 @@ HISTORIC = (
         module="impl.row_stats",
         original="    clamped = delta.clamp(min=LOG_ZERO_FLOOR)\n",
         replacement="    clamped = delta  # 'exp(-inf) is 0 anyway'\n",
-        killed_by=("properties/test_forward_parity.py",),
+        # Only the special-values checks draw -inf columns; the rest of the file cannot meet the regime.
+        killed_by=(
+            "properties/test_forward_parity.py::test_token_forward_parity_special_values",
+            "properties/test_forward_parity.py::test_packed_forward_parity_special_values",
+        ),
         target="impl-triton",
         bug_class="input class: masked shard",
         representative=True,

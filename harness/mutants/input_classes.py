@@ -42,7 +42,8 @@ INPUT_CLASSES = (
             "                block = tile[:, : end - start].mm(rows).to(self.weight.dtype)\n"
             "                grad_weight[cols].copy_(grad_weight[cols].to(self.weight.dtype).add_(block))\n"
         ),
-        killed_by=("properties/test_hidden_states.py",),
+        # The many-blocks check is the one that reaches the regime (the rest of the file passes on it by design).
+        killed_by=("properties/test_hidden_states.py::test_hidden_weight_grad_many_blocks",),
         bug_class="input class: low-precision accumulation",
         representative=True,
     ),

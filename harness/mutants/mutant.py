@@ -22,7 +22,7 @@ class Mutant:
     module: str
     original: str
     replacement: str
-    killed_by: tuple
+    killed_by: tuple  # the files (or ``file::check`` node ids) that must fail on it, and only they may
     target: str = "impl"
     probe: str | None = None
     bug_class: str = ""

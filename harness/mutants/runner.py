@@ -52,6 +52,12 @@ class MutantResult:
         return "killed" if self.killed else "SURVIVED"
 
 
+def within(check_id: str, selection) -> bool:
+    """Whether a failed check's node id is one of ``selection``'s files or checks (``file`` or ``file::test``)."""
+    check = check_id.split("[")[0]
+    return any(check == chosen or check.startswith(chosen + "::") for chosen in selection)
+
+
 def run_mutant(mutant: Mutant, extra_args=()) -> MutantResult:
     probe = resolve(mutant.probe)() if mutant.probe else None
     if probe is not None and not probe.detectable:
