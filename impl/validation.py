@@ -23,10 +23,10 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def is_fake(tensor: torch.Tensor) -> bool:
-    """Fake tensors (memory checks at real scale) carry no values to validate."""
+    """Fake and meta tensors (shape-only traces: memory checks at real scale) carry no values to validate."""
     from torch._subclasses.fake_tensor import is_fake as _is_fake
 
-    return _is_fake(tensor)
+    return tensor.is_meta or _is_fake(tensor)
 
 
 def check_matrix(name: str, tensor, layout: str) -> None:

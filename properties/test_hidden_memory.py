@@ -36,7 +36,7 @@ def _capabilities(case: HiddenMemoryCase) -> set[str]:
 def test_hidden_forward_backward_at_real_scale(name, spec):
     case = REAL_SCALES[name]
     require(spec, _capabilities(case))
-    report = real_scale_report(spec, case, lambda: target_runner(load_target(spec), case))
+    report = real_scale_report(spec, load_target(spec), case)
     print(report)
     ensure(report.peak <= case.bound(), MEMORY, str(report))
 

@@ -30,6 +30,7 @@ from harness.memory.logits import (
     measure_packed_memory,
     measure_token_memory,
 )
+from harness.memory.tracker import traces_on_meta
 from harness.targets import PackedInputs, load_target
 
 pytestmark = pytest.mark.tier("budget")
@@ -46,6 +47,7 @@ class DonatingTarget:
 
     def __init__(self, target):
         self.target = target
+        self.traces_on_meta = traces_on_meta(target)
 
     def token_log_probs(self, logits, targets, **kwargs):
         return self.target.token_log_probs(logits, targets, donate_logits=True, **kwargs)
@@ -129,12 +131,12 @@ def test_response_only_buffers_scale_with_kept_rows(fraction, spec):
     response = int(total * fraction)
     case = MemoryCase(rows=total * samples, vocab_local=76_032)
 
-    def inputs():
+    def inputs(device):
         return PackedInputs(
-            tokens=[torch.zeros(total, dtype=torch.long) for _ in range(samples)],
+            tokens=[torch.zeros(total, dtype=torch.long, device=device) for _ in range(samples)],
             total_lengths=[total] * samples,
             response_lengths=[response] * samples,
-            loss_masks=[torch.ones(response) for _ in range(samples)],
+            loss_masks=[torch.ones(response, device=device) for _ in range(samples)],
             qkv_format="thd",
             pad_multiple=1,
         )

@@ -26,7 +26,7 @@ import pytest
 from harness.checks.failure import MEMORY, ensure
 from harness.checks.parity import require
 from harness.memory.hidden import REAL_SCALES as HIDDEN_REAL_SCALES
-from harness.memory.hidden import real_scale_report, target_runner
+from harness.memory.hidden import real_scale_report
 from harness.memory.logits import HISTORIC_SCALES, measure_token_memory
 from harness.memory.tracker import int64_with_dimension
 from harness.targets import load_target
@@ -60,7 +60,7 @@ def test_no_vocab_sized_int64_in_hidden_state_backward(spec):
     still builds one_hot in its backward. T=205,280, H=4096, V=151,936 at tp 8, chunk 1024, log-probs only."""
     require(spec, {"hidden", "chunking"})
     case = dataclasses.replace(HIDDEN_REAL_SCALES["qwen-tp8-fp32"], with_entropy=False)
-    report = real_scale_report(spec, case, lambda: target_runner(load_target(spec), case))
+    report = real_scale_report(spec, load_target(spec), case)
     print(report)
     one_hots = int64_with_dimension(report.allocations, case.vocab_local)
     ensure(

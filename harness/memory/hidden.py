@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.memory.logits import ROW_ALLOWANCE_BYTES
-from harness.memory.tracker import LiveStorageTracker, fake_mode
+from harness.memory.tracker import LiveStorageTracker, data_free, traces_on_meta
 
 CHUNKS_ALLOWED = 4  # the fused contract: below inputs + gradients + 4 chunks of logits
 # The smallest chunk counted: one row block of a fixed-shape matmul. A batch-invariant fused path computes its
@@ -117,17 +117,20 @@ class HiddenMemoryReport:
         )
 
 
-def measure_hidden_memory(case: HiddenMemoryCase, run, *, fake: bool = True) -> HiddenMemoryReport:
+def measure_hidden_memory(case: HiddenMemoryCase, run, *, fake: bool = True, meta: bool = False) -> HiddenMemoryReport:
     """Peak live bytes of ``run(hidden, weight, targets) -> (log_probs, entropy)`` forward + backward.
 
     The upstream gradients are ones (``sum()``); the gradients left in
     ``hidden.grad`` and ``weight.grad`` are live at the end and counted.
+    ``fake``: nothing allocated, on meta tensors where ``meta`` (the target
+    ``traces_on_meta``), else under FakeTensorMode.
     """
 
-    def measure() -> HiddenMemoryReport:
-        hidden = torch.zeros(case.rows, case.hidden_size, dtype=case.torch_dtype, requires_grad=True)
-        weight = torch.zeros(case.vocab_local, case.hidden_size, dtype=case.torch_dtype, requires_grad=True)
-        targets = torch.zeros(case.rows, dtype=torch.long)
+    def measure(device="cpu") -> HiddenMemoryReport:
+        shape = {"dtype": case.torch_dtype, "requires_grad": True, "device": device}
+        hidden = torch.zeros(case.rows, case.hidden_size, **shape)
+        weight = torch.zeros(case.vocab_local, case.hidden_size, **shape)
+        targets = torch.zeros(case.rows, dtype=torch.long, device=device)
         tracker = LiveStorageTracker().track(hidden, weight, targets)
         with tracker:
             log_probs, entropy = run(hidden, weight, targets)
@@ -140,24 +143,25 @@ def measure_hidden_memory(case: HiddenMemoryCase, run, *, fake: bool = True) -> 
 
     if not fake:
         return measure()
-    with fake_mode():
-        return measure()
+    with data_free(meta) as device:
+        return measure(device)
 
 
 _REAL_SCALE_REPORTS: dict = {}
 
 
-def real_scale_report(target_spec: str, case: HiddenMemoryCase, make_run) -> HiddenMemoryReport:
-    """``measure_hidden_memory(case, make_run())`` under fake tensors, traced once per process for a target spec.
+def real_scale_report(target_spec: str, target, case: HiddenMemoryCase) -> HiddenMemoryReport:
+    """The target's hidden-state path traced at a real scale, nothing allocated, once per process and spec.
 
-    A real-scale trace replays about a million dispatched ops (802 row blocks of 256 rows, each leaf's GEMMs and
+    A real-scale trace dispatches about a million ops (802 row blocks of 256 rows, each leaf's GEMMs and
     folds) and is the suite's most expensive step; the budget property's log-probs-only scale and the one_hot
     regression read the same trace of the same deterministic computation (peak bytes, and the allocation log),
     so it is made once and both judge it.
     """
     key = (target_spec, case)
     if key not in _REAL_SCALE_REPORTS:
-        _REAL_SCALE_REPORTS[key] = measure_hidden_memory(case, make_run())
+        run = target_runner(target, case)
+        _REAL_SCALE_REPORTS[key] = measure_hidden_memory(case, run, meta=traces_on_meta(target))
     return _REAL_SCALE_REPORTS[key]
 
 

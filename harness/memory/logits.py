@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.memory.tracker import LiveStorageTracker, fake_mode
+from harness.memory.tracker import LiveStorageTracker, data_free, traces_on_meta
 
 
 def logits_bytes(rows: int, vocab_local: int, dtype: torch.dtype) -> int:
@@ -96,14 +96,14 @@ class MemoryReport:
 
 
 def measure_packed_memory(case: MemoryCase, target, inputs_factory, *, response_only: bool) -> MemoryReport:
-    """Peak live bytes of the target's packed forward+backward under fake tensors.
+    """Peak live bytes of the target's packed forward+backward, nothing allocated (``data_free``).
 
-    ``inputs_factory()`` builds the PackedInputs inside the fake mode (its
-    token tensors are fake too); ``case.rows`` is the whole stream.
+    ``inputs_factory(device)`` builds the PackedInputs on the trace's device
+    (inside the fake mode, or on meta tensors); ``case.rows`` is the whole stream.
     """
-    with fake_mode():
-        logits = torch.zeros(case.rows, case.vocab_local, dtype=case.torch_dtype, requires_grad=True)
-        inputs = inputs_factory()
+    with data_free(traces_on_meta(target)) as device:
+        logits = torch.zeros(case.rows, case.vocab_local, dtype=case.torch_dtype, requires_grad=True, device=device)
+        inputs = inputs_factory(device)
         tracker = LiveStorageTracker().track(logits, *inputs.tokens)
         with tracker:
             log_probs, entropy = target.packed_log_probs(
@@ -155,9 +155,11 @@ def measure_token_memory(case: MemoryCase, target, *, fake: bool = True) -> Memo
     computation under test adds to the peak.
     """
 
-    def run() -> MemoryReport:
-        logits = torch.zeros(case.rows, case.vocab_local, dtype=case.torch_dtype, requires_grad=case.backward)
-        targets = torch.zeros(case.rows, dtype=torch.long)
+    def run(device="cpu") -> MemoryReport:
+        logits = torch.zeros(
+            case.rows, case.vocab_local, dtype=case.torch_dtype, requires_grad=case.backward, device=device
+        )
+        targets = torch.zeros(case.rows, dtype=torch.long, device=device)
         tracker = LiveStorageTracker().track(logits, targets)
         with tracker:
             token_forward_backward(case, target, logits, targets)
@@ -165,5 +167,5 @@ def measure_token_memory(case: MemoryCase, target, *, fake: bool = True) -> Memo
 
     if not fake:
         return run()
-    with fake_mode():
-        return run()
+    with data_free(traces_on_meta(target)) as device:
+        return run(device)

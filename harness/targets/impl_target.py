@@ -38,6 +38,9 @@ class ImplTarget(Target):
     name = "impl"
     capabilities = CAPABILITIES
     backend = TORCH
+    # impl reads no tensor value but in its validation, which data-less tensors skip (impl.validation.is_fake):
+    # its real-scale memory traces run on meta tensors (harness.memory.tracker.traces_on_meta).
+    traces_on_meta = True
 
     def token_log_probs(
         self,

@@ -52,6 +52,7 @@ class ImplTritonTarget(ImplTarget):
     # The kernels' online row sums follow their tile order within a shard: not the same bits across TP degrees.
     capabilities = CAPABILITIES - {"hidden", "hidden_tp", "topology_invariant"} - SAMPLING_CAPABILITIES
     backend = TRITON
+    traces_on_meta = False  # the forced Triton backend refuses meta tensors (impl.backend.resolve_backend)
 
     def __init__(self):
         self.case_limits = INTERPRETER_CASE_LIMITS if _interpret_on_cpu() else None
