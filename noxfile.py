@@ -39,8 +39,7 @@ def _install(session: nox.Session, extra: str = "test") -> None:
 def _workers() -> list[str]:
     """pytest-xdist workers: one per core, at most 4 (each holds its own rank pools); ``LPH_WORKERS=1``: none."""
     count = int(os.environ.get("LPH_WORKERS", min(os.cpu_count() or 1, 4)))
-    # loadgroup: checks marked xdist_group run on one worker (the real-scale hidden trace is made once there).
-    return ["-n", str(count), "--dist", "loadgroup"] if count > 1 else []
+    return ["-n", str(count)] if count > 1 else []
 
 
 def _suite(session: nox.Session, *selection: str) -> None:
@@ -89,7 +88,7 @@ def slow(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def quick(session: nox.Session) -> None:
     """The edit-test loop: the suite on impl (torch) without the ``slow`` and ``nightly`` checks (subprocess
-    pytest runs, mutants, rank-pool self-tests, real-scale fake-tensor traces), ``dev`` profile (15 examples
+    pytest and gate runs, mutants, the rank pool's self-tests), ``dev`` profile (15 examples
     per property). Not a gate: ``nox -s tests`` before you push."""
     _install(session)
     first = ["tests", *SUITE, f"--ignore={TRITON_KERNEL_TESTS}", "-m", "not slow and not nightly"]

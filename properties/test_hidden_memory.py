@@ -29,14 +29,12 @@ def _capabilities(case: HiddenMemoryCase) -> set[str]:
     return {"hidden", "chunking"} | ({"entropy"} if case.with_entropy else set())
 
 
-@pytest.mark.slow
-@pytest.mark.xdist_group("hidden-real-scale")  # one worker: the one_hot regression reuses its log-probs trace
 @pytest.mark.tier("budget")
 @pytest.mark.parametrize("name", sorted(REAL_SCALES))
 def test_hidden_forward_backward_at_real_scale(name, spec):
     case = REAL_SCALES[name]
     require(spec, _capabilities(case))
-    report = real_scale_report(spec, load_target(spec), case)
+    report = real_scale_report(load_target(spec), case)
     print(report)
     ensure(report.peak <= case.bound(), MEMORY, str(report))
 

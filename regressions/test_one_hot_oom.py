@@ -53,14 +53,12 @@ def test_no_vocab_sized_int64_in_log_prob_backward(name, spec):
     ensure(not one_hots, MEMORY, lambda: f"{name}: a one_hot over the vocabulary: {_describe(one_hots)}; {report}")
 
 
-@pytest.mark.slow
-@pytest.mark.xdist_group("hidden-real-scale")  # one worker: the trace is the budget property's (real_scale_report)
 def test_no_vocab_sized_int64_in_hidden_state_backward(spec):
     """The same mechanism on the hidden-state path: NeMo-RL's ChunkedDistributedHiddenStatesToLogprobs
     still builds one_hot in its backward. T=205,280, H=4096, V=151,936 at tp 8, chunk 1024, log-probs only."""
     require(spec, {"hidden", "chunking"})
     case = dataclasses.replace(HIDDEN_REAL_SCALES["qwen-tp8-fp32"], with_entropy=False)
-    report = real_scale_report(spec, load_target(spec), case)
+    report = real_scale_report(load_target(spec), case)
     print(report)
     one_hots = int64_with_dimension(report.allocations, case.vocab_local)
     ensure(

@@ -147,22 +147,9 @@ def measure_hidden_memory(case: HiddenMemoryCase, run, *, fake: bool = True, met
         return measure(device)
 
 
-_REAL_SCALE_REPORTS: dict = {}
-
-
-def real_scale_report(target_spec: str, target, case: HiddenMemoryCase) -> HiddenMemoryReport:
-    """The target's hidden-state path traced at a real scale, nothing allocated, once per process and spec.
-
-    A real-scale trace dispatches about a million ops (802 row blocks of 256 rows, each leaf's GEMMs and
-    folds) and is the suite's most expensive step; the budget property's log-probs-only scale and the one_hot
-    regression read the same trace of the same deterministic computation (peak bytes, and the allocation log),
-    so it is made once and both judge it.
-    """
-    key = (target_spec, case)
-    if key not in _REAL_SCALE_REPORTS:
-        run = target_runner(target, case)
-        _REAL_SCALE_REPORTS[key] = measure_hidden_memory(case, run, meta=traces_on_meta(target))
-    return _REAL_SCALE_REPORTS[key]
+def real_scale_report(target, case: HiddenMemoryCase) -> HiddenMemoryReport:
+    """The target's hidden-state path traced at a real scale: nothing allocated, on meta tensors where declared."""
+    return measure_hidden_memory(case, target_runner(target, case), meta=traces_on_meta(target))
 
 
 def target_runner(target, case: HiddenMemoryCase):
