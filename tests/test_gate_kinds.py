@@ -34,7 +34,7 @@ def known(id, kind="", **conditions) -> expectations.Expectation:
 
 def test_single_mode_a_known_failure_of_another_kind_is_its_own_outcome():
     result = run(failing(PARITY, "c1", HANG), failing(GATE, "c2", failure.GRAPH))
-    expected = {PARITY: known(PARITY, failure.VALUE), GATE: known(GATE, failure.GRAPH)}
+    expected = {(PARITY, None): known(PARITY, failure.VALUE), (GATE, None): known(GATE, failure.GRAPH)}
     decision = single.classify(result, expected)
     outcomes = {row.id: row.outcome for row in decision.rows}
     assert outcomes == {PARITY: "FAILS DIFFERENTLY", GATE: "KNOWN"}
@@ -42,7 +42,7 @@ def test_single_mode_a_known_failure_of_another_kind_is_its_own_outcome():
     assert decision.exit_code == 0  # listed, not red: the expectation file is stale, not the PR
     assert single.classify(result, expected, strict=True).exit_code == 1
     # An entry without a kind accepts any failure (files written before kinds existed).
-    assert single.classify(result, {PARITY: known(PARITY), GATE: known(GATE)}).changed == []
+    assert single.classify(result, {(PARITY, None): known(PARITY), (GATE, None): known(GATE)}).changed == []
 
 
 def _replay_answering(outcome, kind):
@@ -115,7 +115,7 @@ def test_expectation_kinds_are_validated_and_written_back(tmp_path):
     path.write_text(f'[[known]]\nid = "{PARITY}"\nreason = "x"\nversions = "<0.4"\nlink = "l"\n')
     previous = expectations.load(path)
     path.write_text(expectations.render(run(failing(PARITY, "c", failure.GRADIENT)), previous, "h"))
-    entry = expectations.load(path)[PARITY]
+    entry = expectations.load(path)[(PARITY, "")]  # rewritten per output: the check as a whole failed
     assert (entry.kind, entry.versions, entry.reason, entry.link) == (failure.GRADIENT, "<0.4", "x", "l")
     path.write_text(f'[[known]]\nid = "{PARITY}"\nreason = "x"\nversions = "not a range"\n')
     with pytest.raises(ValueError, match="PEP 440"):
@@ -123,13 +123,13 @@ def test_expectation_kinds_are_validated_and_written_back(tmp_path):
 
 
 def test_version_conditions_select_the_entries_of_a_release():
-    entries = {PARITY: known(PARITY, versions="<0.4"), GATE: known(GATE)}
+    entries = {(PARITY, None): known(PARITY, versions="<0.4"), (GATE, None): known(GATE)}
     kept, notes = expectations.applicable(entries, expectations.Revision(version="0.3.0"))
-    assert set(kept) == {PARITY, GATE} and not notes
+    assert set(kept) == {(PARITY, None), (GATE, None)} and not notes
     kept, _ = expectations.applicable(entries, expectations.Revision(version="0.4.1"))
-    assert set(kept) == {GATE}
+    assert set(kept) == {(GATE, None)}
     kept, notes = expectations.applicable(entries, expectations.Revision())
-    assert set(kept) == {PARITY, GATE} and "not evaluated" in notes[0]
+    assert set(kept) == {(PARITY, None), (GATE, None)} and "not evaluated" in notes[0]
 
 
 def test_commit_conditions_select_the_entries_of_a_checkout(tmp_path):
@@ -141,10 +141,10 @@ def test_commit_conditions_select_the_entries_of_a_checkout(tmp_path):
     first = git("rev-parse", "HEAD").strip()
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "fix")
     fix = git("rev-parse", "HEAD").strip()
-    entries = {PARITY: known(PARITY, before=fix)}
+    entries = {(PARITY, None): known(PARITY, before=fix)}
     assert expectations.applicable(entries, expectations.Revision(checkout=str(tmp_path)))[0] == {}
     git("checkout", "-q", first)
-    assert set(expectations.applicable(entries, expectations.Revision(checkout=str(tmp_path)))[0]) == {PARITY}
+    assert set(expectations.applicable(entries, expectations.Revision(checkout=str(tmp_path)))[0]) == {(PARITY, None)}
 
 
 def test_shipped_expectations_carry_the_failure_kind_of_every_entry():
@@ -154,4 +154,4 @@ def test_shipped_expectations_carry_the_failure_kind_of_every_entry():
         for entry in expectations.load(path).values():
             assert entry.kind in failure.FAILURE_KINDS, f"{path}: {entry.id} lacks its failure kind"
     passing = run(Verdict(PARITY, PASS, CONTRACT))
-    assert single.classify(passing, {PARITY: known(PARITY, failure.VALUE)}).fixed
+    assert single.classify(passing, {(PARITY, None): known(PARITY, failure.VALUE)}).fixed
