@@ -15,6 +15,13 @@ examples are an eighth of the profile's (10 in ``ci``); the explicit
 examples cover every option, on a CP layout where it matters, so that every
 option's mutant (harness/mutants/catalog.py) is killed on any profile.
 
+Regimes (harness/cases/policy.py): the strategies draw each active option's
+inputs near (ratios near 1, the reference near the policy) or far (ratios
+from 0.05 to 20, the reference 6 nats away, rollout weights far outside the
+cap and floor); ``FAR_EXAMPLES`` pins every option in its far regime, where
+its clamp, saturation or truncation bound bites, so each option's regime
+mutant is killed on any profile.
+
 Tiers (docs/gate.md): finite logits are the contract; special values are
 hardening.
 """
@@ -63,6 +70,27 @@ OPTION_EXAMPLES = (
 )
 
 
+def _far(case: Case, **regimes) -> Case:
+    return policy.with_regime(case, **regimes)
+
+
+# Every option in its far regime: the clip band and the dual clip (ratios up to 20), GSPO's sample ratio, CISPO's
+# clipped weight, k3 and low_var_kl (saturated) far from the reference, the ratio-weighted KL, the rollout weights
+# far outside the cap and floor at each level.
+FAR_EXAMPLES = (
+    _far(_BASE, ratio="far"),
+    _far(_with(_BASE, dual_clip_c=policy.DUAL_CLIP_C), ratio="far"),
+    _far(_with(_CP, kind="gspo"), ratio="far"),
+    _far(_with(_BASE, kind="cispo"), ratio="far"),
+    _far(_with(_BASE, kl_coef=0.1, kl_kind="k3"), reference="far"),
+    _far(_with(_BASE, kl_coef=0.1, kl_kind="low_var_kl"), reference="far"),
+    _far(_with(_BASE, kl_coef=0.1, kl_kind="k2", kl_ratio_weighted=True), reference="far", ratio="far"),
+    _far(_with(_BASE, rollout_correction="tis"), rollout="far"),
+    _far(_with(_CP, rollout_correction="mis", rollout_level="sequence"), rollout="far"),
+    _far(_with(_BASE, rollout_correction="rs"), rollout="far"),
+)
+
+
 def _examples(cases_):
     def decorate(fn):
         for case in reversed(cases_):
@@ -75,7 +103,7 @@ def _examples(cases_):
 @pytest.mark.tier("contract")
 @FEW
 @given(case=policy_cases())
-@_examples(OPTION_EXAMPLES)
+@_examples(OPTION_EXAMPLES + FAR_EXAMPLES)
 def test_policy_option_parity(case, spec):
     check_policy_loss(case, spec)
 
@@ -90,7 +118,14 @@ def test_policy_option_parity_special_values(case, spec):
 @pytest.mark.tier("contract")
 @FEW
 @given(case=policy_cases(options=loss_options(kl=NONZERO_KL_COEFS), dtype=FLOAT32))
-@_examples((_with(_BASE, kl_coef=0.1, kl_kind="k1"), _with(_CP, kl_coef=1.0, kl_kind="abs")))
+@_examples(
+    (
+        _with(_BASE, kl_coef=0.1, kl_kind="k1"),
+        _with(_CP, kl_coef=1.0, kl_kind="abs"),
+        _far(_with(_BASE, kl_coef=0.1, kl_kind="low_var_kl"), reference="far"),
+        _far(_with(_BASE, kl_coef=0.1, kl_kind="k3"), reference="far"),
+    )
+)
 def test_kl_term_gradient(case, spec):
     check_kl_term_gradient(case, spec)
 

@@ -10,6 +10,10 @@ is non-zero. The explicit examples cover every option, so each option's
 mutant is killed on any profile, and the padding (mask 0 past a row's
 response) is in every example with responses of different lengths.
 
+Each option is also pinned in its far regime (``FAR_EXAMPLES``,
+harness/cases/policy.py), where its clamp, saturation or truncation bound
+bites.
+
 Single-rank and in-process (no logits, so no TP or CP: the packed level,
 ``properties/test_policy_losses.py``, checks the layouts), and cheap:
 an eighth of the profile's examples (10 in ``ci``), as at packed level.
@@ -60,6 +64,24 @@ OPTION_EXAMPLES = (
 )
 
 
+def _far(case: Case, **regimes) -> Case:
+    return policy.with_regime(case, **regimes)
+
+
+FAR_EXAMPLES = (
+    _far(_BASE, ratio="far"),
+    _far(_with(_BASE, dual_clip_c=policy.DUAL_CLIP_C), ratio="far"),
+    _far(_with(_BASE, kind="gspo"), ratio="far"),
+    _far(_with(_BASE, kind="cispo"), ratio="far"),
+    _far(_with(_BASE, kl_coef=0.1, kl_kind="k3"), reference="far"),
+    _far(_with(_BASE, kl_coef=0.1, kl_kind="low_var_kl"), reference="far"),
+    _far(_with(_BASE, kl_coef=0.1, kl_kind="k2", kl_ratio_weighted=True), reference="far", ratio="far"),
+    _far(_with(_BASE, rollout_correction="tis"), rollout="far"),
+    _far(_with(_BASE, rollout_correction="mis", rollout_level="sequence"), rollout="far"),
+    _far(_with(_BASE, rollout_correction="rs"), rollout="far"),
+)
+
+
 def _examples(cases_):
     def decorate(fn):
         for case in reversed(cases_):
@@ -72,7 +94,7 @@ def _examples(cases_):
 @pytest.mark.tier("contract")
 @SOME
 @given(case=policy_cases(**SINGLE_RANK))
-@_examples(OPTION_EXAMPLES)
+@_examples(OPTION_EXAMPLES + FAR_EXAMPLES)
 def test_token_policy_option_parity(case, spec):
     check_token_policy_loss(case, spec)
 

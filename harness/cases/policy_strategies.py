@@ -2,7 +2,10 @@
 
 Shared by the packed-level properties (``properties/test_policy_losses.py``)
 and the token-level ones (``properties/test_token_policy_losses.py``): a few
-options at once, each mostly at its default so that a failure names few.
+options at once, each mostly at its default so that a failure names few; and
+the inputs of each active option drawn in one of its regimes
+(``harness.cases.policy``: ``near``, or ``far`` where its clamps, saturations
+and truncation bounds bite), a third of the time far.
 """
 
 from __future__ import annotations
@@ -62,11 +65,29 @@ def loss_options(draw, kl=KL_COEFS):
     return values
 
 
+REGIME = st.sampled_from(("near", "near", "far"))
+
+
+@st.composite
+def regimes(draw, values: dict):
+    """The regime of each quantity the options read: the ratios always, the reference with a KL term, the
+    rollout weights with a rollout correction; only the far ones are named (near is the default)."""
+    drawn = {"ratio": draw(REGIME)}
+    if values.get("kl_coef"):
+        drawn["reference"] = draw(REGIME)
+    if values.get("rollout_correction"):
+        drawn["rollout"] = draw(REGIME)
+    return {quantity: regime for quantity, regime in drawn.items() if regime == "far"}
+
+
 @st.composite
 def policy_cases(draw, options=None, **case_kwargs):
-    """A policy-loss Case with options (``loss_options()`` by default); rollout corrections at moderate scales."""
+    """A policy-loss Case with options (``loss_options()`` by default) and their regimes; rollout corrections
+    at moderate scales."""
     case = draw(cases(max_samples=4, max_length=24, max_vocab_local=24, **case_kwargs))
     values = draw(options if options is not None else loss_options())
     if values.get("rollout_correction") and case.logit_scale > ROLLOUT_MAX_SCALE:
         case = case.with_(logit_scale=ROLLOUT_MAX_SCALE)
-    return policy.with_options(case, **values)
+    far = draw(regimes(values))
+    case = policy.with_options(case, **values)
+    return policy.with_regime(case, **far) if far else case

@@ -1,5 +1,9 @@
 """Sampling-distribution replay (docs/sampling.md): the three named hazards of ``impl.sampling`` /
-``impl.sampling_derive``, and a CP rank reporting only its own rows' bad kept set.
+``impl.sampling_derive``, a CP rank reporting only its own rows' bad kept set, and min-p's regime (a
+temperature other than 1), killed because the strategies draw min-p under a temperature and the property
+pins it.
+
+``FAST`` names the regime mutant run by the fast suite; the others run with the nightly mutant check.
 """
 
 from __future__ import annotations
@@ -47,4 +51,16 @@ SAMPLING = (
         replacement="    if error is not None:  # 'a CP rank reports its own rows'\n        raise error\n",
         killed_by=("properties/test_sampling_packed.py",),
     ),
+    Mutant(
+        name="min_p_before_temperature",
+        bug="min-p applied to the raw logits instead of after the temperature (vLLM applies it to the tempered "
+        "distribution): at temperature 1 nothing changes, under any other the kept set and every log-prob over "
+        "it do",
+        module="impl.sampling_derive",
+        original="            live &= (z - m[:, None]).exp() >= min_p\n",
+        replacement="            live &= ((z - m[:, None]) * temperature).exp() >= min_p\n",
+        killed_by=("properties/test_sampling.py",),
+    ),
 )
+
+FAST = ("min_p_before_temperature",)
