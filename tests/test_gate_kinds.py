@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from harness.checks import failure
+from harness.checks import failure, signature
 from harness.gate import compare, expectations, retries, single
 from harness.gate.compare import Side
 from harness.gate.replays import Replayed
@@ -155,3 +155,30 @@ def test_shipped_expectations_carry_the_failure_kind_of_every_entry():
             assert entry.kind in failure.FAILURE_KINDS, f"{path}: {entry.id} lacks its failure kind"
     passing = run(Verdict(PARITY, PASS, CONTRACT))
     assert single.classify(passing, {(PARITY, None): known(PARITY, failure.VALUE)}).fixed
+
+
+# ---- failure signatures (harness/checks/signature.py) ---------------------------------------------------
+
+
+def test_a_signature_masks_numbers_paths_and_addresses_but_keeps_the_words():
+    one = signature.message_class("RankError: job x on rank(s) [1]: RuntimeError: got 5, expected 6 at /tmp/a/b.py")
+    two = signature.message_class("RankError: job x on rank(s) [0]: RuntimeError: got 4, expected 6 at /tmp/c/d.py")
+    other = signature.message_class("RankError: job x on rank(s) [1]: RuntimeError: modified by an inplace operation")
+    assert one == two != other and "RankError" not in one
+
+
+def test_magnitude_classes_follow_the_error_against_the_reference():
+    assert signature.magnitude_class({"max_error": float("inf"), "reference": 3.0}) == "non-finite"
+    assert signature.magnitude_class({"max_error": 1.0, "reference": 3.0, "bound": 1e-6}) == "large"
+    assert signature.magnitude_class({"max_error": 1e-3, "reference": 3.0, "bound": 1e-6}) == "small"
+    assert signature.magnitude_class({}) == ""  # an exception, a flag: nothing measured
+
+
+def test_signatures_match_unless_a_field_or_a_condition_contradicts():
+    base = {"kind": "value", "exception": "CheckFailure", "message": "m", "magnitude": "large", "needs": ["tp"]}
+    assert signature.matches(base, dict(base))
+    assert signature.matches({"kind": "value"}, base)  # an expectation leaving fields out accepts them
+    assert not signature.matches(base, {**base, "magnitude": "small"})
+    assert not signature.matches(base, {**base, "needs": [], "independent": ["tp"]})  # needed vs independent
+    assert signature.matches(base, {**base, "needs": []})  # undetermined on one side contradicts nothing
+    assert "magnitude large -> small" in signature.differences(base, {**base, "magnitude": "small"})
