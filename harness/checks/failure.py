@@ -161,10 +161,12 @@ def _subtests_of(leaf: BaseException, kind: str, headline_: str, figures: dict) 
     if not any(entry.get("outcome") == "FAIL" for entry in outcomes.values()):
         outcomes[""] = {"outcome": "FAIL", "kind": kind, "headline": headline_, "figures": dict(figures)}
     diagnosed = (getattr(leaf, "diagnosis", None) or {}).get("outputs", {})
-    for output, entry in outcomes.items():
-        if entry.get("outcome") == "FAIL":
-            entry.setdefault("signature", signature.of(entry, diagnosed.get(output)))
-    return outcomes
+    return {
+        output: {**entry, "signature": signature.of(entry, diagnosed.get(output))}
+        if entry.get("outcome") == "FAIL"
+        else entry
+        for output, entry in outcomes.items()
+    }
 
 
 def _weight(entry: dict) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.checks import failure
-from harness.checks.subtests import CHECK, label
+from harness.checks.subtests import CHECK
 from harness.gate.tiers import HARDENING
 from harness.gate.verdicts import FAIL, PASS, Verdict
 
@@ -115,8 +115,3 @@ def state(verdict: Verdict | None, output: str) -> tuple[str, Unit | None]:
     if output != CHECK and CHECK in units and units[CHECK].outcome == FAIL:
         return MASKED, units[CHECK]
     return UNJUDGED, None
-
-
-def describe(unit: Unit) -> str:
-    """``output`` for people: ``grad(logits)``, or ``(check)`` for the check as a whole."""
-    return label(unit.output)
