@@ -174,11 +174,16 @@ def test_magnitude_classes_follow_the_error_against_the_reference():
     assert signature.magnitude_class({}) == ""  # an exception, a flag: nothing measured
 
 
-def test_signatures_match_unless_a_field_or_a_condition_contradicts():
+def test_signatures_match_unless_a_field_differs_or_the_failure_grew():
     base = {"kind": "value", "exception": "CheckFailure", "message": "m", "magnitude": "large", "needs": ["tp"]}
     assert signature.matches(base, dict(base))
     assert signature.matches({"kind": "value"}, base)  # an expectation leaving fields out accepts them
-    assert not signature.matches(base, {**base, "magnitude": "small"})
-    assert not signature.matches(base, {**base, "needs": [], "independent": ["tp"]})  # needed vs independent
+    assert not signature.matches(base, {**base, "exception": "RankError"})
+    assert not signature.matches(base, {**base, "magnitude": "non-finite"})  # worse
+    assert signature.matches(base, {**base, "magnitude": "small"})  # the same defect, smaller: narrowed
+    assert not signature.matches(base, {**base, "needs": [], "independent": ["tp"]})  # fails without tp now: wider
+    narrower = {**base, "needs": ["tp", "dtype"]}
+    assert signature.matches({**base, "independent": ["dtype"]}, narrower)  # fp32 fixed, bf16 left: a partial fix
     assert signature.matches(base, {**base, "needs": []})  # undetermined on one side contradicts nothing
-    assert "magnitude large -> small" in signature.differences(base, {**base, "magnitude": "small"})
+    assert "magnitude small -> large" in signature.differences({**base, "magnitude": "small"}, base)
+    assert "now needs dtype" in signature.differences({**base, "independent": ["dtype"]}, narrower)

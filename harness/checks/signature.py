@@ -18,12 +18,17 @@ same known failure. The signature of one output's failure is:
   needs, and those it found it independent of (``harness.checks.diagnosis``),
   by dimension (``tp``, ``dtype``, ``kl_coef``, ...).
 
-Two signatures MATCH when kind, exception, message and magnitude are equal
-and the conditions do not contradict (no dimension needed on one side and
-found independent on the other): a condition one side could not decide (its
-ablation budget spent on a loaded machine) never makes a difference. An
-expectation records the signature it expects; a field it leaves empty
-accepts anything.
+A failure MATCHES the one it is compared with (an expectation's, the base's)
+when kind, exception and message are equal and it is no WORSE: its
+magnitude no larger (``small`` < ``large`` < ``non-finite``) and no condition
+it is independent of that the other failure needed (it would then fail
+where the other passed: wider). A failure that needs MORE conditions than
+the other (the base failed in fp32 and bf16, the PR in bf16 only), or whose
+error shrank, is the same failure, narrowed: a partial fix is not a new
+failure (TransformerEngine 2.8 narrowed 2.7's gradient defect to bf16 this
+way). A condition one side could not decide (its ablation budget spent on a
+loaded machine) never makes a difference. An expectation records the
+signature it expects; a field it leaves empty accepts anything.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import math
 import re
 
 LARGE = 0.1
+MAGNITUDES = ("", "small", "large", "non-finite")  # from no measured error to the worst
 FIELDS = ("kind", "exception", "message", "magnitude", "needs", "independent")
 _MASKS = (
     (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
@@ -79,18 +85,28 @@ def of(entry: dict, conditions: dict | None = None) -> dict:
 
 
 def matches(expected: dict, found: dict) -> bool:
-    """``found`` is the failure ``expected`` describes (fields ``expected`` leaves empty accept anything)."""
-    for name in ("kind", "exception", "message", "magnitude"):
+    """``found`` is the failure ``expected`` describes, or a narrower one (fields ``expected`` leaves empty accept
+    anything)."""
+    for name in ("kind", "exception", "message"):
         if expected.get(name) and found.get(name) != expected[name]:
             return False
-    return not contradicts(expected, found)
+    if expected.get("magnitude") and _rank(found.get("magnitude", "")) > _rank(expected["magnitude"]):
+        return False
+    return not widened(expected, found)
 
 
-def contradicts(a: dict, b: dict) -> bool:
-    """A dimension one side needs that the other found the failure independent of."""
-    return bool(set(a.get("needs", ())) & set(b.get("independent", ()))) or bool(
-        set(b.get("needs", ())) & set(a.get("independent", ()))
-    )
+def _rank(magnitude: str) -> int:
+    return MAGNITUDES.index(magnitude) if magnitude in MAGNITUDES else len(MAGNITUDES)
+
+
+def widened(before: dict, after: dict) -> list[str]:
+    """Dimensions ``before`` needed that ``after`` is independent of: ``after`` fails where ``before`` passed."""
+    return sorted(set(before.get("needs", ())) & set(after.get("independent", ())))
+
+
+def narrowed(before: dict, after: dict) -> list[str]:
+    """Dimensions ``before`` was independent of that ``after`` needs: ``after`` passes where ``before`` failed."""
+    return widened(after, before)
 
 
 def differences(expected: dict, found: dict) -> str:
@@ -100,10 +116,8 @@ def differences(expected: dict, found: dict) -> str:
         for name in ("kind", "exception", "message", "magnitude")
         if expected.get(name) and found.get(name) != expected[name]
     ]
-    clash = sorted(
-        (set(expected.get("needs", ())) & set(found.get("independent", ())))
-        | (set(found.get("needs", ())) & set(expected.get("independent", ())))
-    )
-    if clash:
-        parts.append(f"conditions differ on {', '.join(clash)}")
+    if widened(expected, found):
+        parts.append(f"now fails without {', '.join(widened(expected, found))}")
+    if narrowed(expected, found):
+        parts.append(f"now needs {', '.join(narrowed(expected, found))}")
     return "; ".join(parts)

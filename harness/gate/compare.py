@@ -300,6 +300,11 @@ def _still_failing(decision: Decision, b_unit: Unit, h_unit: Unit) -> None:
         return
     outcome = IMPROVED if _better(changes) else STILL_FAILING
     detail = f"{figures}: {h_unit.reason}" if figures else h_unit.reason
+    narrowed = signature.differences(
+        {**b_unit.signature, "kind": b_unit.kind}, {**h_unit.signature, "kind": h_unit.kind}
+    )
+    if narrowed:
+        detail = f"narrowed ({narrowed}): {detail}"
     decision.rows.append(row(h_unit, outcome + _hang(h_unit), detail))
     decision.still_failing.append(entry(h_unit))
     if outcome == IMPROVED:
