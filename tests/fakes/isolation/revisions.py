@@ -4,8 +4,9 @@ Each class is impl/'s token level with one or two defects, as a library's
 history would carry them (``tests/test_gate_isolation.py``, loaded as
 ``tests/fakes/isolation/revisions.py:<Class>``):
 
-* ``WritesAndScales``: shifts each row of the logits it is handed by its max
-  IN PLACE (values stay right: log-softmax ignores a per-row shift) AND
+* ``WritesAndScales``: negates the logits it is handed IN PLACE, twice
+  (the values end as they were, exactly, on every TP shard and in every
+  dtype, but the version counter moved: an in-place write all the same) AND
   doubles the gradient of its log-probs (values right, gradient wrong). Its
   inputs-unmutated check and its backward parity must fail, each with its
   own message; its forward parity must pass.
@@ -33,7 +34,7 @@ class WritesAndScales(_Token):
     scale = 2.0
 
     def token_log_probs(self, logits, targets, **options):
-        logits.sub_(logits.detach().amax(dim=-1, keepdim=True))
+        logits.neg_().neg_()
         log_probs, entropy = super().token_log_probs(logits, targets, **options)
         if self.scale != 1.0:
             log_probs = log_probs + (self.scale - 1.0) * (log_probs - log_probs.detach())
