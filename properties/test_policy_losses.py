@@ -32,7 +32,14 @@ from hypothesis import strategies as st
 
 from harness.cases import policy
 from harness.cases.case import Case
-from harness.cases.policy_strategies import FLOAT32, HORIZON, NONZERO_KL_COEFS, loss_options, policy_cases
+from harness.cases.policy_strategies import (
+    FLOAT32,
+    HORIZON,
+    NONZERO_KL_COEFS,
+    far_examples,
+    loss_options,
+    policy_cases,
+)
 from harness.cases.strategies import SPECIAL_VALUES
 from harness.checks.policy import (
     check_entropy_bonus_gradient,
@@ -70,25 +77,7 @@ OPTION_EXAMPLES = (
 )
 
 
-def _far(case: Case, **regimes) -> Case:
-    return policy.with_regime(case, **regimes)
-
-
-# Every option in its far regime: the clip band and the dual clip (ratios up to 20), GSPO's sample ratio, CISPO's
-# clipped weight, k3 and low_var_kl (saturated) far from the reference, the ratio-weighted KL, the rollout weights
-# far outside the cap and floor at each level.
-FAR_EXAMPLES = (
-    _far(_BASE, ratio="far"),
-    _far(_with(_BASE, dual_clip_c=policy.DUAL_CLIP_C), ratio="far"),
-    _far(_with(_CP, kind="gspo"), ratio="far"),
-    _far(_with(_BASE, kind="cispo"), ratio="far"),
-    _far(_with(_BASE, kl_coef=0.1, kl_kind="k3"), reference="far"),
-    _far(_with(_BASE, kl_coef=0.1, kl_kind="low_var_kl"), reference="far"),
-    _far(_with(_BASE, kl_coef=0.1, kl_kind="k2", kl_ratio_weighted=True), reference="far", ratio="far"),
-    _far(_with(_BASE, rollout_correction="tis"), rollout="far"),
-    _far(_with(_CP, rollout_correction="mis", rollout_level="sequence"), rollout="far"),
-    _far(_with(_BASE, rollout_correction="rs"), rollout="far"),
-)
+FAR_EXAMPLES = far_examples(_BASE, _CP)
 
 
 def _examples(cases_):
@@ -122,8 +111,7 @@ def test_policy_option_parity_special_values(case, spec):
     (
         _with(_BASE, kl_coef=0.1, kl_kind="k1"),
         _with(_CP, kl_coef=1.0, kl_kind="abs"),
-        _far(_with(_BASE, kl_coef=0.1, kl_kind="low_var_kl"), reference="far"),
-        _far(_with(_BASE, kl_coef=0.1, kl_kind="k3"), reference="far"),
+        *(case for case in FAR_EXAMPLES if policy.loss_options(case).kl_coef),  # every KL term far from the ref
     )
 )
 def test_kl_term_gradient(case, spec):

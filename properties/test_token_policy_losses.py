@@ -25,7 +25,14 @@ from hypothesis import strategies as st
 
 from harness.cases import policy
 from harness.cases.case import Case
-from harness.cases.policy_strategies import FLOAT32, HORIZON, NONZERO_KL_COEFS, loss_options, policy_cases
+from harness.cases.policy_strategies import (
+    FLOAT32,
+    HORIZON,
+    NONZERO_KL_COEFS,
+    far_examples,
+    loss_options,
+    policy_cases,
+)
 from harness.checks.token_policy import (
     check_token_entropy_term_gradient,
     check_token_kl_term_gradient,
@@ -64,22 +71,7 @@ OPTION_EXAMPLES = (
 )
 
 
-def _far(case: Case, **regimes) -> Case:
-    return policy.with_regime(case, **regimes)
-
-
-FAR_EXAMPLES = (
-    _far(_BASE, ratio="far"),
-    _far(_with(_BASE, dual_clip_c=policy.DUAL_CLIP_C), ratio="far"),
-    _far(_with(_BASE, kind="gspo"), ratio="far"),
-    _far(_with(_BASE, kind="cispo"), ratio="far"),
-    _far(_with(_BASE, kl_coef=0.1, kl_kind="k3"), reference="far"),
-    _far(_with(_BASE, kl_coef=0.1, kl_kind="low_var_kl"), reference="far"),
-    _far(_with(_BASE, kl_coef=0.1, kl_kind="k2", kl_ratio_weighted=True), reference="far", ratio="far"),
-    _far(_with(_BASE, rollout_correction="tis"), rollout="far"),
-    _far(_with(_BASE, rollout_correction="mis", rollout_level="sequence"), rollout="far"),
-    _far(_with(_BASE, rollout_correction="rs"), rollout="far"),
-)
+FAR_EXAMPLES = far_examples(_BASE, _BASE)
 
 
 def _examples(cases_):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from harness.cases import policy
+from harness.cases.case import Case
 from harness.cases.strategies import cases
 
 HORIZON = 64.0  # seq-mean-token-sum-norm's constant: the longest drawn response
@@ -91,3 +92,30 @@ def policy_cases(draw, options=None, **case_kwargs):
     far = draw(regimes(values))
     case = policy.with_options(case, **values)
     return policy.with_regime(case, **far) if far else case
+
+
+def far_examples(base: Case, cp_base: Case) -> tuple[Case, ...]:
+    """Every option in its far regime (``harness.cases.policy``), on ``base`` (``cp_base`` where the sample's
+    statistic crosses CP ranks: GSPO's mean, the sequence rollout weight): the clip band and the dual clip (ratios
+    up to 20), GSPO's sample ratio, CISPO's clipped weight, k3 and low_var_kl (saturated) far from the reference,
+    the ratio-weighted KL, the rollout weights far outside the cap and floor. Pinned by both policy-loss property
+    files, so each option's regime mutant (``harness/mutants/policy.py``) is killed on any profile."""
+
+    def far(case: Case, **regimes) -> Case:
+        return policy.with_regime(case, **regimes)
+
+    def option(case: Case, **values) -> Case:
+        return policy.with_options(case, **values)
+
+    return (
+        far(base, ratio="far"),
+        far(option(base, dual_clip_c=policy.DUAL_CLIP_C), ratio="far"),
+        far(option(cp_base, kind="gspo"), ratio="far"),
+        far(option(base, kind="cispo"), ratio="far"),
+        far(option(base, kl_coef=0.1, kl_kind="k3"), reference="far"),
+        far(option(base, kl_coef=0.1, kl_kind="low_var_kl"), reference="far"),
+        far(option(base, kl_coef=0.1, kl_kind="k2", kl_ratio_weighted=True), reference="far", ratio="far"),
+        far(option(base, rollout_correction="tis"), rollout="far"),
+        far(option(cp_base, rollout_correction="mis", rollout_level="sequence"), rollout="far"),
+        far(option(base, rollout_correction="rs"), rollout="far"),
+    )

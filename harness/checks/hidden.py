@@ -25,6 +25,7 @@ from harness.checks.failure import GRADIENT, GRAPH, VALUE, ensure
 from harness.checks.invariances import promised_bit_exact
 from harness.checks.parity import (
     assert_inputs_unmutated,
+    assert_replicated_values,
     option_capabilities,
     replayable,
     replicated,
@@ -58,21 +59,10 @@ def check_hidden_forward(case: Case, spec: str = "impl") -> None:
 def assert_hidden_forward(case: Case, results: list) -> None:
     """Every rank's log-probs/entropy against the oracle, each its own subtest."""
     ref, naive = hidden_reference(case), hidden_reference(case, precise=False)
-    scale = _value_scale(case)
     rounding, entropy_rounding = hidden_logit_rounding(global_hidden(case), global_weight(case), case.temperature)
-    for key, extra in (
-        ((LOG_PROBS, rounding), (ENTROPY, entropy_rounding)) if case.with_entropy else ((LOG_PROBS, rounding),)
-    ):
-        with subtest(key):
-            judge.value(
-                replicated(results, key),
-                getattr(ref, key),
-                getattr(naive, key),
-                what=key,
-                scale=scale,
-                rounding=extra,
-                working_dtype=case.torch_dtype,
-            )
+    assert_replicated_values(
+        case, results, ref, naive, scale=_value_scale(case), rounding={LOG_PROBS: rounding, ENTROPY: entropy_rounding}
+    )
 
 
 @replayable

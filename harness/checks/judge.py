@@ -34,6 +34,18 @@ def value(
     actual, ref, naive, *, what: str, scale: float, working_dtype, out_dtype=torch.float32, rounding: float = 0.0
 ) -> Comparison:
     """A forward output against the float64 reference under the policy; raises a ``value`` (or precision) failure."""
+    return _judged(VALUE, actual, ref, naive, what, scale, working_dtype, out_dtype, rounding)
+
+
+def gradient(
+    actual, ref, naive, *, what: str, scale: float, working_dtype, out_dtype=None, rounding: float = 0.0
+) -> Comparison:
+    """A gradient against the float64 reference under the policy; raises a ``gradient`` (or precision) failure."""
+    out_dtype = working_dtype if out_dtype is None else out_dtype
+    return _judged(GRADIENT, actual, ref, naive, what, scale, working_dtype, out_dtype, rounding)
+
+
+def _judged(kind, actual, ref, naive, what, scale, working_dtype, out_dtype, rounding) -> Comparison:
     return assert_close(
         actual,
         ref,
@@ -43,24 +55,7 @@ def value(
         out_dtype=out_dtype,
         rounding=rounding,
         working_dtype=working_dtype,
-        kind=VALUE,
-    )
-
-
-def gradient(
-    actual, ref, naive, *, what: str, scale: float, working_dtype, out_dtype=None, rounding: float = 0.0
-) -> Comparison:
-    """A gradient against the float64 reference under the policy; raises a ``gradient`` (or precision) failure."""
-    return assert_close(
-        actual,
-        ref,
-        naive,
-        what=what,
-        scale=scale,
-        out_dtype=working_dtype if out_dtype is None else out_dtype,
-        rounding=rounding,
-        working_dtype=working_dtype,
-        kind=GRADIENT,
+        kind=kind,
     )
 
 

@@ -215,15 +215,21 @@ def check_token_forward(case: Case, spec: str = "impl") -> None:
 
 def assert_token_forward(case: Case, results: list) -> None:
     ref, naive = expected.token_reference(case), expected.token_reference(case, precise=False)
-    scale = value_scale(case.global_logits(), case.temperature)
+    assert_replicated_values(case, results, ref, naive, scale=value_scale(case.global_logits(), case.temperature))
+
+
+def assert_replicated_values(case: Case, results: list, ref, naive, *, scale: float, label="", rounding=None) -> None:
+    """Each row-value output (log-probs; entropy when computed), which every TP rank must return bit for bit,
+    judged on its own against the reference; ``rounding``: an output's extra rounding term (the hidden path's)."""
     for key in (LOG_PROBS, ENTROPY) if case.with_entropy else (LOG_PROBS,):
         with subtest(key):
             judge.value(
                 replicated(results, key),
                 getattr(ref, key),
                 getattr(naive, key),
-                what=key,
+                what=key + label,
                 scale=scale,
+                rounding=(rounding or {}).get(key, 0.0),
                 working_dtype=case.torch_dtype,
             )
 

@@ -28,6 +28,7 @@ from harness.checks.failure import ACCEPTED, ERROR, GRADIENT, LAYOUT, UNCLEAR, C
 from harness.checks.parity import (
     assemble_grad,
     assert_inputs_unmutated,
+    assert_replicated_values,
     gather_samples,
     grad_scale,
     max_abs,
@@ -142,16 +143,7 @@ def check_sampling(case: Case, spec: str = "impl") -> None:
 def assert_sampling_values(case: Case, results: list) -> None:
     ref, naive = sampling_reference(case), sampling_reference(case, precise=False)
     scale = value_scale(case.global_logits(), case.temperature)
-    for key in (LOG_PROBS, ENTROPY) if case.with_entropy else (LOG_PROBS,):
-        with subtest(key):
-            judge.value(
-                replicated(results, key),
-                getattr(ref, key),
-                getattr(naive, key),
-                what=f"{key} over K",
-                scale=scale,
-                working_dtype=case.torch_dtype,
-            )
+    assert_replicated_values(case, results, ref, naive, scale=scale, label=" over K")
 
 
 def assert_sampling_grad(case: Case, results: list) -> None:
