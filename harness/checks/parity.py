@@ -162,13 +162,13 @@ def assert_inputs_unmutated(results: list) -> None:
     with subtest(INPUTS):
         for rank, result in enumerate(results):
             for name, state in result[WRITES].items():
-                whose = f"{name}'" if name.endswith("s") else f"{name}'s"
-                ensure(state["unchanged"], MUTATION, f"rank {rank}: the target modified the {whose} values")
+                whose = f"the {name}'" if name.endswith("s") else f"{name}'s"
+                ensure(state["unchanged"], MUTATION, f"rank {rank}: the target modified {whose} values")
                 delta = state["version_delta"]
                 ensure(
                     delta == 0,
                     MUTATION,
-                    f"rank {rank}: the {whose} version counter moved by {delta} "
+                    f"rank {rank}: {whose} version counter moved by {delta} "
                     "(an in-place write on the input, the mechanism of SkyRL #1648)",
                 )
 
