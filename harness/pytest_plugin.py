@@ -29,6 +29,7 @@ from harness.gate import journal, render
 from harness.gate.order import order_items
 from harness.gate.render import Row
 from harness.gate.tiers import HARDENING, MARKER, SELF_TEST, TIERS, tier_of_item
+from harness.gate.units import units_of, whole
 from harness.gate.verdicts import (
     ERROR,
     FAIL,
@@ -190,6 +191,8 @@ def pytest_runtest_makereport(item, call):
         return report
     if observed.figures:
         report.user_properties.append(("figures", {name: dict(entry) for name, entry in observed.figures.items()}))
+    if observed.passed_outputs:
+        report.user_properties.append(("passed_outputs", sorted(observed.passed_outputs)))
     unsupported = observed.unsupported
     if not unsupported:
         return report
@@ -212,6 +215,15 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+def _subtests(facts: failure.Facts, passed: list) -> dict:
+    """The per-output verdict: the outputs some example passed, overridden by the ones the failure(s) failed."""
+    outcomes = {output: {"outcome": PASS} for output in passed}
+    outcomes.update({output: entry for output, entry in facts.subtests.items() if entry.get("outcome") == FAIL})
+    for output, entry in facts.subtests.items():
+        outcomes.setdefault(output, entry)
+    return outcomes
+
+
 def _raw_verdict(report) -> Verdict | None:
     """The verdict of a finished test (its call phase, or a setup phase that did not pass), from its facts."""
     if not (report.when == "call" or (report.when == "setup" and report.outcome != "passed")):
@@ -219,6 +231,7 @@ def _raw_verdict(report) -> Verdict | None:
     properties = dict(report.user_properties)
     tier = properties.get("tier", SELF_TEST)
     figures = properties.get("figures", {})
+    passed = properties.get("passed_outputs", [])
     facts = failure.Facts(**properties[FACTS]) if FACTS in properties else failure.Facts()
     if report.skipped:
         if facts.kind == failure.UNSUPPORTED:
@@ -243,10 +256,16 @@ def _raw_verdict(report) -> Verdict | None:
             diverged=facts.diverged,
             diagnosis=facts.diagnosis,
             warnings=facts.warnings,
+            subtests={} if infrastructure else _subtests(facts, passed),
         )
     left_out = properties.get("unsupported_examples", "")
     return Verdict(
-        report.nodeid, PASS, tier, reason=f"left out as UNSUPPORTED: {left_out}" if left_out else "", figures=figures
+        report.nodeid,
+        PASS,
+        tier,
+        reason=f"left out as UNSUPPORTED: {left_out}" if left_out else "",
+        figures=figures,
+        subtests=_subtests(failure.Facts(), passed),
     )
 
 
@@ -272,12 +291,17 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def raw_rows(verdicts) -> list[Row]:
-    """The run's raw verdicts as rows (hangs say so; UNSUPPORTED rows carry their missing capabilities)."""
+    """The run's raw verdicts as rows: a failing check one row per failing output (``harness/gate/units.py``),
+    every other check one row (hangs say so; UNSUPPORTED rows carry their missing capabilities)."""
     rows = []
     for v in verdicts:
-        outcome = "FAIL (hang)" if v.kind == HANG else v.outcome
-        reproduce = v.replay if v.outcome in (FAIL, ERROR) else ""
-        rows.append(Row(v.id, v.tier, outcome, v.detail, reproduce, tuple(v.missing), v.kind))
+        failing = [unit for unit in units_of(v) if unit.outcome == FAIL] if v.outcome == FAIL else []
+        for unit in failing or [whole(v)]:
+            outcome = "FAIL (hang)" if unit.kind == HANG else unit.outcome
+            reproduce = v.replay if v.outcome in (FAIL, ERROR) else ""
+            summary = f" [diagnosis: {v.diagnosis_summary}]" if v.diagnosis_summary else ""
+            detail = v.detail if unit.output == "" else unit.reason + summary
+            rows.append(Row(v.id, unit.tier, outcome, detail, reproduce, tuple(v.missing), unit.kind, unit.output))
     return rows
 
 

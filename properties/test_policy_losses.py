@@ -15,6 +15,13 @@ examples are an eighth of the profile's (10 in ``ci``); the explicit
 examples cover every option, on a CP layout where it matters, so that every
 option's mutant (harness/mutants/catalog.py) is killed on any profile.
 
+Regimes (harness/cases/policy.py): the strategies draw each active option's
+inputs near (ratios near 1, the reference near the policy) or far (ratios
+from 0.05 to 20, the reference 6 nats away, rollout weights far outside the
+cap and floor); ``FAR_EXAMPLES`` pins every option in its far regime, where
+its clamp, saturation or truncation bound bites, so each option's regime
+mutant is killed on any profile.
+
 Tiers (docs/gate.md): finite logits are the contract; special values are
 hardening.
 """
@@ -25,7 +32,14 @@ from hypothesis import strategies as st
 
 from harness.cases import policy
 from harness.cases.case import Case
-from harness.cases.policy_strategies import FLOAT32, HORIZON, NONZERO_KL_COEFS, loss_options, policy_cases
+from harness.cases.policy_strategies import (
+    FLOAT32,
+    HORIZON,
+    NONZERO_KL_COEFS,
+    far_examples,
+    loss_options,
+    policy_cases,
+)
 from harness.cases.strategies import SPECIAL_VALUES
 from harness.checks.policy import (
     check_entropy_bonus_gradient,
@@ -63,6 +77,9 @@ OPTION_EXAMPLES = (
 )
 
 
+FAR_EXAMPLES = far_examples(_BASE, _CP)
+
+
 def _examples(cases_):
     def decorate(fn):
         for case in reversed(cases_):
@@ -75,7 +92,7 @@ def _examples(cases_):
 @pytest.mark.tier("contract")
 @FEW
 @given(case=policy_cases())
-@_examples(OPTION_EXAMPLES)
+@_examples(OPTION_EXAMPLES + FAR_EXAMPLES)
 def test_policy_option_parity(case, spec):
     check_policy_loss(case, spec)
 
@@ -90,7 +107,13 @@ def test_policy_option_parity_special_values(case, spec):
 @pytest.mark.tier("contract")
 @FEW
 @given(case=policy_cases(options=loss_options(kl=NONZERO_KL_COEFS), dtype=FLOAT32))
-@_examples((_with(_BASE, kl_coef=0.1, kl_kind="k1"), _with(_CP, kl_coef=1.0, kl_kind="abs")))
+@_examples(
+    (
+        _with(_BASE, kl_coef=0.1, kl_kind="k1"),
+        _with(_CP, kl_coef=1.0, kl_kind="abs"),
+        *(case for case in FAR_EXAMPLES if policy.loss_options(case).kl_coef),  # every KL term far from the ref
+    )
+)
 def test_kl_term_gradient(case, spec):
     check_kl_term_gradient(case, spec)
 

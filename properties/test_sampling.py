@@ -41,6 +41,14 @@ QWEN_V = 151936
 SAMPLING_PEAK, DENSE_MASK_PEAK = "sampling_peak_over_logits", "dense_keep_mask_peak_over_logits"
 
 
+# min-p's regime: under a temperature other than 1 the kept set differs from min-p on the raw logits (vLLM
+# applies it after the temperature); killed mutant min_p_before_temperature.
+MIN_P_UNDER_TEMPERATURE = (
+    sampling_case(BASE.with_(temperature=0.5), kept="derived", form="derived", min_p=0.3),
+    sampling_case(BASE.with_(temperature=2.0), kept="derived", form="derived", min_p=0.05),
+)
+
+
 def _token_cases(**kwargs):
     return cases(cp_sizes=TOKEN_LEVEL, max_samples=3, max_length=16, max_vocab_local=48, **kwargs)
 
@@ -56,6 +64,8 @@ def _token_cases(**kwargs):
 @example(case=sampling_case(BASE.with_(temperature=0.7), kept="derived", form="derived", top_k=3, top_p=0.8))
 @example(case=sampling_case(BASE.with_(dtype="bfloat16"), kept="derived", form="derived", top_k=5, min_p=0.05))
 @example(case=sampling_case(BASE.with_(vocab=QWEN_V, tp=4, dtype="bfloat16"), kept="derived", form="derived", top_k=50))
+@example(case=MIN_P_UNDER_TEMPERATURE[0])
+@example(case=MIN_P_UNDER_TEMPERATURE[1])
 def test_sampling_parity(case, spec):
     check_sampling(case, spec)
 

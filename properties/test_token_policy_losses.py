@@ -10,6 +10,10 @@ is non-zero. The explicit examples cover every option, so each option's
 mutant is killed on any profile, and the padding (mask 0 past a row's
 response) is in every example with responses of different lengths.
 
+Each option is also pinned in its far regime (``FAR_EXAMPLES``,
+harness/cases/policy.py), where its clamp, saturation or truncation bound
+bites.
+
 Single-rank and in-process (no logits, so no TP or CP: the packed level,
 ``properties/test_policy_losses.py``, checks the layouts), and cheap:
 an eighth of the profile's examples (10 in ``ci``), as at packed level.
@@ -21,7 +25,14 @@ from hypothesis import strategies as st
 
 from harness.cases import policy
 from harness.cases.case import Case
-from harness.cases.policy_strategies import FLOAT32, HORIZON, NONZERO_KL_COEFS, loss_options, policy_cases
+from harness.cases.policy_strategies import (
+    FLOAT32,
+    HORIZON,
+    NONZERO_KL_COEFS,
+    far_examples,
+    loss_options,
+    policy_cases,
+)
 from harness.checks.token_policy import (
     check_token_entropy_term_gradient,
     check_token_kl_term_gradient,
@@ -60,6 +71,9 @@ OPTION_EXAMPLES = (
 )
 
 
+FAR_EXAMPLES = far_examples(_BASE, _BASE)
+
+
 def _examples(cases_):
     def decorate(fn):
         for case in reversed(cases_):
@@ -72,7 +86,7 @@ def _examples(cases_):
 @pytest.mark.tier("contract")
 @SOME
 @given(case=policy_cases(**SINGLE_RANK))
-@_examples(OPTION_EXAMPLES)
+@_examples(OPTION_EXAMPLES + FAR_EXAMPLES)
 def test_token_policy_option_parity(case, spec):
     check_token_policy_loss(case, spec)
 

@@ -150,7 +150,7 @@ def test_verdicts_round_trip(tmp_path):
 def test_expectations_parse_and_refuse_malformed_entries(tmp_path):
     good = tmp_path / "good.toml"
     good.write_text(f'[[known]]\nid = "{PARITY}"\nreason = "NaN at -inf"\nlink = "https://example.org/1"\n')
-    assert expectations.load(good)[PARITY].reason == "NaN at -inf"
+    assert expectations.load(good)[(PARITY, None)].reason == "NaN at -inf"
     for body, message in [
         (f'[[known]]\nid = "{PARITY}"\n', "lacks"),
         (f'[[known]]\nid = "{PARITY}"\nreason = "r"\nwhy = "x"\n', "unknown keys"),
@@ -165,7 +165,7 @@ def test_expectations_parse_and_refuse_malformed_entries(tmp_path):
 
 
 def test_update_keeps_written_reasons_and_marks_new_ones(tmp_path):
-    previous = {PARITY: expectations.Expectation(PARITY, "NaN at -inf", "https://example.org/1")}
+    previous = {(PARITY, None): expectations.Expectation(PARITY, "NaN at -inf", "https://example.org/1")}
     text = expectations.render(
         run(verdict(PARITY, FAIL, reason="grad wrong"), verdict(GATE, FAIL, reason="E: gate"), verdict(SPECIAL)),
         previous,
@@ -174,9 +174,9 @@ def test_update_keeps_written_reasons_and_marks_new_ones(tmp_path):
     path = tmp_path / "e.toml"
     path.write_text(text)
     loaded = expectations.load(path)
-    assert set(loaded) == {PARITY, GATE}
-    assert loaded[PARITY].reason == "NaN at -inf" and loaded[PARITY].link == "https://example.org/1"
-    assert loaded[GATE].reason == expectations.TO_EXPLAIN + "E: gate"
+    assert set(loaded) == {(PARITY, ""), (GATE, "")}  # written per output: "" is the check as a whole
+    assert loaded[(PARITY, "")].reason == "NaN at -inf" and loaded[(PARITY, "")].link == "https://example.org/1"
+    assert loaded[(GATE, "")].reason == expectations.TO_EXPLAIN + "E: gate"
 
 
 def test_update_from_a_partial_run_keeps_the_entries_it_did_not_run(tmp_path):
@@ -191,8 +191,8 @@ def test_update_from_a_partial_run_keeps_the_entries_it_did_not_run(tmp_path):
         expectations.render(run(verdict(GATE, FAIL, reason="E: gate")), previous, expectations.header_of(path))
     )
     loaded = expectations.load(path)
-    assert set(loaded) == {MEMORY, GATE}
-    assert loaded[MEMORY] == previous[MEMORY] and loaded[MEMORY].tier == "budget"
+    assert set(loaded) == {(MEMORY, None), (GATE, "")}
+    assert loaded[(MEMORY, None)] == previous[(MEMORY, None)] and loaded[(MEMORY, None)].tier == "budget"
     assert path.read_text().startswith("# Known failures of X at abc.\n# Second line.\n")
 
 
@@ -218,9 +218,9 @@ def test_single_mode_outcomes_and_exit_code():
         verdict(PACKED, UNSUPPORTED, reason="target 't' does not support ['packed']"),
     )
     known = {
-        PARITY: expectations.Expectation(PARITY, "NaN entropy"),
-        MEMORY: expectations.Expectation(MEMORY, "4x logits"),
-        "properties/gone.py::test_x": expectations.Expectation("properties/gone.py::test_x", "old"),
+        (PARITY, None): expectations.Expectation(PARITY, "NaN entropy"),
+        (MEMORY, None): expectations.Expectation(MEMORY, "4x logits"),
+        ("properties/gone.py::test_x", None): expectations.Expectation("properties/gone.py::test_x", "old"),
     }
     decision = single.classify(result, known)
     outcomes = {row.id: row.outcome for row in decision.rows}
@@ -229,13 +229,14 @@ def test_single_mode_outcomes_and_exit_code():
     assert decision.exit_code == 1 and [e.id for e in decision.blocking] == [GATE]
     assert any("gone.py" in note for note in decision.notes)
     # Only the hardening failure left: green by default (contract gated), red when hardening is gated.
-    decision = single.classify(result, {**known, GATE: expectations.Expectation(GATE, "inverted gate")})
+    decision = single.classify(result, {**known, (GATE, None): expectations.Expectation(GATE, "inverted gate")})
     assert decision.exit_code == 0
     assert single.classify(result, known, tiers=TIERS).exit_code == 1
     # FIXED is listed, and red only under --strict (MEMORY is budget: gate budget to see it).
-    decision = single.classify(result, {**known, GATE: known[PARITY], SPECIAL: known[PARITY]}, tiers=TIERS)
+    others = {(GATE, None): known[(PARITY, None)], (SPECIAL, None): known[(PARITY, None)]}
+    decision = single.classify(result, {**known, **others}, tiers=TIERS)
     assert decision.exit_code == 0 and [e.id for e in decision.fixed] == [MEMORY]
-    strict = single.classify(result, {**known, GATE: known[PARITY], SPECIAL: known[PARITY]}, tiers=TIERS, strict=True)
+    strict = single.classify(result, {**known, **others}, tiers=TIERS, strict=True)
     assert strict.exit_code == 1
 
 
@@ -343,7 +344,7 @@ POOL_DOWN = "harness.ranks.errors.PoolStartError: the rank pool of world size 4 
 def test_pool_start_failure_is_an_error_not_a_fail():
     """The machine's failure is ERROR: never red for the target, exit 3 (undecided) when gated."""
     result = run(verdict(GATE, ERROR, reason=POOL_DOWN), verdict(PARITY, FAIL, reason="NaN"))
-    decision = single.classify(result, {PARITY: expectations.Expectation(PARITY, "NaN entropy")})
+    decision = single.classify(result, {(PARITY, None): expectations.Expectation(PARITY, "NaN entropy")})
     assert {row.id: row.outcome for row in decision.rows} == {GATE: ERROR, PARITY: "KNOWN"}
     assert not decision.new_failures and [e.id for e in decision.errors] == [GATE]
     assert decision.exit_code == EXIT_UNDECIDED and "undecided" in decision.summary()

@@ -56,7 +56,7 @@ def test_known_and_budget_failures_are_folded_not_listed_first():
         Verdict("properties/test_memory_bounds.py::m", FAIL, BUDGET, reason="3x", kind=failure.MEMORY),
         Verdict("properties/q.py::t", PASS, CONTRACT),
     ]
-    decision = single.classify(run(*verdicts), {known_id: expectations.Expectation(known_id, "NaN at -inf")})
+    decision = single.classify(run(*verdicts), {(known_id, None): expectations.Expectation(known_id, "NaN at -inf")})
     text = decision.summary()
     assert "###" not in text and text.splitlines()[0].endswith("green, 0 blocking (gated tiers: contract)")
     assert "KNOWN, value" in text and "FAIL, memory" in text

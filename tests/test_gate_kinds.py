@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from harness.checks import failure
+from harness.checks import failure, signature
 from harness.gate import compare, expectations, retries, single
 from harness.gate.compare import Side
 from harness.gate.replays import Replayed
@@ -34,7 +34,7 @@ def known(id, kind="", **conditions) -> expectations.Expectation:
 
 def test_single_mode_a_known_failure_of_another_kind_is_its_own_outcome():
     result = run(failing(PARITY, "c1", HANG), failing(GATE, "c2", failure.GRAPH))
-    expected = {PARITY: known(PARITY, failure.VALUE), GATE: known(GATE, failure.GRAPH)}
+    expected = {(PARITY, None): known(PARITY, failure.VALUE), (GATE, None): known(GATE, failure.GRAPH)}
     decision = single.classify(result, expected)
     outcomes = {row.id: row.outcome for row in decision.rows}
     assert outcomes == {PARITY: "FAILS DIFFERENTLY", GATE: "KNOWN"}
@@ -42,7 +42,7 @@ def test_single_mode_a_known_failure_of_another_kind_is_its_own_outcome():
     assert decision.exit_code == 0  # listed, not red: the expectation file is stale, not the PR
     assert single.classify(result, expected, strict=True).exit_code == 1
     # An entry without a kind accepts any failure (files written before kinds existed).
-    assert single.classify(result, {PARITY: known(PARITY), GATE: known(GATE)}).changed == []
+    assert single.classify(result, {(PARITY, None): known(PARITY), (GATE, None): known(GATE)}).changed == []
 
 
 def _replay_answering(outcome, kind):
@@ -115,7 +115,7 @@ def test_expectation_kinds_are_validated_and_written_back(tmp_path):
     path.write_text(f'[[known]]\nid = "{PARITY}"\nreason = "x"\nversions = "<0.4"\nlink = "l"\n')
     previous = expectations.load(path)
     path.write_text(expectations.render(run(failing(PARITY, "c", failure.GRADIENT)), previous, "h"))
-    entry = expectations.load(path)[PARITY]
+    entry = expectations.load(path)[(PARITY, "")]  # rewritten per output: the check as a whole failed
     assert (entry.kind, entry.versions, entry.reason, entry.link) == (failure.GRADIENT, "<0.4", "x", "l")
     path.write_text(f'[[known]]\nid = "{PARITY}"\nreason = "x"\nversions = "not a range"\n')
     with pytest.raises(ValueError, match="PEP 440"):
@@ -123,13 +123,13 @@ def test_expectation_kinds_are_validated_and_written_back(tmp_path):
 
 
 def test_version_conditions_select_the_entries_of_a_release():
-    entries = {PARITY: known(PARITY, versions="<0.4"), GATE: known(GATE)}
+    entries = {(PARITY, None): known(PARITY, versions="<0.4"), (GATE, None): known(GATE)}
     kept, notes = expectations.applicable(entries, expectations.Revision(version="0.3.0"))
-    assert set(kept) == {PARITY, GATE} and not notes
+    assert set(kept) == {(PARITY, None), (GATE, None)} and not notes
     kept, _ = expectations.applicable(entries, expectations.Revision(version="0.4.1"))
-    assert set(kept) == {GATE}
+    assert set(kept) == {(GATE, None)}
     kept, notes = expectations.applicable(entries, expectations.Revision())
-    assert set(kept) == {PARITY, GATE} and "not evaluated" in notes[0]
+    assert set(kept) == {(PARITY, None), (GATE, None)} and "not evaluated" in notes[0]
 
 
 def test_commit_conditions_select_the_entries_of_a_checkout(tmp_path):
@@ -141,10 +141,10 @@ def test_commit_conditions_select_the_entries_of_a_checkout(tmp_path):
     first = git("rev-parse", "HEAD").strip()
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "fix")
     fix = git("rev-parse", "HEAD").strip()
-    entries = {PARITY: known(PARITY, before=fix)}
+    entries = {(PARITY, None): known(PARITY, before=fix)}
     assert expectations.applicable(entries, expectations.Revision(checkout=str(tmp_path)))[0] == {}
     git("checkout", "-q", first)
-    assert set(expectations.applicable(entries, expectations.Revision(checkout=str(tmp_path)))[0]) == {PARITY}
+    assert set(expectations.applicable(entries, expectations.Revision(checkout=str(tmp_path)))[0]) == {(PARITY, None)}
 
 
 def test_shipped_expectations_carry_the_failure_kind_of_every_entry():
@@ -154,4 +154,36 @@ def test_shipped_expectations_carry_the_failure_kind_of_every_entry():
         for entry in expectations.load(path).values():
             assert entry.kind in failure.FAILURE_KINDS, f"{path}: {entry.id} lacks its failure kind"
     passing = run(Verdict(PARITY, PASS, CONTRACT))
-    assert single.classify(passing, {PARITY: known(PARITY, failure.VALUE)}).fixed
+    assert single.classify(passing, {(PARITY, None): known(PARITY, failure.VALUE)}).fixed
+
+
+# ---- failure signatures (harness/checks/signature.py) ---------------------------------------------------
+
+
+def test_a_signature_masks_numbers_paths_and_addresses_but_keeps_the_words():
+    one = signature.message_class("RankError: job x on rank(s) [1]: RuntimeError: got 5, expected 6 at /tmp/a/b.py")
+    two = signature.message_class("RankError: job x on rank(s) [0]: RuntimeError: got 4, expected 6 at /tmp/c/d.py")
+    other = signature.message_class("RankError: job x on rank(s) [1]: RuntimeError: modified by an inplace operation")
+    assert one == two != other and "RankError" not in one
+
+
+def test_magnitude_classes_follow_the_error_against_the_reference():
+    assert signature.magnitude_class({"max_error": float("inf"), "reference": 3.0}) == "non-finite"
+    assert signature.magnitude_class({"max_error": 1.0, "reference": 3.0, "bound": 1e-6}) == "large"
+    assert signature.magnitude_class({"max_error": 1e-3, "reference": 3.0, "bound": 1e-6}) == "small"
+    assert signature.magnitude_class({}) == ""  # an exception, a flag: nothing measured
+
+
+def test_signatures_match_unless_a_field_differs_or_the_failure_grew():
+    base = {"kind": "value", "exception": "CheckFailure", "message": "m", "magnitude": "large", "needs": ["tp"]}
+    assert signature.matches(base, dict(base))
+    assert signature.matches({"kind": "value"}, base)  # an expectation leaving fields out accepts them
+    assert not signature.matches(base, {**base, "exception": "RankError"})
+    assert not signature.matches(base, {**base, "magnitude": "non-finite"})  # worse
+    assert signature.matches(base, {**base, "magnitude": "small"})  # the same defect, smaller: narrowed
+    assert not signature.matches(base, {**base, "needs": [], "independent": ["tp"]})  # fails without tp now: wider
+    narrower = {**base, "needs": ["tp", "dtype"]}
+    assert signature.matches({**base, "independent": ["dtype"]}, narrower)  # fp32 fixed, bf16 left: a partial fix
+    assert signature.matches(base, {**base, "needs": []})  # undetermined on one side contradicts nothing
+    assert "magnitude small -> large" in signature.differences({**base, "magnitude": "small"}, base)
+    assert "now needs dtype" in signature.differences({**base, "independent": ["dtype"]}, narrower)

@@ -1,11 +1,15 @@
 """Self-tests of the tolerance policy: it passes honest results and catches real errors."""
 
+import ast
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
-from harness.checks.tolerance import assert_identical, compare
+from harness.checks import failure, judge
+from harness.checks.failure import CheckFailure
+from harness.checks.tolerance import PrecisionOnly, assert_identical, compare
 
 
 def test_error_within_naive_error_passes_and_beyond_fails():
@@ -63,3 +67,39 @@ def test_hidden_logit_rounding_bounds_the_error_of_rounding_the_logits_once(dtyp
         entropy = lambda lp: -(lp.exp() * lp).sum(-1)  # noqa: E731
         assert float((entropy(lp_rounded) - entropy(lp_exact)).abs().max()) <= bound_h
     assert hidden_logit_rounding(hidden.float(), weight.float(), 1.0) == (0.0, 0.0)
+
+
+# ---- one judge for every entry point (harness/checks/judge.py) -----------------------------------------
+
+CHECKS_DIR = Path(__file__).resolve().parents[1] / "harness" / "checks"
+JUDGED_ONLY_THROUGH_THE_JUDGE = ("assert_close", "compare", "assert_identical")
+
+
+def test_every_check_compares_through_the_one_judge():
+    """No check module calls the tolerance helpers itself: a new entry point cannot leave the working-dtype
+    classification out (the sampling and token-level policy checks once did)."""
+    offenders = []
+    for path in sorted(CHECKS_DIR.glob("*.py")):
+        if path.name in ("tolerance.py", "judge.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "harness.checks.tolerance":
+                offenders += [f"{path.name}: {a.name}" for a in node.names if a.name in JUDGED_ONLY_THROUGH_THE_JUDGE]
+            if isinstance(node, ast.Attribute) and node.attr in JUDGED_ONLY_THROUGH_THE_JUDGE:
+                if isinstance(node.value, ast.Name) and node.value.id == "tolerance":
+                    offenders.append(f"{path.name}: tolerance.{node.attr}")
+    assert not offenders, offenders
+
+
+def test_the_judges_classify_rounding_in_the_working_dtype():
+    ref = torch.full((4,), -9.0, dtype=torch.float64)
+    rounded = ref + 0.05  # within two bf16 units at magnitude 9, far over an fp32 bound
+    with pytest.raises(PrecisionOnly):
+        judge.value(rounded, ref, ref, what="x", scale=1.0, working_dtype=torch.bfloat16)
+    with pytest.raises(CheckFailure) as info:
+        judge.value(rounded, ref, ref, what="x", scale=1.0, working_dtype=torch.float32)
+    assert not isinstance(info.value, PrecisionOnly) and failure.facts_of(info.value).kind == failure.VALUE
+    with pytest.raises(CheckFailure) as info:
+        judge.gradient(rounded, ref, ref, what="g", scale=1.0, working_dtype=torch.float32)
+    assert failure.facts_of(info.value).kind == failure.GRADIENT
+    assert failure.facts_of(info.value).figures["reference"] == 9.0  # the yardstick of the magnitude class

@@ -31,6 +31,20 @@ log-probs are float32 values (what the target receives); the reference reads
 ``old`` as float32 too (``as_sent``), so the rollout weights, a function of
 inputs only, are compared on identical values and need only a margin for
 float32 summation (``ROLLOUT_MARGIN``).
+
+Regimes (``case.extra["regime"]``, ``with_regime``): each option's formula
+differs from its neighbours' only in part of its input space, so the inputs
+are drawn in two regimes per quantity. ``near`` (the default, and every Case
+from before regimes) keeps ratios near 1 (log-ratios within +-0.4), the
+reference policy near the current one (+-0.4) and rollout log-weights within
++-1; ``far`` puts them where the options' clamps, saturations and truncation
+bounds bite: log-ratios up to +-``FAR_RATIO`` (ratios from 0.05 to 20, far
+outside the clip band and beyond the dual clip), the reference up to
++-``FAR_REFERENCE`` nats away (``low_var_kl`` saturates at 10 below
+``-LOW_VAR_KL_KINK``, k3's ``exp(-d)`` reaches ``e^6``) and rollout
+log-weights up to +-``FAR_ROLLOUT`` per token (weights far outside the cap
+and the floor, also at the sequence level). The kinks a far regime reaches
+(``low_var_kl``'s saturation) keep the same margin as the clip boundaries.
 """
 
 from __future__ import annotations
@@ -68,6 +82,12 @@ def boundary_margin(case: Case, logits: torch.Tensor, oracle: list[torch.Tensor]
 
 
 DUAL_CLIP_C = 1.4  # inside the drawn ratio range (log-ratios up to 0.4): the dual clip bites on some tokens
+REGIMES = ("near", "far")
+REGIME_QUANTITIES = ("ratio", "reference", "rollout")
+FAR_RATIO = 3.0
+FAR_REFERENCE = 6.0
+FAR_ROLLOUT = 5.0
+LOW_VAR_KL_KINK = 2.6108686381498756  # exp(x) - x - 1 = 10: low_var_kl's saturation at x = -(logp - ref)
 ROLLOUT_MARGIN = 1e-3  # log-weights of float32 inputs summed over <= 64 tokens in float32 err < 1e-5
 _STREAM_SAMPLE_SHIFT, _STREAM_REF, _STREAM_ROLLOUT = 300, 301, 302  # harness.cases.case streams: under 300
 OPTION_FIELDS = (
@@ -92,6 +112,28 @@ def option_values(case: Case) -> dict:
     if unknown:
         raise ValueError(f"case.extra['policy'] has unknown option(s) {unknown}; choose from {OPTION_FIELDS}")
     return values
+
+
+def regime(case: Case, quantity: str) -> str:
+    """``near`` or ``far`` (see the module docstring) for ``quantity`` in ``REGIME_QUANTITIES``."""
+    given = dict(case.extra.get("regime") or {})
+    unknown = sorted(set(given) - set(REGIME_QUANTITIES))
+    if unknown or any(value not in REGIMES for value in given.values()):
+        raise ValueError(f"case.extra['regime'] = {given}: quantities {REGIME_QUANTITIES}, each one of {REGIMES}")
+    return given.get(quantity, "near")
+
+
+def with_regime(case: Case, **regimes) -> Case:
+    """``case`` with the inputs of ``quantity=regime`` pairs drawn in that regime (validated)."""
+    changed = case.with_(extra={**case.extra, "regime": {**(case.extra.get("regime") or {}), **regimes}})
+    for quantity in REGIME_QUANTITIES:
+        regime(changed, quantity)
+    return changed
+
+
+def _spread(case: Case, quantity: str, near: float, far: float) -> float:
+    """How far the drawn offsets of ``quantity`` reach (the half-width of their uniform draw)."""
+    return far if regime(case, quantity) == "far" else near
 
 
 def with_options(case: Case, **values) -> Case:
@@ -160,7 +202,7 @@ def old_log_probs(case: Case) -> list[torch.Tensor]:
         oracle = per_sample_log_probs(case, logits.double(), token.log_probs)
         margin = boundary_margin(case, logits, oracle)
         boundaries = _clip_boundaries(opts)
-        offsets = case.old_log_prob_offsets()
+        offsets = [o * _spread(case, "ratio", 1.0, FAR_RATIO / 0.4) for o in case.old_log_prob_offsets()]
         if opts.kind != "gspo":
             log_ratios = [
                 -offset if opts.kind == "cispo" else _away_from_boundaries(-offset, margin, boundaries)
@@ -168,7 +210,11 @@ def old_log_probs(case: Case) -> list[torch.Tensor]:
             ]
             return [lp - log_ratio for lp, log_ratio in zip(oracle, log_ratios, strict=True)]
         g = case.generator(_STREAM_SAMPLE_SHIFT)
-        shifts = (torch.rand(len(offsets), generator=g, dtype=torch.float64) - 0.5) * 0.8
+        shifts = (
+            (torch.rand(len(offsets), generator=g, dtype=torch.float64) - 0.5)
+            * 2
+            * _spread(case, "ratio", 0.4, FAR_RATIO)
+        )
         masks = case.loss_masks()
         return [
             lp - _shift_sample_mean(-offset + shift, mask.double(), boundaries, margin)
@@ -176,23 +222,36 @@ def old_log_probs(case: Case) -> list[torch.Tensor]:
         ]
 
 
-def ref_log_probs(case: Case) -> list[torch.Tensor]:
-    """Reference-policy log-probs (float32 values): oracle log-probs minus offsets in +-0.4.
+def _kinks(kind: str) -> tuple:
+    """Where an estimator's gradient jumps, in ``d = logp - ref``: ``abs`` at 0, ``low_var_kl``'s saturation."""
+    if kind.startswith("abs"):
+        return (0.0,)
+    if kind.startswith("low_var_kl"):
+        return (-LOW_VAR_KL_KINK,)
+    return ()
 
-    ``abs`` KL has a kink at ``logp == ref``: there the offsets keep the
-    clip-boundary margin from 0, like the clip boundaries.
+
+def ref_log_probs(case: Case) -> list[torch.Tensor]:
+    """Reference-policy log-probs (float32 values): oracle log-probs minus offsets in +-0.4 (``far``:
+    +-``FAR_REFERENCE``).
+
+    Where an estimator has a kink (``abs`` at ``logp == ref``, ``low_var_kl``'s
+    saturation) the offsets keep the clip-boundary margin from it, like the
+    clip boundaries.
     """
     opts = loss_options(case)
     with torch.no_grad():
         logits = case.global_logits()
         oracle = per_sample_log_probs(case, logits.double(), token.log_probs)
-        margin = boundary_margin(case, logits, oracle) if opts.kl_kind.startswith("abs") else 0.0
+        kinks = _kinks(opts.kl_kind)
+        margin = boundary_margin(case, logits, oracle) if kinks else 0.0
+        spread = _spread(case, "reference", 0.4, FAR_REFERENCE)
         g = case.generator(_STREAM_REF)
         out = []
         for lp in oracle:
-            offset = (torch.rand(lp.shape[0], generator=g, dtype=torch.float64) - 0.5) * 0.8
+            offset = (torch.rand(lp.shape[0], generator=g, dtype=torch.float64) - 0.5) * 2 * spread
             if margin and margin < MAX_MARGIN:
-                offset = _away_from(offset, (0.0,), margin)
+                offset = _away_from(offset, kinks, margin)
             out.append((lp - offset).float().double())
         return out
 
@@ -221,9 +280,10 @@ def rollout_log_probs(case: Case) -> list[torch.Tensor]:
     old = as_sent(old_log_probs(case))
     g = case.generator(_STREAM_ROLLOUT)
     out = []
+    spread = _spread(case, "rollout", 1.0, FAR_ROLLOUT)
     for o, mask in zip(old, case.loss_masks(), strict=True):
         mask = mask.double()
-        log_w = (torch.rand(o.shape[0], generator=g, dtype=torch.float64) - 0.5) * 2.0
+        log_w = (torch.rand(o.shape[0], generator=g, dtype=torch.float64) - 0.5) * 2.0 * spread
         count = float(mask.sum())
         if opts.rollout_level == "token":
             log_w = _away_from(log_w, boundaries, ROLLOUT_MARGIN)

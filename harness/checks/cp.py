@@ -15,9 +15,10 @@ from harness.checks.parity import (
     replayable,
     require,
     required_capabilities,
+    run_ranks,
 )
+from harness.checks.subtests import GRAPH_FLAGS, subtest
 from harness.jobs.logits import packed_job, policy_job
-from harness.ranks.run import assert_collectives_consistent, run_job
 
 
 @replayable
@@ -29,21 +30,21 @@ def check_cp_requires_grad(case: Case, spec: str = "impl") -> None:
     """
     require(spec, required_capabilities(case, "policy_loss"))
     # Forward only: the flags are the bug; the backward hang they cause is test_dsa_hang's.
-    results = run_job(policy_job, case, spec, compare_traces=False, backward=False)
+    results = run_ranks(policy_job, case, spec, backward=False)
     flags = {rank: (r["log_probs_requires_grad"], r["entropy_requires_grad"]) for rank, r in enumerate(results)}
-    ensure(len({repr(f) for f in flags.values()}) == 1, GRAPH, f"requires_grad differs across ranks: {flags}")
+    with subtest(GRAPH_FLAGS):
+        ensure(len({repr(f) for f in flags.values()}) == 1, GRAPH, f"requires_grad differs across ranks: {flags}")
     assert_entropy_gate(case, results, spec)
-    assert_collectives_consistent(case, results)
 
 
 @replayable
 def check_cp_collectives(case: Case, spec: str = "impl") -> None:
     """Bug 5: forward AND backward issue the same collectives on every rank of each group.
 
-    ``run_job`` compares the traces; the deadline policy (harness/ranks/deadline.py,
-    the same for every check) turns a real hang into a failure naming the
-    stuck rank and its last collective within seconds.
+    ``run_ranks`` judges the traces (output ``collectives``); the deadline policy
+    (harness/ranks/deadline.py, the same for every check) turns a real hang into
+    a failure naming the stuck rank and its last collective within seconds.
     """
     require(spec, required_capabilities(case, "policy_loss"))
-    run_job(policy_job, case, spec)
-    run_job(packed_job, case, spec, entropy_grad=entropy_gate(case))
+    run_ranks(policy_job, case, spec)
+    run_ranks(packed_job, case, spec, entropy_grad=entropy_gate(case))

@@ -7,15 +7,20 @@ Case by hand with one condition removed at a time answers that; this module
 does it for every failing check (the domain form of Hypothesis' generic
 ``explain`` phase). Each *ablation* removes one condition the Case has
 (entropy gradient off, ``tp -> 1``, ``cp -> 1``, dtype -> float32, chunking
-off, temperature 1, special values removed, one sample) and replays the same
-check on the same target:
+off, temperature 1, special values removed, one sample; and each loss option
+a policy Case carries: its kind, the dual clip, the KL term and its ratio
+weighting, the rollout correction, the aggregation; and a sampling Case's
+kept-set form and each of top-k, top-p, min-p) and replays the same check on
+the same target. Each failing OUTPUT of the check (``harness.checks.subtests``)
+is judged on its own, so the diagnosis says which outputs are wrong (a value
+or a gradient) and what each needs:
 
-* the ablated Case passes: the failure **needs** that condition;
-* it fails the same way (exception type and raising line): the failure is
-  **independent of** it;
+* the output passes on the ablated Case: it **needs** that condition;
+* it fails the same way (the same kind and exception type; for a failure of
+  the check as a whole, the same raising line): it is **independent of** it;
 * anything else (another exception type, a hang, a capability the target
-  lacks, a Case the condition cannot be removed from) leaves it
-  **undetermined**, with the reason.
+  lacks, the check failing before it judged the output, a Case the condition
+  cannot be removed from) leaves it **undetermined**, with the reason.
 
 Then every independent condition is removed at once and the result replayed:
 if it still fails, the conditions named as needed are together sufficient,
@@ -28,8 +33,9 @@ once ``LPH_ABLATION_BUDGET_S`` (default 20 s) is spent on one failure.
 the verdict matters). Inside Hypothesis only the final, reported example is
 ablated, never the examples met while shrinking.
 
-The result is data (``Diagnosis.as_dict``): the check wrapper
-(``harness.checks.parity.replayable``) puts it on the exception as
+The result is data (``Diagnosis.as_dict``; ``outputs`` holds each failing
+output's conditions, the top-level lists are the raised output's): the check wrapper
+(``harness.checks.running.replayable``) puts it on the exception as
 ``exc.diagnosis`` and in the running test's record, with the warnings the
 ranks raised (``attach``); a one-line summary is also added as a note, for a
 reader of the raw traceback.
@@ -47,9 +53,10 @@ from dataclasses import asdict, dataclass, field
 from hypothesis.control import current_build_context, currently_in_test_context
 from hypothesis.errors import HypothesisException
 
+from harness.cases import policy, sampling
 from harness.cases.case import Case
 from harness.checks import failure as failure_facts
-from harness.checks import record, tolerance
+from harness.checks import record, subtests, tolerance
 from harness.ranks import hang_memo
 from harness.ranks.errors import PoolStartError, RankHang
 from harness.targets import Unsupported
@@ -122,36 +129,146 @@ ABLATIONS = (
 )
 
 
+def _option_ablation(name: str, default) -> Ablation:
+    """A policy Case's loss option back at its default (``harness.cases.policy``)."""
+
+    def remove(case: Case) -> Case | None:
+        values = policy.option_values(case) if "policy" in case.extra else {}
+        if values.get(name, default) == default:
+            return None
+        return policy.with_options(case, **{name: default})
+
+    return Ablation(name, lambda c, _: f"{name}={policy.option_values(c).get(name)!r}", remove)
+
+
+_OTHER_FORM = {"csr": "dense", "dense": "csr", "derived": "csr"}
+
+
+def _sampling_spec(case: Case) -> dict | None:
+    return sampling.spec(case) if "sampling" in case.extra else None
+
+
+def _form_ablation() -> Ablation:
+    """A sampling Case's kept set handed in another form (derived -> the same K as CSR)."""
+
+    def remove(case: Case) -> Case | None:
+        given = _sampling_spec(case)
+        return None if given is None else sampling.sampling_case(case, **{**given, "form": _OTHER_FORM[given["form"]]})
+
+    return Ablation("kept-set form", lambda c, _: f"kept-set form {_sampling_spec(c)['form']}", remove)
+
+
+def _filter_ablation(name: str) -> Ablation:
+    """A derived kept set without one of its filters (top-k, top-p, min-p)."""
+
+    def remove(case: Case) -> Case | None:
+        given = _sampling_spec(case)
+        if given is None or given[name] is None:
+            return None
+        return sampling.sampling_case(case, **{**given, name: None})
+
+    return Ablation(name, lambda c, _: f"{name}={_sampling_spec(c)[name]!r}", remove)
+
+
+OPTION_ABLATIONS = (
+    _option_ablation("kind", "ppo"),
+    _option_ablation("dual_clip_c", None),
+    _option_ablation("kl_coef", 0.0),
+    _option_ablation("kl_ratio_weighted", False),
+    _option_ablation("rollout_correction", None),
+    _option_ablation("aggregation", "sum-of-sample-mean"),
+    _form_ablation(),
+    _filter_ablation("top_k"),
+    _filter_ablation("top_p"),
+    _filter_ablation("min_p"),
+)
+ALL_ABLATIONS = ABLATIONS + OPTION_ABLATIONS
+
+
 @dataclass
 class Trial:
     dimension: str
     condition: str
-    verdict: str  # NEEDS / INDEPENDENT / UNDETERMINED
+    verdict: str  # NEEDS / INDEPENDENT / UNDETERMINED, for the raised output
     detail: str  # "passes", "fails (AssertionError)", "fails differently (RankError)", "unsupported", ...
     case: str  # the ablated Case's JSON ("" when none could be built)
     seconds: float
+    outputs: dict = field(default_factory=dict)  # failing output -> [verdict, detail]
 
 
 @dataclass
-class Diagnosis:
-    check: str
+class Conditions:
+    """What one failing output needs, by condition (for people) and by dimension (for signatures)."""
+
     needs: list[str] = field(default_factory=list)
+    needs_dimensions: list[str] = field(default_factory=list)
     independent_of: list[str] = field(default_factory=list)
     undetermined: list[str] = field(default_factory=list)
-    minimal_case: str | None = None  # every independent condition removed, and it still fails
-    skipped: str = ""  # why nothing was ablated
-    seconds: float = 0.0
-    trials: list[Trial] = field(default_factory=list)
+
+    def add(self, verdict: str, dimension: str, condition: str, detail: str) -> None:
+        if verdict == NEEDS:
+            self.needs.append(condition)
+            self.needs_dimensions.append(dimension)
+        elif verdict == INDEPENDENT:
+            self.independent_of.append(dimension)
+        else:
+            self.undetermined.append(f"{condition} ({detail})")
 
     def summary(self) -> str:
-        if self.skipped:
-            return f"not ablated: {self.skipped}"
         parts = [f"needs: {', '.join(self.needs) if self.needs else 'none of the conditions tried'}"]
         if self.independent_of:
             parts.append(f"independent of: {', '.join(self.independent_of)}")
         if self.undetermined:
             parts.append(f"undetermined: {', '.join(self.undetermined)}")
         return "; ".join(parts)
+
+
+VALUE_OUTPUTS = frozenset({subtests.LOG_PROBS, subtests.ENTROPY, subtests.LOSS, subtests.LOSS_OF_OWN_LOG_PROBS})
+
+
+def wrong_outputs(outcomes: dict) -> str:
+    """Which kind of output is wrong, from a check run's per-output outcomes: ``values (log_probs); gradients
+    right (grad(logits))``, ``gradients (grad(logits)); values right (log_probs, entropy)``; empty if unknown."""
+    failing = [o for o, entry in outcomes.items() if entry.get("outcome") == subtests.FAIL and o]
+    passing = [o for o, entry in outcomes.items() if entry.get("outcome") == subtests.PASS]
+    if not failing:
+        return ""
+
+    def group(names):
+        values = [n for n in names if n in VALUE_OUTPUTS]
+        grads = [n for n in names if n.startswith("grad(")]
+        other = [n for n in names if n not in values and n not in grads]
+        return {"values": values, "gradients": grads, "other": other}
+
+    wrong, right = group(failing), group(passing)
+    parts = [f"{name} ({', '.join(wrong[name])})" for name in ("values", "gradients", "other") if wrong[name]]
+    line = f"wrong: {', '.join(parts)}"
+    kept = [f"{name} ({', '.join(right[name])})" for name in ("values", "gradients") if right[name] and not wrong[name]]
+    return line + (f"; right: {', '.join(kept)}" if kept else "")
+
+
+@dataclass
+class Diagnosis:
+    check: str
+    needs: list[str] = field(default_factory=list)  # of the raised output (the first failing one)
+    independent_of: list[str] = field(default_factory=list)
+    undetermined: list[str] = field(default_factory=list)
+    minimal_case: str | None = None  # every condition the raised output is independent of removed, still failing
+    skipped: str = ""  # why nothing was ablated
+    seconds: float = 0.0
+    trials: list[Trial] = field(default_factory=list)
+    outputs: dict = field(default_factory=dict)  # failing output -> Conditions
+    wrong: str = ""  # which outputs are wrong and which are right (``wrong_outputs``)
+
+    def summary(self) -> str:
+        if self.skipped:
+            return f"not ablated: {self.skipped}"
+        distinct = {conditions.summary() for conditions in self.outputs.values()}
+        if len(distinct) <= 1:
+            head = Conditions(self.needs, [], self.independent_of, self.undetermined).summary()
+        else:
+            head = "; ".join(f"{subtests.label(o)} {c.summary()}" for o, c in self.outputs.items())
+        return f"{head}; {self.wrong}" if self.wrong else head
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -179,20 +296,22 @@ def should_ablate() -> bool:
     return not currently_in_test_context() or current_build_context().is_final
 
 
-def _isolated(check: Callable, case: Case, spec: str) -> BaseException | None:
-    """Run ``check`` on ``case`` with a scratch test record and hang memo; the exception, or None if it passed."""
+def _isolated(check: Callable, case: Case, spec: str) -> tuple[BaseException | None, set]:
+    """Run ``check`` on ``case`` with a scratch test record and hang memo: (the exception or None, the outputs
+    it judged and passed)."""
 
-    def run() -> BaseException | None:
+    def run() -> tuple[BaseException | None, set]:
         _ABLATING.set(True)
-        record.use(record.TestRecord())  # a trial's rejections and figures are not the test's
+        scratch = record.TestRecord()
+        record.use(scratch)  # a trial's rejections, figures and passes are not the test's
         hang_memo.use(hang_memo.HangMemo())  # nor its hangs: the test's memo must not reject later examples
         try:
             check(case, spec)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # pytest's skip is a BaseException: an UNSUPPORTED trial
-            return exc
-        return None
+            return exc, set(scratch.passed_outputs)
+        return None, set(scratch.passed_outputs)
 
     return contextvars.copy_context().run(run)
 
@@ -203,22 +322,50 @@ def _skip_types() -> tuple:
     return (pytest.skip.Exception,) if pytest is not None else ()
 
 
-def _judge(failure: BaseException, outcome: BaseException | None) -> tuple[str, str]:
+def _failing(exc: BaseException) -> dict:
+    """output -> (kind, exception type name) of every failing output of one check run."""
+    found = failure_facts.facts_of(exc).subtests
+    return {
+        output: (entry.get("kind", ""), entry.get("headline", "").partition(":")[0])
+        for output, entry in found.items()
+        if entry.get("outcome") == subtests.FAIL
+    }
+
+
+def _judge(failure: BaseException, trial: tuple, output: str) -> tuple[str, str]:
+    """One failing output of ``failure`` on an ablated Case: needed, independent or undetermined."""
+    outcome, passed = trial
     if outcome is None:
-        return NEEDS, "passes"
+        if output == subtests.CHECK or output in passed:
+            return NEEDS, "passes"
+        return UNDETERMINED, "not judged without it"
     name = type(outcome).__name__
     if isinstance(outcome, (HypothesisException, Unsupported, *_skip_types())):
         return UNDETERMINED, "unsupported by the target"
     if isinstance(outcome, RankHang):
         return UNDETERMINED, f"hangs ({name})"
-    if _origin(outcome) == _origin(failure):
-        return INDEPENDENT, f"fails ({name})"
-    file, line = _origin(outcome)[2:]
-    return UNDETERMINED, f"fails differently ({name} at {os.path.basename(file)}:{line})"
+    now, before = _failing(outcome), _failing(failure)
+    if output == subtests.CHECK:
+        if subtests.CHECK not in now:
+            return NEEDS, "returns"
+        if _origin(outcome) == _origin(failure):
+            return INDEPENDENT, f"fails ({name})"
+        file, line = _origin(outcome)[2:]
+        return UNDETERMINED, f"fails differently ({name} at {os.path.basename(file)}:{line})"
+    if output in now:
+        if now[output] == before[output]:
+            return INDEPENDENT, f"fails ({now[output][1] or name})"
+        return UNDETERMINED, f"fails differently ({now[output][0]}, {now[output][1]})"
+    if output in passed:
+        return NEEDS, "passes"
+    if subtests.CHECK in now:
+        return UNDETERMINED, f"the check fails before judging it ({name})"
+    return UNDETERMINED, "not judged without it"
 
 
 def _origin(exc: BaseException) -> tuple:
-    """What makes two failures the same one: type, failure kind, and the check's line that raised it.
+    """What makes two failures of the check as a whole the same one: type, failure kind, and the check's line that
+    raised it.
 
     A check whose precondition fails on the ablated Case (``assert case.tp > 1``)
     raises the same type as its real failure, from another line. The line is the
@@ -237,8 +384,14 @@ def _origin(exc: BaseException) -> tuple:
     return (type(exc), kind, own[-1].tb_frame.f_code.co_filename, own[-1].tb_lineno)
 
 
+def _raised_output(failure: BaseException) -> str:
+    """The output the raised exception is about (the first failing one), or the check as a whole."""
+    failing, output = _failing(failure), failure_facts.facts_of(failure).output
+    return output if output in failing else next(iter(failing), subtests.CHECK)
+
+
 def diagnose(check: Callable, case: Case, spec: str, failure: BaseException, name: str = "") -> Diagnosis:
-    """Ablate ``case``'s conditions one at a time under ``check`` (which failed with ``failure``)."""
+    """Ablate ``case``'s conditions one at a time under ``check`` (which failed with ``failure``), per output."""
     name = name or getattr(check, "__name__", repr(check))
     result = Diagnosis(check=name)
     if isinstance(failure, RankHang):
@@ -247,41 +400,59 @@ def diagnose(check: Callable, case: Case, spec: str, failure: BaseException, nam
     if isinstance(failure, PoolStartError):
         result.skipped = "the rank pool did not start: no verdict on the target to ablate"
         return result
+    outputs = list(_failing(failure)) or [subtests.CHECK]
+    raised = _raised_output(failure)
+    conditions = {output: Conditions() for output in outputs}
     started, limit = time.monotonic(), budget_s()
     independent: list[Ablation] = []
-    for ablation in ABLATIONS:
-        condition = ablation.condition(case, name)
+    for ablation in ALL_ABLATIONS:
         try:
             variant = ablation.remove(case)
         except ValueError as exc:  # the Case cannot exist without this condition
-            result.undetermined.append(f"{condition} (cannot be removed: {exc})")
+            for each in conditions.values():
+                each.add(UNDETERMINED, ablation.dimension, ablation.dimension, f"cannot be removed: {exc}")
             continue
         if variant is None:
             continue
+        condition = ablation.condition(case, name)
         if time.monotonic() - started >= limit:
-            result.undetermined.append(f"{condition} (time budget of {limit:g} s spent)")
+            for each in conditions.values():
+                each.add(UNDETERMINED, ablation.dimension, condition, f"time budget of {limit:g} s spent")
             continue
         t0 = time.monotonic()
-        verdict, detail = _judge(failure, _isolated(check, variant, spec))
+        trial = _isolated(check, variant, spec)
+        judged = {output: _judge(failure, trial, output) for output in outputs}
+        for output, (verdict, detail) in judged.items():
+            conditions[output].add(verdict, ablation.dimension, condition, detail)
+        verdict, detail = judged[raised]
         result.trials.append(
-            Trial(ablation.dimension, condition, verdict, detail, variant.to_json(), time.monotonic() - t0)
+            Trial(
+                ablation.dimension,
+                condition,
+                verdict,
+                detail,
+                variant.to_json(),
+                time.monotonic() - t0,
+                {o: list(v) for o, v in judged.items()},
+            )
         )
-        if verdict == NEEDS:
-            result.needs.append(condition)
-        elif verdict == INDEPENDENT:
-            result.independent_of.append(ablation.dimension)
+        if verdict == INDEPENDENT:
             independent.append(ablation)
-        else:
-            result.undetermined.append(f"{condition} ({detail})")
+    mine = conditions[raised]
+    result.needs, result.independent_of, result.undetermined = mine.needs, mine.independent_of, mine.undetermined
+    result.outputs = conditions
+    result.wrong = wrong_outputs(failure_facts.given_subtests(failure))
     if len(independent) > 1 and time.monotonic() - started < limit:
-        result.minimal_case = _confirm(check, case, spec, failure, independent)
+        result.minimal_case = _confirm(check, case, spec, failure, independent, raised)
     elif len(independent) == 1:
         result.minimal_case = next(t.case for t in result.trials if t.verdict == INDEPENDENT)
     result.seconds = time.monotonic() - started
     return result
 
 
-def _confirm(check: Callable, case: Case, spec: str, failure: BaseException, independent: list) -> str | None:
+def _confirm(
+    check: Callable, case: Case, spec: str, failure: BaseException, independent: list, output: str
+) -> str | None:
     """Every independent condition removed at once: the Case's JSON if it still fails the same way."""
     smaller = case
     try:
@@ -289,7 +460,7 @@ def _confirm(check: Callable, case: Case, spec: str, failure: BaseException, ind
             smaller = ablation.remove(smaller) or smaller
     except ValueError:
         return None
-    verdict, _ = _judge(failure, _isolated(check, smaller, spec))
+    verdict, _ = _judge(failure, _isolated(check, smaller, spec), output)
     return smaller.to_json() if verdict == INDEPENDENT else None
 
 

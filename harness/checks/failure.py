@@ -13,16 +13,21 @@ check can fail sets its facts on the exception it raises:
   attribute ``failure_kind`` (``hang``, ``error``, ``pool_start``) and, for a
   hang, whether a rank finished without joining its peers' collective;
 * ``mark(exc, ...)`` adds the Case, the check and its replay command
-  (``harness.checks.parity.replayable``) to whatever was raised.
+  (``harness.checks.parity.replayable``) to whatever was raised, and the
+  outcome of every output the check judged (``subtests``,
+  ``harness/checks/subtests.py``).
 
 ``facts_of(exc)`` reads them back (the pytest plugin writes them into
-``verdicts.json``; the replay command's child does the same). Messages stay
+``verdicts.json``; the replay command's child does the same), each failing
+output with its signature (``harness/checks/signature.py``). Messages stay
 as readable as before; nothing downstream parses them.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+
+from harness.checks import signature
 
 # The kinds of failure (an expectation's ``kind``; docs/gate.md, "Expectations").
 VALUE = "value"  # a forward output (log-prob, entropy, loss) outside the tolerance or not bit-identical
@@ -79,6 +84,9 @@ class Facts:
     diverged: bool = False  # a hang where a rank FINISHED without joining its peers' collective
     diagnosis: dict = field(default_factory=dict)  # which of the Case's conditions the failure needs (ablation)
     warnings: list = field(default_factory=list)  # warnings the ranks raised during the failing call, deduplicated
+    output: str = ""  # the output a subtest failure is about ("" : the check as a whole)
+    # output -> {"outcome": PASS} or {"outcome": FAIL, kind, headline, figures, signature} (harness.checks.subtests)
+    subtests: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -141,10 +149,48 @@ def _kind(exc: BaseException, given: dict) -> str:
     return ASSERTION if isinstance(exc, AssertionError) else ERROR
 
 
+def given_subtests(exc: BaseException) -> dict:
+    """The per-output outcomes already set on ``exc`` (by an inner check run), without signatures."""
+    return dict(getattr(exc, _ATTRIBUTE, {}).get("subtests", {}))
+
+
+def _subtests_of(leaf: BaseException, kind: str, headline_: str, figures: dict) -> dict:
+    """A leaf's per-output outcomes, each failure with its signature; a leaf that judged no output is a failure of
+    the check as a whole (output ``""``)."""
+    outcomes = given_subtests(leaf)
+    if not any(entry.get("outcome") == "FAIL" for entry in outcomes.values()):
+        outcomes[""] = {"outcome": "FAIL", "kind": kind, "headline": headline_, "figures": dict(figures)}
+    diagnosed = (getattr(leaf, "diagnosis", None) or {}).get("outputs", {})
+    return {
+        output: {**entry, "signature": signature.of(entry, diagnosed.get(output))}
+        if entry.get("outcome") == "FAIL"
+        else entry
+        for output, entry in outcomes.items()
+    }
+
+
+def _weight(entry: dict) -> int:
+    """A true defect beats a precision-only failure, which beats a pass."""
+    if entry.get("outcome") != "FAIL":
+        return 0
+    return 1 if entry.get("kind") == PRECISION else 2
+
+
+def merged_subtests(per_leaf: list[dict]) -> dict:
+    """Several failures of one test (a Hypothesis group): per output, a true defect beats a precision-only
+    failure, which beats a pass; among equals the first wins."""
+    merged: dict = {}
+    for outcomes in per_leaf:
+        for output, entry in outcomes.items():
+            if output not in merged or _weight(entry) > _weight(merged[output]):
+                merged[output] = entry
+    return merged
+
+
 def facts_of(exc: BaseException) -> Facts:
     """The facts of a failure. Of a group (Hypothesis found several distinct failures), the last one's that
     carries a Case and is not precision only (a group holding a true defect is judged by the defect); else the
-    last one's with a Case; else the last leaf."""
+    last one's with a Case; else the last leaf. The per-output outcomes are every leaf's, merged."""
     leaves = _leaves(exc)
 
     def rank(leaf: BaseException) -> tuple[bool, bool]:
@@ -160,4 +206,11 @@ def facts_of(exc: BaseException) -> Facts:
             given[name] = getattr(chosen, attribute)
     given["kind"] = _kind(chosen, given)
     given.setdefault("headline", headline(chosen))
+    per_leaf = []
+    for leaf in leaves:
+        facts = getattr(leaf, _ATTRIBUTE, {})
+        per_leaf.append(
+            _subtests_of(leaf, _kind(leaf, facts), facts.get("headline") or headline(leaf), facts.get("figures", {}))
+        )
+    given["subtests"] = merged_subtests(per_leaf)
     return Facts(**given)

@@ -16,6 +16,7 @@ allow.
 from __future__ import annotations
 
 from harness.cases.case import Case
+from harness.checks import judge
 from harness.checks.failure import GRADIENT, GRAPH, LAYOUT, ensure
 from harness.checks.parity import (
     assert_dropped_zero,
@@ -28,11 +29,11 @@ from harness.checks.parity import (
     replayable,
     require,
     required_capabilities,
+    run_ranks,
 )
 from harness.checks.policy import assert_policy_loss
-from harness.checks.tolerance import assert_identical
+from harness.checks.subtests import GRAD_LOGITS, GRAPH_FLAGS, subtest
 from harness.jobs.logits import packed_job, policy_job, token_job
-from harness.ranks.run import run_job
 from harness.targets import load_target
 
 BIT_EXACT = "bit_exact"
@@ -44,23 +45,25 @@ def promised_bit_exact(spec: str, exact: bool | None) -> bool:
 
 
 def _assert_outputs_identical(case: Case, first: list, second: list, label: str, keys=("log_probs", "entropy")) -> None:
-    for rank, (a, b) in enumerate(zip(first, second)):
-        for key in keys:
-            x, y = a.get(key), b.get(key)
-            if x is None or y is None:
-                ensure(
-                    x is None and y is None,
-                    LAYOUT,
-                    f"rank {rank} {key}: returned in one configuration only ({label})",
-                )
-                continue
-            for i, (u, v) in enumerate(zip(x, y) if isinstance(x, list) else [(x, y)]):
-                assert_identical(v, u, what=f"rank {rank} {key}[{i}], {label}")
+    for key in keys:
+        with subtest(key):
+            for rank, (a, b) in enumerate(zip(first, second)):
+                x, y = a.get(key), b.get(key)
+                if x is None or y is None:
+                    ensure(
+                        x is None and y is None,
+                        LAYOUT,
+                        f"rank {rank} {key}: returned in one configuration only ({label})",
+                    )
+                    continue
+                for i, (u, v) in enumerate(zip(x, y) if isinstance(x, list) else [(x, y)]):
+                    judge.identical(v, u, what=f"rank {rank} {key}[{i}], {label}")
 
 
 def _assert_grads_identical(first: list, second: list, label: str) -> None:
-    for rank, (a, b) in enumerate(zip(first, second)):
-        assert_identical(b["grad"], a["grad"], what=f"rank {rank} grad(logits), {label}", kind=GRADIENT)
+    with subtest(GRAD_LOGITS):
+        for rank, (a, b) in enumerate(zip(first, second)):
+            judge.identical(b["grad"], a["grad"], what=f"rank {rank} grad(logits), {label}", kind=GRADIENT)
 
 
 # ---- chunking and the entropy-gradient gate, at either level -------------------------------
@@ -75,8 +78,8 @@ LEVELS = {
 def _chunk_invariance(case: Case, spec: str, exact: bool | None, level: str) -> None:
     job, forward, backward = LEVELS[level]
     require(spec, required_capabilities(case, level) | {"chunking"})
-    chunked = run_job(job, case, spec)
-    whole = run_job(job, case.with_(chunk_size=None), spec)
+    chunked = run_ranks(job, case, spec)
+    whole = run_ranks(job, case.with_(chunk_size=None), spec)
     label = f"chunk_size={case.chunk_size} vs one chunk"
     if promised_bit_exact(spec, exact):
         _assert_outputs_identical(case, chunked, whole, label)
@@ -94,6 +97,11 @@ def _assert_gate_flags(off: list, token_level: bool) -> None:
     to differentiate: whether THEIR flags agree across ranks is bug 4's check
     (``check_cp_requires_grad``), so a FAIL here names the gate.
     """
+    with subtest(GRAPH_FLAGS):
+        _gate_flags(off, token_level)
+
+
+def _gate_flags(off: list, token_level: bool) -> None:
     for rank, result in enumerate(off):
         if token_level:
             flag = result["entropy_requires_grad"]
@@ -115,8 +123,8 @@ def _gate_invariance(case: Case, spec: str, exact: bool | None, level: str) -> N
     job, forward, _ = LEVELS[level]
     require(spec, required_capabilities(case, level) | {"entropy", "entropy_gate"})
     case = case.with_(with_entropy=True)
-    on = run_job(job, case, spec, entropy_grad=True)
-    off = run_job(job, case, spec, entropy_grad=False)
+    on = run_ranks(job, case, spec, entropy_grad=True)
+    off = run_ranks(job, case, spec, entropy_grad=False)
     if promised_bit_exact(spec, exact):
         _assert_outputs_identical(case, on, off, "gate off vs on")
     else:
@@ -157,18 +165,20 @@ def check_response_only(case: Case, spec: str = "impl", *, exact: bool | None = 
     """Response-only (and loss-mask-only) equal the full path on consumed positions (slime #2076)."""
     require(spec, required_capabilities(case, "policy_loss") | {"response_only"})
     full_case, compact_case = case.with_(response_only=False, loss_mask_only=False), case.with_(response_only=True)
-    full = run_job(policy_job, full_case, spec)
-    compact = run_job(policy_job, compact_case, spec)
+    full = run_ranks(policy_job, full_case, spec)
+    compact = run_ranks(policy_job, compact_case, spec)
     consumed = consumed_positions(compact_case)
     keys = ("log_probs", "entropy") if case.with_entropy else ("log_probs",)
     for key in keys:
-        assert_dropped_zero(gather_samples(case, compact, key), consumed, f"{key} (response-only)")
+        with subtest(key):
+            assert_dropped_zero(gather_samples(case, compact, key), consumed, f"{key} (response-only)")
     if not promised_bit_exact(spec, exact):
         assert_policy_loss(full_case, full, spec)
         assert_policy_loss(compact_case, compact, spec)
         return
     for key in keys:
-        full_values, compact_values = gather_samples(case, full, key), gather_samples(case, compact, key)
-        for i, (x, y, c) in enumerate(zip(full_values, compact_values, consumed)):
-            assert_identical(y[c], x[c], what=f"{key}[sample {i}] response-only vs full, consumed positions")
+        with subtest(key):
+            full_values, compact_values = gather_samples(case, full, key), gather_samples(case, compact, key)
+            for i, (x, y, c) in enumerate(zip(full_values, compact_values, consumed)):
+                judge.identical(y[c], x[c], what=f"{key}[sample {i}] response-only vs full, consumed positions")
     _assert_grads_identical(full, compact, "response-only vs full")

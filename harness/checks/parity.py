@@ -1,70 +1,44 @@
-"""The checks: one function per contract, shared by properties, regressions and replay.
+"""The parity checks: log-probs, entropy and gradients against the float64 oracle, at token and packed level.
 
 Each ``check_*(case, target)`` runs the Case on every rank against the target
-(an adapter spec such as ``"impl"``), compares with the float64 oracle under
-the tolerance policy or bit for bit where the math promises it, and raises
-a ``CheckFailure`` naming its kind (``harness/checks/failure.py``) with the
-diagnostics. Any failure carries the Case as JSON and a one-line replay
-command as facts (and, for people, as exception notes), so a shrunk
-Hypothesis counterexample can be rerun exactly, outside pytest.
+(an adapter spec such as ``"impl"``), judges each output on its own
+(``harness.checks.subtests``) against the float64 oracle through the one
+judge (``harness.checks.judge``), or bit for bit where the math promises it,
+and raises a ``CheckFailure`` naming its kind (``harness/checks/failure.py``)
+with the diagnostics. Any failure carries the Case as JSON and a one-line
+replay command as facts (and, for people, as exception notes), so a shrunk
+Hypothesis counterexample can be rerun exactly, outside pytest
+(``harness.checks.running``).
+
+Isolation: the target is handed a fresh copy of the logits
+(``harness.jobs.inputs``), so a value or gradient check is never red for an
+in-place write; writes are the inputs-unmutated check's finding alone
+(``check_inputs_unmutated``, one level per entry point).
 """
 
 from __future__ import annotations
 
-import functools
-import sys
-
 import torch
-from hypothesis import reject
-from hypothesis.control import currently_in_test_context
-from hypothesis.errors import HypothesisException
 
-from harness.cases import limits as case_limits
 from harness.cases import policy
 from harness.cases.case import Case
-from harness.checks import diagnosis, expected, record
-from harness.checks.failure import GRADIENT, GRAPH, LAYOUT, MUTATION, UNSUPPORTED, VALUE, CheckFailure, ensure, mark
-from harness.checks.tolerance import assert_close, assert_identical, gradient_scale, value_scale
-from harness.jobs.logits import packed_job, token_job, unmutated_job
-from harness.ranks import rank_warnings
-from harness.ranks.run import run_job
-from harness.targets import Unsupported, load_target
+from harness.checks import expected, judge
+from harness.checks.failure import GRADIENT, GRAPH, LAYOUT, MUTATION, VALUE, CheckFailure, ensure
+from harness.checks.running import (
+    replay_command,
+    replayable,
+    require,
+    require_rows_within_limits,
+    run_ranks,
+)
+from harness.checks.subtests import ENTROPY, GRAD_LOGITS, GRAPH_FLAGS, INPUTS, LOG_PROBS, subtest
+from harness.checks.tolerance import gradient_scale, value_scale
+from harness.jobs.inputs import WRITES
+from harness.jobs.logits import packed_job, policy_job, token_job
+from harness.targets import load_target
 from harness.targets.protocol import PolicyOptions
 
-
-def replay_command(check: str, case: Case, spec: str) -> str:
-    return f"python -m harness.replay {check} --target {spec} --case '{case.to_json()}'"
-
-
-def replayable(fn):
-    """Attach the Case, its replay command and the failure's evidence to any failure of a check.
-
-    The evidence (``harness.checks.diagnosis``): the warnings every rank
-    raised during the call, and which of the Case's conditions the failure
-    needs (ablation; the reported example only).
-    """
-
-    @functools.wraps(fn)
-    def wrapper(case: Case, spec: str = "impl", **kwargs):
-        name = f"{fn.__module__}:{fn.__name__}"
-        with rank_warnings.collecting() as seen:
-            try:
-                return fn(case, spec, **kwargs)
-            except Unsupported:
-                raise
-            except BaseException as exc:
-                replay = replay_command(name, case, spec)
-                mark(exc, check=name, case=case.to_json(), replay=replay)  # the verdict's facts (the outer check wins)
-                exc.add_note(f"Case: {case.to_json()}")  # for a person reading the traceback
-                exc.add_note(f"Replay: {replay}")
-                # A verdict on the target, not yet diagnosed (a check calling another check diagnoses once, inside).
-                verdict = isinstance(exc, Exception) and not isinstance(exc, HypothesisException)
-                if verdict and not hasattr(exc, "diagnosis"):
-                    found = diagnosis.diagnose(wrapper, case, spec, exc, name) if diagnosis.should_ablate() else None
-                    diagnosis.attach(exc, diagnosis=found, warnings=rank_warnings.merged(seen))
-                raise
-
-    return wrapper
+__all__ = ["replay_command", "replayable", "require", "require_rows_within_limits", "run_ranks"]
 
 
 def option_capabilities(case: Case) -> set[str]:
@@ -96,45 +70,6 @@ def required_capabilities(case: Case, level: str) -> set[str]:
     if level == "policy_loss":
         needed |= PolicyOptions(**policy.option_values(case)).capabilities()
     return needed
-
-
-def require(spec: str, capabilities) -> None:
-    """Stop a check the target cannot run: UNSUPPORTED in the verdict, never a silent pass.
-
-    Inside a Hypothesis example the example is rejected and counted in
-    the running test's record (``harness.checks.record``): the property goes on with the examples the
-    target does support, and the verdict table says how many were left out
-    and why (a target without ``temperature`` is still checked on every
-    example at temperature 1). If every example was rejected, the plugin
-    reports the test UNSUPPORTED. Outside Hypothesis, under pytest, this is a
-    skip whose reason starts with ``UNSUPPORTED:``; elsewhere it raises
-    Unsupported.
-    """
-    missing = set(capabilities) - set(load_target(spec).capabilities)
-    if missing:
-        _left_out(spec, missing)
-
-
-def require_rows_within_limits(spec: str, case: Case) -> None:
-    """Leave out (UNSUPPORTED, the bound named) a hidden-state example above the target's ``max_hidden_rows``.
-
-    The bound is a target's declared cost on this machine (``harness.cases.limits``), not a capability of its
-    code: the verdict says which bound, so a check never passes on examples it did not run.
-    """
-    bound = case_limits.active().get("max_hidden_rows")
-    if bound is not None and case.rows > bound:
-        _left_out(spec, {f"more than {bound} rows per call (its case_limits)"})
-
-
-def _left_out(spec: str, missing) -> None:
-    if currently_in_test_context():
-        record.current().unsupported[(load_target(spec).name, tuple(sorted(missing)))] += 1
-        reject()
-    message = f"target {load_target(spec).name!r} does not support {sorted(missing)}"
-    if "pytest" in sys.modules:
-        skip = sys.modules["pytest"].skip.Exception(f"UNSUPPORTED: {message}", allow_module_level=True)
-        raise mark(skip, kind=UNSUPPORTED, missing=sorted(missing))
-    raise mark(Unsupported(message), kind=UNSUPPORTED, missing=sorted(missing))
 
 
 def cp_groups(case: Case, results: list) -> list[list]:
@@ -181,19 +116,25 @@ def replicated(results: list, key: str, kind: str = VALUE):
             len(firsts) == len(others), LAYOUT, f"{key}: rank 0 has {len(firsts)} samples, rank {rank} {len(others)}"
         )
         for i, (a, b) in enumerate(zip(firsts, others)):
-            assert_identical(b, a, what=f"{key}[{i}] on rank {rank} vs rank 0", kind=kind)
+            judge.identical(b, a, what=f"{key}[{i}] on rank {rank} vs rank 0", kind=kind)
     return first
 
 
-def gather_samples(case: Case, results: list, key: str):
+def gather_samples(case: Case, results: list, key: str, *, agree: bool = True):
     """Full per-sample vectors from every CP rank's zigzag view (TP ranks of a CP rank must agree).
 
-    Every response position must be returned by exactly one CP rank.
+    Every response position must be returned by exactly one CP rank. ``agree=False`` reads the first TP rank
+    of each CP group and gives None when any of them returned none (an optional output: retained gradients).
     """
-    per_cp = [replicated(group, key) for group in cp_groups(case, results)]
-    if per_cp[0] is None:
-        ensure(all(values is None for values in per_cp), LAYOUT, f"{key}: returned by some CP ranks only")
-        return None
+    if agree:
+        per_cp = [replicated(group, key) for group in cp_groups(case, results)]
+        if per_cp[0] is None:
+            ensure(all(values is None for values in per_cp), LAYOUT, f"{key}: returned by some CP ranks only")
+            return None
+    else:
+        per_cp = [group[0].get(key) for group in cp_groups(case, results)]
+        if any(values is None for values in per_cp):
+            return None
     out = []
     for i, response in enumerate(case.response_lengths):
         full = per_cp[0][i].new_full((response,), float("nan"))
@@ -213,15 +154,23 @@ def gather_samples(case: Case, results: list, key: str):
 
 
 def assert_inputs_unmutated(results: list) -> None:
-    """Bug 2: the logits are bit-identical and their version counter unchanged after fwd+bwd."""
-    for rank, result in enumerate(results):
-        ensure(result["logits_unchanged"], MUTATION, f"rank {rank}: the target modified the logits' values")
-        ensure(
-            result["logits_version_delta"] == 0,
-            MUTATION,
-            f"rank {rank}: the logits' version counter moved by {result['logits_version_delta']} "
-            "(an in-place write on the input, the mechanism of SkyRL #1648)",
-        )
+    """Bug 2: every input the target was handed is bit-identical, its version counter unchanged, after fwd+bwd.
+
+    The inputs-unmutated checks alone call this (output ``INPUTS``): a value or gradient check hands the target
+    a copy it may write without changing that check's verdict (``harness.jobs.inputs``).
+    """
+    with subtest(INPUTS):
+        for rank, result in enumerate(results):
+            for name, state in result[WRITES].items():
+                whose = f"the {name}'" if name.endswith("s") else f"{name}'s"
+                ensure(state["unchanged"], MUTATION, f"rank {rank}: the target modified {whose} values")
+                delta = state["version_delta"]
+                ensure(
+                    delta == 0,
+                    MUTATION,
+                    f"rank {rank}: {whose} version counter moved by {delta} "
+                    "(an in-place write on the input, the mechanism of SkyRL #1648)",
+                )
 
 
 def grad_scale(case: Case, upstream: float) -> float:
@@ -237,23 +186,21 @@ def _compare_samples(actual: list, ref: list, naive: list, what: str, case: Case
     ensure(len(actual) == len(ref), LAYOUT, f"{what}: {len(actual)} samples returned, {len(ref)} expected")
     scale = value_scale(case.global_logits(), case.temperature)
     for i, (a, r, n) in enumerate(zip(actual, ref, naive)):
-        assert_close(a, r, n, what=f"{what}[sample {i}]", scale=scale, working_dtype=case.torch_dtype)
+        judge.value(a, r, n, what=f"{what}[sample {i}]", scale=scale, working_dtype=case.torch_dtype)
 
 
 def _assert_probe_grad(case: Case, results: list, ref, naive, a: list, b: list) -> None:
-    """The assembled gradient of the probe loss (weights ``a``, ``b``) against the oracle; inputs untouched."""
+    """The assembled gradient of the probe loss (weights ``a``, ``b``) against the oracle."""
     upstream = max_abs(a) + (max_abs(b) if case.with_entropy else 0.0)
-    assert_close(
-        assemble_grad(case, results),
-        ref.grad,
-        naive.grad,
-        what="grad(logits)",
-        scale=grad_scale(case, upstream),
-        out_dtype=case.torch_dtype,
-        kind=GRADIENT,
-        working_dtype=case.torch_dtype,
-    )
-    assert_inputs_unmutated(results)
+    with subtest(GRAD_LOGITS):
+        judge.gradient(
+            assemble_grad(case, results),
+            ref.grad,
+            naive.grad,
+            what="grad(logits)",
+            scale=grad_scale(case, upstream),
+            working_dtype=case.torch_dtype,
+        )
 
 
 # ---- token level -------------------------------------------------------------
@@ -263,37 +210,35 @@ def _assert_probe_grad(case: Case, results: list, ref, naive, a: list, b: list) 
 def check_token_forward(case: Case, spec: str = "impl") -> None:
     """Log-probs and entropy of every row match the float64 oracle; TP ranks agree."""
     require(spec, required_capabilities(case, "token"))
-    assert_token_forward(case, run_job(token_job, case, spec))
+    assert_token_forward(case, run_ranks(token_job, case, spec))
 
 
 def assert_token_forward(case: Case, results: list) -> None:
     ref, naive = expected.token_reference(case), expected.token_reference(case, precise=False)
-    scale = value_scale(case.global_logits(), case.temperature)
-    assert_close(
-        replicated(results, "log_probs"),
-        ref.log_probs,
-        naive.log_probs,
-        what="log_probs",
-        scale=scale,
-        working_dtype=case.torch_dtype,
-    )
-    if case.with_entropy:
-        assert_close(
-            replicated(results, "entropy"),
-            ref.entropy,
-            naive.entropy,
-            what="entropy",
-            scale=scale,
-            working_dtype=case.torch_dtype,
-        )
-    assert_inputs_unmutated(results)
+    assert_replicated_values(case, results, ref, naive, scale=value_scale(case.global_logits(), case.temperature))
+
+
+def assert_replicated_values(case: Case, results: list, ref, naive, *, scale: float, label="", rounding=None) -> None:
+    """Each row-value output (log-probs; entropy when computed), which every TP rank must return bit for bit,
+    judged on its own against the reference; ``rounding``: an output's extra rounding term (the hidden path's)."""
+    for key in (LOG_PROBS, ENTROPY) if case.with_entropy else (LOG_PROBS,):
+        with subtest(key):
+            judge.value(
+                replicated(results, key),
+                getattr(ref, key),
+                getattr(naive, key),
+                what=key + label,
+                scale=scale,
+                rounding=(rounding or {}).get(key, 0.0),
+                working_dtype=case.torch_dtype,
+            )
 
 
 @replayable
 def check_token_backward(case: Case, spec: str = "impl") -> None:
     """Every rank's gradient shard of ``sum(a*lp + b*H)`` matches the oracle's column slice."""
     require(spec, required_capabilities(case, "token"))
-    assert_token_backward(case, run_job(token_job, case, spec))
+    assert_token_backward(case, run_ranks(token_job, case, spec))
 
 
 def assert_token_backward(case: Case, results: list) -> None:
@@ -327,31 +272,31 @@ def assert_dropped_zero(values: list, consumed: list, what: str) -> None:
 def check_packed_forward(case: Case, spec: str = "impl") -> None:
     """Per-sample response log-probs/entropy match the oracle on the packed layout."""
     require(spec, required_capabilities(case, "packed"))
-    assert_packed_forward(case, run_job(packed_job, case, spec))
+    assert_packed_forward(case, run_ranks(packed_job, case, spec))
 
 
 def assert_packed_forward(case: Case, results: list) -> None:
-    """Per-sample values gathered from every rank against the oracle; dropped positions 0; logits untouched."""
+    """Per-sample values gathered from every rank against the oracle; dropped positions 0."""
     ref, naive = expected.packed_reference(case), expected.packed_reference(case, precise=False)
     consumed = consumed_positions(case)
-    for key in ("log_probs", "entropy") if case.with_entropy else ("log_probs",):
-        values = gather_samples(case, results, key)
-        _compare_samples(
-            only_consumed(values, consumed),
-            only_consumed(getattr(ref, key), consumed),
-            only_consumed(getattr(naive, key), consumed),
-            key,
-            case,
-        )
-        assert_dropped_zero(values, consumed, key)
-    assert_inputs_unmutated(results)
+    for key in (LOG_PROBS, ENTROPY) if case.with_entropy else (LOG_PROBS,):
+        with subtest(key):
+            values = gather_samples(case, results, key)
+            _compare_samples(
+                only_consumed(values, consumed),
+                only_consumed(getattr(ref, key), consumed),
+                only_consumed(getattr(naive, key), consumed),
+                key,
+                case,
+            )
+            assert_dropped_zero(values, consumed, key)
 
 
 @replayable
 def check_packed_backward(case: Case, spec: str = "impl") -> None:
     """Every rank's gradient shard of the probe loss matches the oracle's column slice."""
     require(spec, required_capabilities(case, "packed"))
-    assert_packed_backward(case, run_job(packed_job, case, spec))
+    assert_packed_backward(case, run_ranks(packed_job, case, spec))
 
 
 def assert_packed_backward(case: Case, results: list) -> None:
@@ -378,8 +323,11 @@ def assert_entropy_gate(case: Case, results: list, spec: str = "impl") -> None:
     Empty outputs hold no value to differentiate; whether their flags agree
     across CP ranks is bug 4's check (``check_cp_requires_grad``).
     """
-    gate = entropy_gate(case)
-    gated = "entropy_gate" in load_target(spec).capabilities
+    with subtest(GRAPH_FLAGS):
+        _assert_gate_flags(case, results, entropy_gate(case), "entropy_gate" in load_target(spec).capabilities)
+
+
+def _assert_gate_flags(case: Case, results: list, gate: bool, gated: bool) -> None:
     for rank, result in enumerate(results):
         flags = result["entropy_requires_grad"]
         if flags is None:
@@ -411,13 +359,19 @@ def assert_entropy_gate(case: Case, results: list, spec: str = "impl") -> None:
             )
 
 
-@replayable
-def check_inputs_unmutated(case: Case, spec: str = "impl") -> None:
-    """Bug 2: forward+backward of the policy loss leaves the logits untouched on every rank.
+# level -> the job that runs it (every level's job hands a fresh copy and reports writes, harness.jobs.inputs)
+UNMUTATED_JOBS = {"token": token_job, "packed": packed_job, "policy_loss": policy_job}
 
-    The logits are an activation here (``unmutated_job``), so an in-place
-    write is reported as one, whatever torch would have raised on a leaf, or
-    raised afterwards because of it.
+
+@replayable
+def check_inputs_unmutated(case: Case, spec: str = "impl", *, level: str = "policy_loss") -> None:
+    """Bug 2: forward+backward at ``level`` (token, packed, policy_loss) leaves the logits untouched on every rank.
+
+    The target is handed a copy of the logits (an activation, as a trainer's
+    LM-head output), so an in-place write happens and is reported as one,
+    whatever torch would have raised on a leaf; a target that raised after
+    writing (a backward that found its saved tensor modified) is reported for
+    the write. This is the only logits-level check that reports writes.
     """
-    require(spec, required_capabilities(case, "policy_loss"))
-    assert_inputs_unmutated(run_job(unmutated_job, case, spec))
+    require(spec, required_capabilities(case, level))
+    assert_inputs_unmutated(run_ranks(UNMUTATED_JOBS[level], case, spec, inputs_only=True))

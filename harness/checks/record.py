@@ -37,6 +37,9 @@ class TestRecord:
     # (``harness.checks.tolerance.PrecisionOnly``): a precision verdict for the hardening tier, not a contract FAIL.
     # None: no failure was seen; False as soon as one failure was more than that (Hypothesis may report several).
     precision_only: bool | None = None
+    # The outputs some check run of this test judged and passed (harness.checks.subtests): with the failures
+    # the test raised, the per-output verdict. A pass here is overridden by a failure of the same output.
+    passed_outputs: set = field(default_factory=set)
 
     __test__ = False  # not a pytest test class, despite its name
 

@@ -4,10 +4,14 @@
 on every rank and compares the processed log-probs and entropy
 (docs/sampling.md) and every rank's gradient shard of ``sum(a*lp + b*H)`` with
 ``oracles/sampling.py`` under the tolerance policy; the naive yardstick is
-plain ``log_softmax`` in the Case's dtype over the masked logits. TP ranks
-must agree bit for bit, the gradient must be exactly 0 outside ``K``, and
-neither the logits nor the kept-set tensors may be written. A target outside
-``K`` under ``on_outside="error"`` must raise a clear error on EVERY rank.
+plain ``log_softmax`` in the Case's dtype over the masked logits, through the
+one judge (``harness.checks.judge``, the working dtype the Case's). Each output
+is its own subtest; TP ranks must agree bit for bit and the gradient must be
+exactly 0 outside ``K``. Neither the logits nor the kept-set tensors may be
+written: the inputs-unmutated check's finding alone
+(``check_sampling_inputs_unmutated``; the target gets a fresh copy of the
+logits). A target outside ``K`` under ``on_outside="error"`` must raise a
+clear error on EVERY rank.
 """
 
 from __future__ import annotations
@@ -18,21 +22,24 @@ import torch
 
 from harness.cases import sampling
 from harness.cases.case import Case
+from harness.checks import judge
 from harness.checks.expected import Reference, _grad_of
-from harness.checks.failure import ACCEPTED, ERROR, GRADIENT, LAYOUT, MUTATION, UNCLEAR, CheckFailure, ensure
+from harness.checks.failure import ACCEPTED, ERROR, GRADIENT, LAYOUT, UNCLEAR, CheckFailure, ensure
 from harness.checks.parity import (
     assemble_grad,
     assert_inputs_unmutated,
+    assert_replicated_values,
     gather_samples,
     grad_scale,
     max_abs,
     replayable,
     replicated,
     require,
+    run_ranks,
 )
-from harness.checks.tolerance import assert_close, value_scale
+from harness.checks.subtests import ENTROPY, ERRORS, GRAD_LOGITS, LOG_PROBS, subtest
+from harness.checks.tolerance import value_scale
 from harness.jobs.sampling import sampling_job, sampling_packed_job
-from harness.ranks.run import run_job
 from oracles import losses, token
 from oracles import sampling as oracle
 
@@ -97,7 +104,12 @@ def packed_sampling_reference(case: Case, precise: bool = True) -> Reference:
 
 
 def assert_every_rank_raised(results: list, words, what: str) -> None:
-    """Every rank raised (no silent answer on any), and each error names ``words``."""
+    """Every rank raised (no silent answer on any), and each error names ``words`` (output ``ERRORS``)."""
+    with subtest(ERRORS):
+        _every_rank_raised(results, words, what)
+
+
+def _every_rank_raised(results: list, words, what: str) -> None:
     silent = [rank for rank, result in enumerate(results) if result["error"] is None]
     ensure(not silent, ACCEPTED, f"{what}: rank(s) {silent} returned values instead of raising (a silent wrong answer)")
     for rank, result in enumerate(results):
@@ -119,7 +131,7 @@ def _raise_target_errors(results: list) -> None:
 def check_sampling(case: Case, spec: str = "impl") -> None:
     """Values and gradients over ``K`` match the oracle (or the clear error a target outside ``K`` owes)."""
     require(spec, sampling.capabilities(case))
-    results = run_job(sampling_job, case, spec)
+    results = run_ranks(sampling_job, case, spec)
     if expects_error(case):
         assert_every_rank_raised(results, OUTSIDE_ERROR_WORDS, "a target outside K with on_outside='error'")
         return
@@ -131,9 +143,7 @@ def check_sampling(case: Case, spec: str = "impl") -> None:
 def assert_sampling_values(case: Case, results: list) -> None:
     ref, naive = sampling_reference(case), sampling_reference(case, precise=False)
     scale = value_scale(case.global_logits(), case.temperature)
-    assert_close(replicated(results, "log_probs"), ref.log_probs, naive.log_probs, what="log_probs over K", scale=scale)
-    if case.with_entropy:
-        assert_close(replicated(results, "entropy"), ref.entropy, naive.entropy, what="entropy over K", scale=scale)
+    assert_replicated_values(case, results, ref, naive, scale=scale, label=" over K")
 
 
 def assert_sampling_grad(case: Case, results: list) -> None:
@@ -145,50 +155,57 @@ def assert_sampling_grad(case: Case, results: list) -> None:
 
 def _assert_grad_over_kept(case: Case, results: list, ref: Reference, naive: Reference, upstream: float) -> None:
     """The assembled gradient: exactly 0 outside ``K`` (and on every row ``K`` does not cover), else the oracle's."""
-    grad = assemble_grad(case, results)
-    if sampling.spec(case)["packed"]:
-        kept = torch.zeros(case.rows, case.vocab, dtype=torch.bool)
-        kept[sampling.response_index(case)] = effective_kept(case)
-    else:
-        kept = effective_kept(case)
-    outside = grad[~kept]
-    if not bool((outside == 0).all()):
-        raise CheckFailure(
-            f"the gradient outside K must be exactly 0; {int((outside != 0).sum())} entries are not "
-            f"(largest {float(outside.abs().max()):.3e})",
-            kind=GRADIENT,
+    with subtest(GRAD_LOGITS):
+        grad = assemble_grad(case, results)
+        if sampling.spec(case)["packed"]:
+            kept = torch.zeros(case.rows, case.vocab, dtype=torch.bool)
+            kept[sampling.response_index(case)] = effective_kept(case)
+        else:
+            kept = effective_kept(case)
+        outside = grad[~kept]
+        if not bool((outside == 0).all()):
+            raise CheckFailure(
+                f"the gradient outside K must be exactly 0; {int((outside != 0).sum())} entries are not "
+                f"(largest {float(outside.abs().max()):.3e})",
+                kind=GRADIENT,
+            )
+        judge.gradient(
+            grad,
+            ref.grad,
+            naive.grad,
+            what="grad(logits) over K",
+            scale=grad_scale(case, upstream),
+            working_dtype=case.torch_dtype,
         )
-    assert_close(
-        grad,
-        ref.grad,
-        naive.grad,
-        what="grad(logits) over K",
-        scale=grad_scale(case, upstream),
-        out_dtype=case.torch_dtype,
-        kind=GRADIENT,
-    )
-    assert_inputs_unmutated(results)
-    written = [rank for rank, result in enumerate(results) if not result["kept_unchanged"]]
-    ensure(not written, MUTATION, f"rank(s) {written} wrote into the kept-set tensors they were handed")
+
+
+@replayable
+def check_sampling_inputs_unmutated(case: Case, spec: str = "impl") -> None:
+    """The sampling call (and its backward) leaves the logits and the kept-set tensors unwritten on every rank."""
+    require(spec, sampling.capabilities(case))
+    job = sampling_packed_job if sampling.spec(case)["packed"] else sampling_job
+    assert_inputs_unmutated(run_ranks(job, case, spec, inputs_only=True))
 
 
 @replayable
 def check_sampling_packed(case: Case, spec: str = "impl") -> None:
     """A packed Case (TP x CP): per-sample values over ``K`` and the gradient match the oracle on every rank."""
     require(spec, sampling.capabilities(case))
-    results = run_job(sampling_packed_job, case, spec)
+    results = run_ranks(sampling_packed_job, case, spec)
     if expects_error(case):
         assert_every_rank_raised(results, OUTSIDE_ERROR_WORDS, "a target outside K with on_outside='error'")
         return
     _raise_target_errors(results)
     ref, naive = packed_sampling_reference(case), packed_sampling_reference(case, precise=False)
     scale = value_scale(case.global_logits(), case.temperature)
-    keys = ("log_probs", "entropy") if case.with_entropy else ("log_probs",)
-    for key in keys:
-        got = gather_samples(case, results, key)
-        ensure(got is not None and len(got) == len(case.response_lengths), LAYOUT, f"{key}: not one per sample")
-        for i, (value, want, rough) in enumerate(zip(got, getattr(ref, key), getattr(naive, key))):
-            assert_close(value, want, rough, what=f"{key}[sample {i}] over K", scale=scale)
+    for key in (LOG_PROBS, ENTROPY) if case.with_entropy else (LOG_PROBS,):
+        with subtest(key):
+            got = gather_samples(case, results, key)
+            ensure(got is not None and len(got) == len(case.response_lengths), LAYOUT, f"{key}: not one per sample")
+            for i, (value, want, rough) in enumerate(zip(got, getattr(ref, key), getattr(naive, key))):
+                judge.value(
+                    value, want, rough, what=f"{key}[sample {i}] over K", scale=scale, working_dtype=case.torch_dtype
+                )
     a, b = case.probe_weights()
     upstream = max_abs(a) + (max_abs(b) if case.with_entropy else 0.0)
     _assert_grad_over_kept(case, results, ref, naive, upstream)
@@ -200,12 +217,18 @@ def check_given_derived_equivalence(case: Case, spec: str = "impl") -> None:
     derived = sampling.sampling_case(case, **{**sampling.spec(case), "kept": "derived", "form": "derived"})
     given = sampling.sampling_case(case, **{**sampling.spec(case), "kept": "derived", "form": "csr"})
     require(spec, sampling.capabilities(derived) | sampling.capabilities(given))
-    from_params, from_csr = run_job(sampling_job, derived, spec), run_job(sampling_job, given, spec)
+    from_params, from_csr = run_ranks(sampling_job, derived, spec), run_ranks(sampling_job, given, spec)
     _raise_target_errors(from_params + from_csr)
     scale = value_scale(case.global_logits(), case.temperature)
-    for key in ("log_probs", "entropy") if case.with_entropy else ("log_probs",):
-        want = replicated(from_csr, key)
-        # the two paths build the same entries in a different order: rounding-level differences only
-        assert_close(
-            replicated(from_params, key), want.double(), want, what=f"{key}: derived K vs given K", scale=scale
-        )
+    for key in (LOG_PROBS, ENTROPY) if case.with_entropy else (LOG_PROBS,):
+        with subtest(key):
+            want = replicated(from_csr, key)
+            # the two paths build the same entries in a different order: rounding-level differences only
+            judge.value(
+                replicated(from_params, key),
+                want.double(),
+                want,
+                what=f"{key}: derived K vs given K",
+                scale=scale,
+                working_dtype=case.torch_dtype,
+            )

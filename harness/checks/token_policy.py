@@ -9,12 +9,17 @@ term's is isolated as ``grad(kl_coef = c) - grad(0)``: the bug-1 shape (a
 term present in the value but without its gradient) for both terms, and the
 converse, a term that moves the gradient at coefficient 0.
 
-Tolerance (harness/checks/tolerance.py): the oracle reads the very values the
-target got, so the only error is the target's own float32 arithmetic; the
-naive error is that of the reference itself (0) and the floor is
-``FLOOR_ULPS`` fp32 units at the packed checks' scales: the log-prob
+Tolerance (the one judge, harness/checks/judge.py): the oracle reads the very
+values the target got, so the only error is the target's own float32
+arithmetic (the working dtype: the matrices are float32 whatever the Case's
+logits dtype); the naive error is that of the reference itself (0) and the
+floor is ``FLOOR_ULPS`` fp32 units at the packed checks' scales: the log-prob
 magnitude (``value_scale``: the rounding of ``logp - old`` before ``exp``)
 times the largest per-token weight (``policy_upstream``).
+
+Each output is its own subtest (the loss, its gradient w.r.t. the log-probs,
+w.r.t. the entropy); writes into the matrices are the inputs-unmutated
+check's finding alone (``check_token_policy_inputs_unmutated``).
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ import torch
 
 from harness.cases import policy, token_policy
 from harness.cases.case import Case
-from harness.checks.failure import GRADIENT, LAYOUT, ensure
-from harness.checks.parity import replayable, require
+from harness.checks import judge
+from harness.checks.failure import GRADIENT
+from harness.checks.parity import assert_inputs_unmutated, replayable, require
 from harness.checks.policy import policy_loss_scale, policy_upstream
-from harness.checks.tolerance import assert_close, assert_identical, value_scale
+from harness.checks.subtests import GRAD_ENTROPY, GRAD_LOG_PROBS, LOSS, subtest
+from harness.checks.tolerance import value_scale
 from harness.jobs.token_policy import token_policy_job
 from harness.ranks.run import run_job
 from harness.targets import load_target
@@ -44,7 +51,10 @@ def required_capabilities(case: Case) -> set[str]:
     return needed
 
 
-def _run(case: Case, spec: str) -> dict:
+WORKING_DTYPE = torch.float32  # the [B, R] matrices a target receives are float32, whatever the logits were
+
+
+def _run(case: Case, spec: str, **payload) -> dict:
     if case.world_size != 1:
         raise ValueError(
             f"token-level policy-loss checks take single-rank Cases (tp=cp=1), got tp={case.tp} cp={case.cp}"
@@ -52,7 +62,7 @@ def _run(case: Case, spec: str) -> dict:
     combination = getattr(load_target(spec), "combination_needs", None)  # an adapter need not derive from Target
     options = PolicyOptions(**policy.option_values(case))
     require(spec, required_capabilities(case) | (combination(options) if combination else set()))
-    (result,) = run_job(token_policy_job, case, spec)
+    (result,) = run_job(token_policy_job, case, spec, **payload)
     return result
 
 
@@ -102,28 +112,43 @@ def grad_scale(case: Case) -> float:
 
 @replayable
 def check_token_policy_loss(case: Case, spec: str = "impl") -> None:
-    """The token-level loss and its gradients w.r.t. log-probs and entropy match the oracle; inputs untouched."""
+    """The token-level loss and its gradients w.r.t. log-probs and entropy match the oracle, each on its own."""
     result = _run(case, spec)
     loss, grad_log_probs, grad_entropy = reference(case)
-    assert_close(result["loss"], loss, loss, what="token-level policy loss", scale=policy_loss_scale(case))
-    assert_close(
-        result["grad_log_probs"],
-        grad_log_probs,
-        grad_log_probs,
-        what="grad(log_probs) of the token-level policy loss",
-        scale=grad_scale(case),
-        kind=GRADIENT,
-    )
-    if grad_entropy is not None:
-        assert_close(
-            result["grad_entropy"],
-            grad_entropy,
-            grad_entropy,
-            what="grad(entropy) of the token-level policy loss",
-            scale=grad_scale(case),
-            kind=GRADIENT,
+    with subtest(LOSS):
+        judge.value(
+            result["loss"],
+            loss,
+            loss,
+            what="token-level policy loss",
+            scale=policy_loss_scale(case),
+            working_dtype=WORKING_DTYPE,
         )
-    ensure(not result["mutated_inputs"], LAYOUT, lambda: f"the loss wrote its inputs {result['mutated_inputs']}")
+    with subtest(GRAD_LOG_PROBS):
+        judge.gradient(
+            result["grad_log_probs"],
+            grad_log_probs,
+            grad_log_probs,
+            what="grad(log_probs) of the token-level policy loss",
+            scale=grad_scale(case),
+            working_dtype=WORKING_DTYPE,
+        )
+    if grad_entropy is not None:
+        with subtest(GRAD_ENTROPY):
+            judge.gradient(
+                result["grad_entropy"],
+                grad_entropy,
+                grad_entropy,
+                what="grad(entropy) of the token-level policy loss",
+                scale=grad_scale(case),
+                working_dtype=WORKING_DTYPE,
+            )
+
+
+@replayable
+def check_token_policy_inputs_unmutated(case: Case, spec: str = "impl") -> None:
+    """The token-level loss leaves every matrix it was handed unwritten (log-probs and entropy are copies)."""
+    assert_inputs_unmutated([_run(case, spec, inputs_only=True)])
 
 
 @replayable
@@ -133,12 +158,20 @@ def check_token_entropy_term_gradient(case: Case, spec: str = "impl") -> None:
         raise ValueError("check_token_entropy_term_gradient needs a Case with with_entropy=True")
     result = _run(case, spec)
     _, _, want = reference(case)
-    if case.entropy_coef == 0:
-        assert_identical(result["grad_entropy"], torch.zeros_like(want), what="grad(entropy) at entropy_coef=0")
-        return
-    assert_close(
-        result["grad_entropy"], want, want, what="grad(entropy) of the bonus", scale=grad_scale(case), kind=GRADIENT
-    )
+    with subtest(GRAD_ENTROPY):
+        if case.entropy_coef == 0:
+            judge.identical(
+                result["grad_entropy"], torch.zeros_like(want), what="grad(entropy) at entropy_coef=0", kind=GRADIENT
+            )
+            return
+        judge.gradient(
+            result["grad_entropy"],
+            want,
+            want,
+            what="grad(entropy) of the bonus",
+            scale=grad_scale(case),
+            working_dtype=WORKING_DTYPE,
+        )
 
 
 @replayable
@@ -152,11 +185,12 @@ def check_token_kl_term_gradient(case: Case, spec: str = "impl") -> None:
     kl_only = replace(policy.loss_options(case), kl_coef=1.0, entropy_coef=0.0, rollout_correction=None)
     _, per_unit, _ = reference(case, kl_only, zero_advantages=True)
     want = coef * per_unit
-    assert_close(
-        with_kl.double() - without.double(),
-        want,
-        want,
-        what="grad(kl_coef) - grad(0) w.r.t. log_probs",
-        scale=2 * grad_scale(case),
-        kind=GRADIENT,
-    )
+    with subtest(GRAD_LOG_PROBS):
+        judge.gradient(
+            with_kl.double() - without.double(),
+            want,
+            want,
+            what="grad(kl_coef) - grad(0) w.r.t. log_probs",
+            scale=2 * grad_scale(case),
+            working_dtype=WORKING_DTYPE,
+        )

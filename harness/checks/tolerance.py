@@ -52,7 +52,12 @@ class PrecisionOnly(CheckFailure):
 
     def __init__(self, comparison: Comparison):
         message = f"{comparison} (precision only: within {PRECISION_ULPS:g} units of the working dtype)"
-        figures = {"max_error": comparison.max_error, "bound": comparison.bound, "precision": comparison.precision}
+        figures = {
+            "max_error": comparison.max_error,
+            "bound": comparison.bound,
+            "precision": comparison.precision,
+            "reference": comparison.reference,
+        }
         super().__init__(message, kind=PRECISION, figures=figures)
         self.comparison = comparison
 
@@ -66,6 +71,7 @@ class Comparison:
     bound: float
     worst: str
     precision: float = 0.0  # the working dtype's rounding at the output's magnitude (0: not a reduced dtype)
+    reference: float = 0.0  # the reference's largest finite magnitude (the error's yardstick in a signature)
 
     @property
     def ok(self) -> bool:
@@ -148,7 +154,7 @@ def compare(
     position = tuple(int(i) for i in torch.unravel_index(torch.tensor(index), err.shape))
     worst = f"worst at {position}: got {actual.flatten()[index].item()!r}, want {ref.flatten()[index].item()!r}"
     precision = precision_allowance(ref, working_dtype)
-    return Comparison(what, float(err.max()), float(err.mean()), naive_err, bound, worst, precision)
+    return Comparison(what, float(err.max()), float(err.mean()), naive_err, bound, worst, precision, _finite_max(ref))
 
 
 def assert_close(
@@ -171,7 +177,12 @@ def assert_close(
     if result.precision_only:
         raise PrecisionOnly(result)
     if not result.ok:
-        figures = {"max_error": result.max_error, "bound": result.bound, "naive_error": result.naive_error}
+        figures = {
+            "max_error": result.max_error,
+            "bound": result.bound,
+            "naive_error": result.naive_error,
+            "reference": result.reference,
+        }
         raise CheckFailure(str(result), kind=kind, figures=figures)
     return result
 

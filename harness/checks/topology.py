@@ -24,8 +24,9 @@ import torch
 from harness.cases.case import Case
 from harness.cases.hidden import prefix_rows
 from harness.cases.topology import other_topology, without_topology
+from harness.checks import judge
 from harness.checks.failure import GRADIENT, VALUE
-from harness.checks.hidden import assert_hidden_backward, assert_hidden_forward, hidden_capabilities
+from harness.checks.hidden import KEY_OUTPUTS, assert_hidden_backward, assert_hidden_forward, hidden_capabilities
 from harness.checks.invariances import LEVELS
 from harness.checks.parity import (
     assemble_grad,
@@ -34,10 +35,10 @@ from harness.checks.parity import (
     replicated,
     require,
     required_capabilities,
+    run_ranks,
 )
-from harness.checks.tolerance import assert_identical
+from harness.checks.subtests import GRAD_LOGITS, GRAD_WEIGHT, subtest
 from harness.jobs.hidden import hidden_job
-from harness.ranks.run import run_job
 from harness.targets import load_target
 
 TOPOLOGY_INVARIANT = "topology_invariant"
@@ -69,7 +70,7 @@ def _topology_invariance(case: Case, spec: str, exact: bool | None, level: str) 
         raise ValueError("prefix_rows is a hidden-state topology (check_hidden_topology_invariance)")
     for each in (first, second):
         require(spec, required_capabilities(each, level))
-    results = [run_job(job, each, spec) for each in (first, second)]
+    results = [run_ranks(job, each, spec) for each in (first, second)]
     if not _exact(spec, exact):
         for each, result in zip((first, second), results):
             forward(each, result)
@@ -77,11 +78,13 @@ def _topology_invariance(case: Case, spec: str, exact: bool | None, level: str) 
         return
     label = _label(first, second)
     for key in ("log_probs", "entropy") if case.with_entropy else ("log_probs",):
-        values = [_values(level, each, result, key) for each, result in zip((first, second), results)]
-        for i, (x, y) in enumerate(zip(*values)):
-            assert_identical(y, x, what=f"{key}[{i}], {label}")
-    grads = [assemble_grad(each, result) for each, result in zip((first, second), results)]
-    assert_identical(grads[1], grads[0], what=f"grad(logits), {label}")
+        with subtest(key):
+            values = [_values(level, each, result, key) for each, result in zip((first, second), results)]
+            for i, (x, y) in enumerate(zip(*values)):
+                judge.identical(y, x, what=f"{key}[{i}], {label}")
+    with subtest(GRAD_LOGITS):
+        grads = [assemble_grad(each, result) for each, result in zip((first, second), results)]
+        judge.identical(grads[1], grads[0], what=f"grad(logits), {label}", kind=GRADIENT)
 
 
 @replayable
@@ -108,7 +111,7 @@ def check_hidden_topology_invariance(case: Case, spec: str = "impl", *, exact: b
     first, second = without_topology(case), other_topology(case)
     for each in (first, second):
         require(spec, hidden_capabilities(each))
-    results = [run_job(hidden_job, each, spec) for each in (first, second)]
+    results = [run_ranks(hidden_job, each, spec) for each in (first, second)]
     same_rows = not prefix_rows(second)
     if not _exact(spec, exact):
         for each, result in zip((first, second), results):
@@ -118,12 +121,14 @@ def check_hidden_topology_invariance(case: Case, spec: str = "impl", *, exact: b
     label = _label(first, second)
     keys = ("log_probs", "entropy", "grad_hidden") if case.with_entropy else ("log_probs", "grad_hidden")
     for key in keys:
-        kind = GRADIENT if key.startswith("grad") else VALUE
-        values = [replicated(result, key, kind=kind) for result in results]
-        assert_identical(values[1], values[0], what=f"{key}, {label}", kind=kind)
+        with subtest(KEY_OUTPUTS[key]):
+            kind = GRADIENT if key.startswith("grad") else VALUE
+            values = [replicated(result, key, kind=kind) for result in results]
+            judge.identical(values[1], values[0], what=f"{key}, {label}", kind=kind)
     if same_rows:
-        weights = [torch.cat([r["grad_weight"] for r in result]) for result in results]
-        assert_identical(weights[1], weights[0], what=f"grad(weight), {label}", kind=GRADIENT)
+        with subtest(GRAD_WEIGHT):
+            weights = [torch.cat([r["grad_weight"] for r in result]) for result in results]
+            judge.identical(weights[1], weights[0], what=f"grad(weight), {label}", kind=GRADIENT)
 
 
 __all__ = [

@@ -50,7 +50,7 @@ def _fence(language: str, text: str) -> list[str]:
 
 
 def _blocking(entry) -> list[str]:
-    lines = [f"### BLOCKING `{entry.id}`", "", f"- tier: **{entry.tier}**"]
+    lines = [f"### BLOCKING `{entry.name}`", "", f"- tier: **{entry.tier}**"]
     lines += [f"- class: {bug_class(entry.id, entry.kind)}"]
     lines += [f"- reason: {entry.reason.splitlines()[0] if entry.reason else '(none given)'}"]
     if entry.diagnosis:
@@ -69,13 +69,16 @@ def _function(check_id: str) -> str:
 
 
 def folded(rows: list[Row]) -> list[str]:
-    """One line per (test function, outcome, kind), with a count and the first instance's detail."""
+    """One line per (test function, output, outcome, kind), with a count and the first instance's detail."""
     groups: dict[tuple, list[Row]] = defaultdict(list)
     for row in rows:
-        groups[(_function(row.id), row.outcome, row.kind, row.tier)].append(row)
+        groups[(_function(row.id), row.outcome, row.kind, row.tier, row.output)].append(row)
     lines = []
-    for (function, outcome, kind, tier), members in sorted(groups.items(), key=lambda g: (g[0][3], g[0][0])):
+    for (function, outcome, kind, tier, output), members in sorted(
+        groups.items(), key=lambda g: (g[0][3], g[0][0], g[0][4])
+    ):
         how = f"{outcome}, {kind}" if kind else outcome
+        function = f"{function} [{output}]" if output else function
         detail = members[0].detail.splitlines()[0] if members[0].detail else ""
         count = f"{len(members)} x " if len(members) > 1 else ""
         lines.append(f"- [{tier}] {count}`{function}` ({how}): {detail}"[:400])
@@ -101,17 +104,19 @@ def render(decision) -> str:
     ]
     sections = [_blocking(entry) for entry in blocking]
     if decision.fixed:
-        sections.append(["### FIXED", "", *[f"- [{e.tier}] `{e.id}`: {e.reason}"[:400] for e in decision.fixed], ""])
+        sections.append(["### FIXED", "", *[f"- [{e.tier}] `{e.name}`: {e.reason}"[:400] for e in decision.fixed], ""])
     changed = [e for e in decision.changed if e not in blocking]
     if changed:
-        lines = [f"- [{e.tier}] `{e.id}`: {e.reason}"[:400] for e in changed]
+        lines = [f"- [{e.tier}] `{e.name}`: {e.reason}"[:400] for e in changed]
         sections.append(["### FAILS DIFFERENTLY (known failures that fail another way now)", "", *lines, ""])
     if decision.undecided:
-        undecided = [f"- [{e.tier}] `{e.id}`: {e.reason}"[:400] for e in decision.undecided]
+        undecided = [f"- [{e.tier}] `{e.name}`: {e.reason}"[:400] for e in decision.undecided]
         sections.append(["### ERROR (the machine's, not the target's verdict: rerun)", "", *undecided, ""])
     shown = blocking + decision.fixed + changed + decision.undecided
-    blocking_ids = {e.id for e in shown}
-    others = [r for r in decision.rows if r.id not in blocking_ids and r.outcome not in ("PASS", "UNSUPPORTED")]
+    shown_keys = {(e.id, e.output) for e in shown}
+    others = [
+        r for r in decision.rows if (r.id, r.output) not in shown_keys and r.outcome not in ("PASS", "UNSUPPORTED")
+    ]
     rest = _details(f"Non-blocking: {len(others)} outcomes ({counts_line(others)})", folded(others))
     unsupported = [f"- needs {key}: {len(ids)} checks" for key, ids in unsupported_lines(decision.rows)]
     rest += _details(f"UNSUPPORTED: {sum(r.outcome == 'UNSUPPORTED' for r in decision.rows)} checks", unsupported)

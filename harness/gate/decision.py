@@ -3,8 +3,10 @@
 Both modes (one target against its expectations, base vs PR) end in the same
 lists, so a CI job reads one format: ``new_failures`` (what makes the run red
 when its tier is gated), ``fixed``, ``still_failing`` and ``errors`` (checks
-the machine could not decide even after a retry), each entry ``{id, tier,
-reason}`` plus the counterexample and its replay command where there is one.
+the machine could not decide even after a retry), each entry ``{id, output,
+tier, reason}`` (one per output the gate classified, ``harness/gate/units.py``;
+``output`` empty for the check as a whole) plus the counterexample and its
+replay command where there is one.
 
 Exit codes: 0 green; 1 a new failure in a gated tier (the PR's fault);
 3 no blocking failure, but a gated check ended in ERROR (undecided: the
@@ -36,6 +38,13 @@ class Entry:
     kind: str = ""  # how it failed (harness/checks/failure.py)
     diagnosis: str = ""  # the conditions the failure needs (harness/checks/diagnosis.py), one line
     warnings: list = field(default_factory=list)  # what the ranks warned during the failing call
+    output: str = ""  # the output classified ("" : the check as a whole)
+    signature: dict = field(default_factory=dict)  # of a failure (harness/checks/signature.py)
+
+    @property
+    def name(self) -> str:
+        """``check id`` or ``check id [output]``."""
+        return f"{self.id} [{self.output}]" if self.output else self.id
 
 
 @dataclass
@@ -115,23 +124,35 @@ class Decision:
         )
 
 
-def row(verdict, outcome: str, detail: str = "") -> Row:
+def row(unit, outcome: str, detail: str = "") -> Row:
+    """A table row for one unit (``harness/gate/units.py``): one output of a check, or the check as a whole."""
+    verdict = unit.verdict
     reproduce = verdict.replay if verdict.outcome in (FAIL, ERROR) else ""
+    default = verdict.detail if not unit.output else (unit.reason or verdict.detail)
     return Row(
-        verdict.id, verdict.tier, outcome, detail or verdict.detail, reproduce, tuple(verdict.missing), verdict.kind
+        verdict.id,
+        unit.tier,
+        outcome,
+        detail or default,
+        reproduce,
+        tuple(verdict.missing),
+        unit.kind,
+        unit.output,
     )
 
 
-def entry(verdict, reason: str = "") -> Entry:
+def entry(unit, reason: str = "") -> Entry:
+    verdict = unit.verdict
     warnings = [f"{w.get('category', '')}: {w.get('message', '')}" for w in verdict.warnings]
-    reason = reason or verdict.reason
     return Entry(
         verdict.id,
-        verdict.tier,
-        reason,
+        unit.tier,
+        reason or unit.reason or verdict.reason,
         verdict.case,
         verdict.replay,
-        verdict.kind,
+        unit.kind,
         verdict.diagnosis_summary,
         warnings,
+        unit.output,
+        dict(unit.signature),
     )

@@ -275,10 +275,10 @@ def main(argv=None) -> int:
             table.append(
                 _row(
                     commit,
-                    [f"{e.id} [{e.tier}]" for e in decision.new_failures],
-                    [f"{e.id} [{e.tier}]" for e in decision.fixed],
+                    [f"{e.name} [{e.tier}]" for e in decision.new_failures],
+                    [f"{e.name} [{e.tier}]" for e in decision.fixed],
                     len(decision.still_failing),
-                    [f"{e.id} [{e.tier}]" for e in decision.errors],
+                    [f"{e.name} [{e.tier}]" for e in decision.errors],
                     would_block=decision.exit_code == 1,
                 )
             )

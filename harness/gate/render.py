@@ -2,8 +2,10 @@
 
 One renderer for every view: the raw verdicts of a run (the pytest plugin),
 a target against its expectations (``single``) and a base-vs-PR comparison
-(``compare``). Each view hands over ``Row``s; UNSUPPORTED rows collapse into
-one line per missing capability, so the rows that matter are not buried.
+(``compare``). Each view hands over ``Row``s, one per output a check judged
+(``harness/gate/units.py``; a check whose outputs all pass is one PASS row);
+UNSUPPORTED rows collapse into one line per missing capability, so the rows
+that matter are not buried.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ class Row:
     reproduce: str = ""
     missing: tuple = ()
     kind: str = ""  # of a failure: how it failed (harness.checks.failure)
+    output: str = ""  # the output this row classifies ("" : the check as a whole)
+
+    @property
+    def name(self) -> str:
+        """``check id`` or ``check id [output]``."""
+        return f"{self.id} [{self.output}]" if self.output else self.id
 
     @property
     def section(self) -> str:
@@ -50,7 +58,7 @@ class Row:
 
 def _order(row: Row) -> tuple:
     rank = OUTCOME_ORDER.index(row.outcome) if row.outcome in OUTCOME_ORDER else len(OUTCOME_ORDER)
-    return rank, row.id
+    return rank, row.id, row.output
 
 
 def counts(rows: list[Row]) -> dict[str, int]:
@@ -92,7 +100,9 @@ def markdown(rows: list[Row], title: str, preamble: str = "") -> str:
         parts += [preamble, ""]
     for name, section in _sections(rows):
         parts += [f"## {name}", "", "| check | tier | outcome | detail | reproduce |", "|---|---|---|---|---|"]
-        parts += [f"| `{r.id}` | {r.tier} | {r.outcome} | {_cell(r.detail)} | {_cell(r.reproduce)} |" for r in section]
+        parts += [
+            f"| `{r.name}` | {r.tier} | {r.outcome} | {_cell(r.detail)} | {_cell(r.reproduce)} |" for r in section
+        ]
         parts.append("")
     unsupported = unsupported_lines(rows)
     if unsupported:
@@ -107,7 +117,7 @@ def terminal_lines(rows: list[Row]) -> list[str]:
     for name, section in _sections(rows):
         lines.append(f"-- {name} --")
         for row in section:
-            lines.append(f"{row.outcome:13} [{row.tier}] {row.id}")
+            lines.append(f"{row.outcome:13} [{row.tier}] {row.name}")
             if row.detail:
                 lines.append(f"{'':13} {row.detail}")
             if row.reproduce:

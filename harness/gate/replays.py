@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness import ROOT
@@ -33,6 +33,23 @@ class Replayed:
     outcome: str  # PASS, FAIL or UNSUPPORTED
     reason: str = ""
     kind: str = ""
+    subtests: dict = field(default_factory=dict)  # of a FAIL: output -> PASS or FAIL entry with its signature
+
+    def output(self, output: str) -> tuple[str, dict]:
+        """(PASS / FAIL / MASKED / UNJUDGED, the FAIL entry) of one output in this replay."""
+        if self.outcome == "PASS":
+            return "PASS", {}
+        if self.outcome != "FAIL":
+            return self.outcome, {}
+        entry = self.subtests.get(output)
+        if entry is not None:
+            return entry.get("outcome", "FAIL"), entry
+        whole = self.subtests.get("", {})
+        if output and whole.get("outcome") == "FAIL":
+            return "MASKED", whole
+        if not self.subtests and not output:
+            return "FAIL", {"kind": self.kind, "headline": self.reason, "signature": {"kind": self.kind}}
+        return "UNJUDGED", {}
 
 
 def replay_one(check: str, case_json: str, target: str) -> Replayed:
@@ -49,7 +66,7 @@ def replay_one(check: str, case_json: str, target: str) -> Replayed:
         facts = failure.facts_of(exc)
         if facts.kind == failure.UNSUPPORTED:
             return Replayed(check, case_json, "UNSUPPORTED", facts.headline)
-        return Replayed(check, case_json, "FAIL", facts.headline, facts.kind)
+        return Replayed(check, case_json, "FAIL", facts.headline, facts.kind, facts.subtests)
     return Replayed(check, case_json, "PASS")
 
 

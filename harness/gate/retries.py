@@ -58,7 +58,7 @@ def confirm_hangs(run: Run, target: str, env: dict, *, replay=replay_in_subproce
             run.verdicts[verdict.id] = replace(verdict, outcome=ERROR, reason=reason)
         else:
             reason = f"replayed alone it fails as {result.kind or 'a failure'}, not a hang: {result.reason}"
-            run.verdicts[verdict.id] = replace(verdict, kind=result.kind, reason=reason)
+            run.verdicts[verdict.id] = replace(verdict, kind=result.kind, reason=reason, subtests=dict(result.subtests))
         changed.append(verdict.id)
     return changed
 

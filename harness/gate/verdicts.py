@@ -2,7 +2,9 @@
 
 The pytest plugin writes a run's verdicts (outcome, tier, the failure's
 facts: its kind, the shrunk Case, the check that replays it, measured
-figures, the capabilities an UNSUPPORTED check lacked); the gate reads them
+figures, the capabilities an UNSUPPORTED check lacked, and the outcome of each
+output the check judged, ``subtests``: output -> PASS, or FAIL with its kind,
+headline, figures and signature); the gate reads them
 as fields, never from message text (``harness/checks/failure.py``). Raw
 outcomes are PASS, FAIL, ERROR, UNSUPPORTED and SKIPPED; a FAIL's ``kind``
 says how it failed (``value``, ``gradient``, ``hang``, ...). ERROR is a
@@ -41,6 +43,7 @@ class Verdict:
     diverged: bool = False  # of a hang: a rank finished without joining its peers' collective
     diagnosis: dict = field(default_factory=dict)  # of a FAIL: the conditions it needs (harness/checks/diagnosis.py)
     warnings: list = field(default_factory=list)  # of a FAIL: warnings the ranks raised during it
+    subtests: dict = field(default_factory=dict)  # output -> {"outcome", ...} (harness/checks/subtests.py)
 
     @property
     def failed(self) -> bool:

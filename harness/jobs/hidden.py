@@ -3,9 +3,10 @@
 Every rank rebuilds the Case's hidden states (replicated) and its own LM-head
 shard, calls the TARGET, runs the backward of the row probe loss with the
 Case's non-uniform weights, and returns CPU tensors: the outputs, both
-gradients, the ``requires_grad`` flags, whether ``hidden`` and ``weight`` were
-left bit-identical with unchanged version counters (docs/bugs.md #2), and the
-collective trace (compared across ranks by ``harness.ranks.run``). With
+gradients, the ``requires_grad`` flags, whether the copies of ``hidden`` and
+``weight`` the target was handed (``harness.jobs.inputs``) were left
+bit-identical with unchanged version counters (docs/bugs.md #2; read by the
+inputs-unmutated check only), and the collective trace (compared across ranks by ``harness.ranks.run``). With
 ``extra["prefix_rows"]`` other rows precede the Case's in the call
 (``harness.cases.hidden.with_prefix``); the returned values and
 ``grad_hidden`` are the Case's rows only, ``grad_weight`` holds every row's part.
@@ -17,21 +18,10 @@ import torch
 
 from harness.cases.case import Case
 from harness.cases.hidden import global_hidden, prefix_rows, probe_weights, rank_weight, with_prefix
+from harness.jobs.inputs import Handed, reports_writes
 from harness.jobs.logits import _backward, _trace, on_host
 from harness.ranks.device import to_device
 from harness.targets import load_target
-
-
-def _state(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
-    return tensor.detach().clone(), tensor._version
-
-
-def _unchanged(name: str, tensor: torch.Tensor, state) -> dict:
-    before, version = state
-    return {
-        f"{name}_unchanged": bool(torch.equal(tensor.detach(), before)),
-        f"{name}_version_delta": tensor._version - version,
-    }
 
 
 def _grad(tensor: torch.Tensor) -> torch.Tensor:
@@ -39,6 +29,7 @@ def _grad(tensor: torch.Tensor) -> torch.Tensor:
 
 
 @on_host
+@reports_writes
 def hidden_job(payload: dict, ctx) -> dict:
     """Log-probs/entropy of every row from hidden states; backward of the row probe loss."""
     case = Case.from_json(payload["case"])
@@ -47,10 +38,10 @@ def hidden_job(payload: dict, ctx) -> dict:
     rows, targets, a, b = with_prefix(case, global_hidden(case), case.row_targets(), a, b)
     hidden = to_device(rows).requires_grad_()
     weight = to_device(rank_weight(case, ctx.tp_rank)).requires_grad_()
-    hidden_state, weight_state = _state(hidden), _state(weight)
+    handed = Handed()
     log_probs, entropy = target.hidden_log_probs(
-        hidden,
-        weight,
+        handed.copy("hidden", hidden),
+        handed.copy("weight", weight),
         to_device(targets),
         tp_group=ctx.tp_group,
         chunk_size=case.chunk_size,
@@ -68,6 +59,5 @@ def hidden_job(payload: dict, ctx) -> dict:
         "grad_hidden": _grad(hidden)[own],
         "grad_weight": _grad(weight),
         "trace": _trace(ctx),
-        **_unchanged("hidden", hidden, hidden_state),
-        **_unchanged("weight", weight, weight_state),
+        **handed.report(),
     }

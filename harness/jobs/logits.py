@@ -6,10 +6,13 @@ the TARGET (never ``impl/`` directly), runs the backward of the probe (or
 policy) loss with the Case's non-uniform upstream weights, and returns CPU
 tensors and flags. The parent compares them with the float64 oracles.
 
-Each job also reports what the historic bugs broke: whether the logits were
-left bit-identical with an unchanged version counter (bug 2), and the
-``requires_grad`` of every returned tensor (bugs 1 and 4), plus the
-collective trace when the rank has a tracer (bug 5).
+Each job hands the target a fresh copy of the logits (``harness.jobs.inputs``:
+an in-place write neither raises nor reaches the leaf the gradient is read
+from) and reports what the historic bugs broke: whether that copy was left
+bit-identical with an unchanged version counter (bug 2; read by the
+inputs-unmutated checks only), and the ``requires_grad`` of every returned
+tensor (bugs 1 and 4), plus the collective trace when the rank has a tracer
+(bug 5).
 
 Device (``harness.ranks.device``, ``LPH_DEVICE``): the Case draws every value on
 the CPU; a job copies the tensors a trainer would hold on its GPU (logits,
@@ -21,12 +24,12 @@ to the rank's device, and its results come back as CPU tensors
 from __future__ import annotations
 
 import functools
-import traceback
 
 import torch
 
 from harness.cases import policy
 from harness.cases.case import Case
+from harness.jobs.inputs import Handed, reports_writes
 from harness.ranks.device import to_device, to_host
 from harness.targets import PackedInputs, load_target
 from harness.targets.protocol import PolicyOptions
@@ -92,13 +95,6 @@ def _backward(outputs: list, weights: list, noncontiguous: bool) -> None:
         torch.autograd.backward([p[0] for p in pairs], [p[1] for p in pairs])
 
 
-def _integrity(logits: torch.Tensor, before: torch.Tensor, version: int) -> dict:
-    return {
-        "logits_unchanged": bool(torch.equal(logits.detach(), before)),
-        "logits_version_delta": logits._version - version,
-    }
-
-
 def _grad(logits: torch.Tensor) -> torch.Tensor:
     return logits.grad if logits.grad is not None else torch.zeros_like(logits)
 
@@ -116,14 +112,14 @@ def _trace(ctx):
 
 
 @on_host
+@reports_writes
 def token_job(payload: dict, ctx) -> dict:
     """Token level: log-probs/entropy of every row, backward of the row probe loss."""
     case = Case.from_json(payload["case"])
     target = load_target(payload["spec"])
-    logits = _leaf_logits(case, ctx)
-    before, version = logits.detach().clone(), logits._version
+    leaf, handed = _leaf_logits(case, ctx), Handed()
     log_probs, entropy = target.token_log_probs(
-        logits,
+        handed.copy("logits", leaf),
         to_device(case.row_targets()),
         tp_group=ctx.tp_group,
         chunk_size=case.chunk_size,
@@ -137,21 +133,21 @@ def token_job(payload: dict, ctx) -> dict:
         "log_probs": log_probs.detach().clone(),
         "entropy": None if entropy is None else entropy.detach().clone(),
         "entropy_requires_grad": None if entropy is None else bool(entropy.requires_grad),
-        "grad": _grad(logits),
+        "grad": _grad(leaf),
         "trace": _trace(ctx),
-        **_integrity(logits, before, version),
+        **handed.report(),
     }
 
 
 @on_host
+@reports_writes
 def packed_job(payload: dict, ctx) -> dict:
     """Packed level: per-sample outputs, backward of the probe loss of docs/math.md."""
     case = Case.from_json(payload["case"])
     target = load_target(payload["spec"])
-    logits = _leaf_logits(case, ctx)
-    before, version = logits.detach().clone(), logits._version
+    leaf, handed = _leaf_logits(case, ctx), Handed()
     log_probs, entropy = target.packed_log_probs(
-        logits,
+        handed.copy("logits", leaf),
         packed_inputs(case, on_device=True),
         tp_group=ctx.tp_group,
         cp_group=ctx.cp_group,
@@ -171,9 +167,9 @@ def packed_job(payload: dict, ctx) -> dict:
         "entropy": _detach_all(entropy),
         "log_probs_requires_grad": _requires_grad(log_probs),
         "entropy_requires_grad": _requires_grad(entropy),
-        "grad": _grad(logits),
+        "grad": _grad(leaf),
         "trace": _trace(ctx),
-        **_integrity(logits, before, version),
+        **handed.report(),
     }
 
 
@@ -200,12 +196,17 @@ def policy_options(case: Case, ctx) -> dict:
 
 
 @on_host
+@reports_writes
 def policy_job(payload: dict, ctx) -> dict:
-    """Policy path: the policy loss (PPO by default) with entropy bonus; the target decides the entropy gate."""
+    """Policy path: the policy loss (PPO by default) with entropy bonus; the target decides the entropy gate.
+
+    Besides the end-to-end gradient, the gradients of the loss w.r.t. the log-probs and entropy the target
+    RETURNED (``None`` where those tensors are not on the loss's graph): what the loss does with its inputs,
+    judged apart from how the log-probs were computed (``harness.checks.policy``).
+    """
     case = Case.from_json(payload["case"])
-    logits = _leaf_logits(case, ctx)
-    before, version = logits.detach().clone(), logits._version
-    loss, log_probs, entropy = _policy_forward_backward(payload, case, ctx, logits)
+    leaf, handed = _leaf_logits(case, ctx), Handed()
+    loss, log_probs, entropy = _policy_forward_backward(payload, case, ctx, handed.copy("logits", leaf))
     return {
         "loss": loss.detach().clone(),
         "log_probs": _detach_all(log_probs),
@@ -213,37 +214,28 @@ def policy_job(payload: dict, ctx) -> dict:
         "log_probs_requires_grad": _requires_grad(log_probs),
         "entropy_requires_grad": _requires_grad(entropy),
         "entropy_grad_fn_is_none": None if entropy is None else [e.grad_fn is None for e in entropy],
-        "grad": _grad(logits),
+        "grad": _grad(leaf),
+        "grad_log_probs": _retained_grads(log_probs),
+        "grad_entropy": _retained_grads(entropy),
         "trace": _trace(ctx),
-        **_integrity(logits, before, version),
+        **handed.report(),
     }
 
 
-@on_host
-def unmutated_job(payload: dict, ctx) -> dict:
-    """The policy path on logits that are an activation (a trainer's LM-head output), not a leaf.
+def _retain(values) -> None:
+    for value in values or ():
+        if value.requires_grad and not value.is_leaf:
+            value.retain_grad()
 
-    On a leaf that requires grad, torch refuses an in-place write with its own
-    error ("a leaf Variable ... used in an in-place operation") before anything
-    is written, so the write would surface as a crash of the target. On an
-    activation the write happens and moves the version counter: the check can
-    name it. When the target also raised after writing (a backward that found
-    its saved tensor modified), the write is what is returned; an error
-    without a write is raised as usual, so the pool still classifies it (a
-    collective timeout stays a hang).
-    """
-    case = Case.from_json(payload["case"])
-    logits = _leaf_logits(case, ctx).clone()
-    before, version = logits.detach().clone(), logits._version
-    error = None
-    try:
-        _policy_forward_backward(payload, case, ctx, logits)
-    except Exception:
-        integrity = _integrity(logits, before, version)
-        if integrity["logits_unchanged"] and integrity["logits_version_delta"] == 0:
-            raise
-        error = traceback.format_exc()
-    return {"error": error, "trace": _trace(ctx), **_integrity(logits, before, version)}
+
+def _retained_grads(values):
+    """Per sample, the gradient a backward left on a returned output; None if any output had none."""
+    if values is None:
+        return None
+    grads = [v.grad for v in values]
+    if any(g is None for g, v in zip(grads, values) if v.numel()):
+        return None
+    return [torch.zeros_like(v.detach()) if g is None else g.detach().clone() for g, v in zip(grads, values)]
 
 
 def _policy_forward_backward(payload: dict, case: Case, ctx, logits: torch.Tensor):
@@ -267,6 +259,8 @@ def _policy_forward_backward(payload: dict, case: Case, ctx, logits: torch.Tenso
         **policy_options(case, ctx),
     )
     if loss.requires_grad and payload.get("backward", True):
+        _retain(log_probs)
+        _retain(entropy)
         loss.backward()
     return loss, log_probs, entropy
 
@@ -285,8 +279,8 @@ def shared_logits_job(payload: dict, ctx) -> dict:
     """
     case = Case.from_json(payload["case"])
     target = load_target(payload["spec"])
-    logits = _leaf_logits(case, ctx)
-    before, version = logits.detach().clone(), logits._version
+    leaf, handed = _leaf_logits(case, ctx), Handed()
+    logits = handed.copy("logits", leaf)  # one copy, shared by every consumer: the sharing is the point
     targets = to_device(case.row_targets())
     options = dict(tp_group=ctx.tp_group, entropy_grad=True, temperature=case.temperature)
     log_probs, entropy = target.token_log_probs(logits, targets, chunk_size=None, with_entropy=True, **options)
@@ -296,7 +290,7 @@ def shared_logits_job(payload: dict, ctx) -> dict:
     view_log_probs, view_entropy = target.token_log_probs(
         logits[1:], targets[1:], chunk_size=payload["chunk_size"], with_entropy=True, **options
     )
-    after_forward = _integrity(logits, before, version)
+    after_forward = handed.report()
     a, b = (to_device(w.float()) for w in case.row_probe_weights())
     loss = (
         (a * log_probs).sum()
@@ -308,13 +302,13 @@ def shared_logits_job(payload: dict, ctx) -> dict:
     grads = []
     for remaining in reversed(range(payload["backwards"])):
         loss.backward(retain_graph=remaining > 0)
-        grads.append(logits.grad.clone())
-        logits.grad = None
+        grads.append(leaf.grad.clone())
+        leaf.grad = None
     return {
         "values": [v.detach().clone() for v in (log_probs, entropy, chunked, view_log_probs, view_entropy)],
         "grads": grads,
         "after_forward": after_forward,
-        **_integrity(logits, before, version),
+        **handed.report(),
     }
 
 

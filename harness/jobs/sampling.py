@@ -5,7 +5,8 @@ set in the Case's form (``harness.cases.sampling``), calls the TARGET, runs
 the backward of the row probe loss ``sum(a * lp + b * H)`` and reports what
 the token job reports (values, gradient shard, ``requires_grad``, logits
 untouched, the collective trace) plus whether the kept-set tensors were left
-untouched. An error the target raises is caught and returned (type and text)
+untouched (both read by the inputs-unmutated check only: the target gets a
+fresh copy of the logits, ``harness.jobs.inputs``). An error the target raises is caught and returned (type and text)
 so the parent can require the SAME clear error on every rank, for a target
 outside ``K`` under ``on_outside="error"`` and for the bad-input rows; a
 collective timeout is re-raised (it is a hang, not an answer).
@@ -22,7 +23,8 @@ import torch
 
 from harness.cases import sampling
 from harness.cases.case import Case
-from harness.jobs.logits import _backward, _detach_all, _grad, _integrity, _requires_grad, _trace, in_view, on_host
+from harness.jobs.inputs import Handed, reports_writes
+from harness.jobs.logits import _backward, _detach_all, _grad, _leaf_logits, _requires_grad, _trace, in_view, on_host
 from harness.ranks.device import to_device
 from harness.ranks.errors import is_collective_timeout
 from harness.targets import KeptSet, PackedInputs, load_target
@@ -38,8 +40,11 @@ def _on_device(kept: KeptSet) -> KeptSet:
     return KeptSet(**moved)
 
 
-def _kept_copies(kept: KeptSet) -> dict:
-    return {name: getattr(kept, name).clone() for name in KEPT_TENSORS if getattr(kept, name) is not None}
+def _watch_kept(handed: Handed, kept: KeptSet) -> KeptSet:
+    for name in KEPT_TENSORS:
+        if getattr(kept, name) is not None:
+            handed.watch(f"kept set ({name})", getattr(kept, name))
+    return kept
 
 
 # Bad kept sets (the parent's bad-input table): name -> KeptSet of the Case -> the broken one.
@@ -57,18 +62,18 @@ BAD_KEPT = {
 
 
 @on_host
+@reports_writes
 def sampling_job(payload: dict, ctx) -> dict:
     """One sampling call on this rank (``payload["bad"]``: a BAD_KEPT row replaces the kept set)."""
     case = Case.from_json(payload["case"])
     target = load_target(payload["spec"])
     s = sampling.spec(case)
-    logits = to_device(case.rank_logits(ctx.tp_rank, ctx.cp_rank)).requires_grad_()
-    before, version = logits.detach().clone(), logits._version
+    leaf, handed = _leaf_logits(case, ctx), Handed()
+    logits = handed.copy("logits", leaf)
     kept = sampling.kept_set(case, ctx.tp_rank)
     if payload.get("bad"):
         kept = BAD_KEPT[payload["bad"]](kept)
-    kept = _on_device(kept)
-    kept_before = _kept_copies(kept)
+    kept = _watch_kept(handed, _on_device(kept))
     _, targets = sampling.kept_and_targets(case)
     try:
         log_probs, entropy = target.sampling_log_probs(
@@ -92,17 +97,16 @@ def sampling_job(payload: dict, ctx) -> dict:
         "log_probs": log_probs.detach().clone(),
         "entropy": None if entropy is None else entropy.detach().clone(),
         "entropy_requires_grad": None if entropy is None else bool(entropy.requires_grad),
-        "grad": _grad(logits),
+        "grad": _grad(leaf),
         "trace": _trace(ctx),
-        "kept_unchanged": all(torch.equal(getattr(kept, name), copy) for name, copy in kept_before.items()),
-        **_integrity(logits, before, version),
+        **handed.report(),
     }
 
 
 def _error(exc: Exception, ctx) -> dict:
     if is_collective_timeout(f"{type(exc).__name__}: {exc}"):
         raise exc
-    return {"error_type": type(exc).__name__, "error": str(exc), "trace": _trace(ctx)}
+    return {"error_type": type(exc).__name__, "error": str(exc), "trace": _trace(ctx), **Handed.current_report()}
 
 
 def sampling_inputs(case: Case, on_device: bool = True) -> PackedInputs:
@@ -120,6 +124,7 @@ def sampling_inputs(case: Case, on_device: bool = True) -> PackedInputs:
 
 
 @on_host
+@reports_writes
 def sampling_packed_job(payload: dict, ctx) -> dict:
     """One packed sampling call on this rank, then the backward of the packed probe loss over its view.
 
@@ -127,10 +132,10 @@ def sampling_packed_job(payload: dict, ctx) -> dict:
     """
     case = Case.from_json(payload["case"])
     target = load_target(payload["spec"])
-    logits = to_device(case.rank_logits(ctx.tp_rank, ctx.cp_rank)).requires_grad_()
-    before, version = logits.detach().clone(), logits._version
-    kept = _on_device(sampling.kept_set(case, ctx.tp_rank, ctx.cp_rank, held_only=not payload.get("unsliced")))
-    kept_before = _kept_copies(kept)
+    leaf, handed = _leaf_logits(case, ctx), Handed()
+    logits = handed.copy("logits", leaf)
+    kept = sampling.kept_set(case, ctx.tp_rank, ctx.cp_rank, held_only=not payload.get("unsliced"))
+    kept = _watch_kept(handed, _on_device(kept))
     try:
         log_probs, entropy = target.sampling_packed_log_probs(
             logits,
@@ -157,8 +162,7 @@ def sampling_packed_job(payload: dict, ctx) -> dict:
         "entropy": _detach_all(entropy),
         "log_probs_requires_grad": _requires_grad(log_probs),
         "entropy_requires_grad": _requires_grad(entropy),
-        "grad": _grad(logits),
+        "grad": _grad(leaf),
         "trace": _trace(ctx),
-        "kept_unchanged": all(torch.equal(getattr(kept, name), copy) for name, copy in kept_before.items()),
-        **_integrity(logits, before, version),
+        **handed.report(),
     }

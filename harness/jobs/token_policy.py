@@ -2,7 +2,9 @@
 
 In-process (the Cases are single-rank: the token-level loss has no logits to
 shard), through ``harness.ranks.run.run_job`` like every job, so the Case is
-recorded and its warnings reach the verdict.
+recorded and its warnings reach the verdict. The target gets fresh copies of
+the log-prob and entropy leaves (``harness.jobs.inputs``); whether it wrote
+into any input is reported for the inputs-unmutated check alone.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import torch
 
 from harness.cases import policy, token_policy
 from harness.cases.case import Case
+from harness.jobs.inputs import Handed, reports_writes
 from harness.jobs.logits import on_host
 from harness.ranks.device import to_device
 from harness.targets import load_target
@@ -42,6 +45,7 @@ def _grad_or_zeros(leaf: torch.Tensor | None) -> torch.Tensor | None:
 
 
 @on_host
+@reports_writes
 def token_policy_job(payload: dict, ctx) -> dict:
     """The loss, and its gradients w.r.t. the log-probs and the entropy (always leaves requiring grad).
 
@@ -53,18 +57,21 @@ def token_policy_job(payload: dict, ctx) -> dict:
     sent = token_policy.inputs(case)
     log_probs = to_device(sent.matrix(sent.log_probs)).requires_grad_()
     entropy = None if sent.entropy is None else to_device(sent.matrix(sent.entropy)).requires_grad_()
+    handed = Handed()
     fixed = {
-        "old_log_probs": to_device(sent.matrix(sent.old_log_probs)),
-        "advantages": to_device(sent.matrix(sent.advantages)),
-        "loss_mask": to_device(sent.matrix(sent.loss_masks)),
+        name: handed.watch(name, to_device(sent.matrix(values)))
+        for name, values in (
+            ("old_log_probs", sent.old_log_probs),
+            ("advantages", sent.advantages),
+            ("loss_mask", sent.loss_masks),
+        )
     }
-    copies = {name: value.clone() for name, value in fixed.items()}
     loss = load_target(payload["spec"]).token_policy_loss(
-        log_probs,
+        handed.copy("log_probs", log_probs),
         **fixed,
         eps_clip=policy.EPS_CLIP,
         eps_clip_high=policy.EPS_CLIP_HIGH,
-        entropy=entropy,
+        entropy=None if entropy is None else handed.copy("entropy", entropy),
         entropy_coef=case.entropy_coef,
         **token_policy_options(case, sent),
     )
@@ -74,5 +81,5 @@ def token_policy_job(payload: dict, ctx) -> dict:
         "loss": loss.detach().clone(),
         "grad_log_probs": _grad_or_zeros(log_probs),
         "grad_entropy": _grad_or_zeros(entropy),
-        "mutated_inputs": [name for name, value in fixed.items() if not torch.equal(value, copies[name])],
+        **handed.report(),
     }

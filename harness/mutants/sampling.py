@@ -1,5 +1,9 @@
 """Sampling-distribution replay (docs/sampling.md): the three named hazards of ``impl.sampling`` /
-``impl.sampling_derive``, and a CP rank reporting only its own rows' bad kept set.
+``impl.sampling_derive``, a CP rank reporting only its own rows' bad kept set, and min-p's regime (a
+temperature other than 1), killed because the strategies draw min-p under a temperature and the property
+pins it.
+
+``min_p_before_temperature`` is a class of its own (a kept-set form's far regime: min-p under a temperature).
 """
 
 from __future__ import annotations
@@ -51,5 +55,17 @@ SAMPLING = (
         replacement="    if error is not None:  # 'a CP rank reports its own rows'\n        raise error\n",
         killed_by=("properties/test_sampling_packed.py",),
         bug_class="sampling: kept set",
+    ),
+    Mutant(
+        name="min_p_before_temperature",
+        bug="min-p applied to the raw logits instead of after the temperature (vLLM applies it to the tempered "
+        "distribution): at temperature 1 nothing changes, under any other the kept set and every log-prob over "
+        "it do",
+        module="impl.sampling_derive",
+        original="            live &= (z - m[:, None]).exp() >= min_p\n",
+        replacement="            live &= ((z - m[:, None]) * temperature).exp() >= min_p\n",
+        killed_by=("properties/test_sampling.py",),
+        bug_class="sampling: min-p under a temperature",
+        representative=True,
     ),
 )

@@ -1,0 +1,117 @@
+"""Running a check: its per-output verdicts, its evidence, the capabilities it needs, its ranks' collectives.
+
+Every ``check_*`` is wrapped by ``replayable``: the outputs it judges are
+collected as subtests (``harness.checks.subtests``), and any failure leaves
+with the Case, the check's replay command, the warnings the ranks raised and
+which of the Case's conditions each failing output needs (the diagnosis by
+ablation, ``harness.checks.diagnosis``). ``require`` stops a check the target
+cannot run (UNSUPPORTED, never a silent pass); ``run_ranks`` runs a job on
+every rank and judges the collectives as one output among the others.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from hypothesis import reject
+from hypothesis.control import currently_in_test_context
+from hypothesis.errors import HypothesisException
+
+from harness.cases import limits as case_limits
+from harness.cases.case import Case
+from harness.checks import diagnosis, record, subtests
+from harness.checks.failure import UNSUPPORTED, mark
+from harness.ranks import rank_warnings
+from harness.ranks.run import assert_collectives_consistent, run_job
+from harness.targets import Unsupported, load_target
+
+
+def replay_command(check: str, case: Case, spec: str) -> str:
+    return f"python -m harness.replay {check} --target {spec} --case '{case.to_json()}'"
+
+
+def replayable(fn):
+    """Collect the check's per-output verdicts; attach the Case, its replay command and the evidence to a failure.
+
+    The evidence (``harness.checks.diagnosis``): the warnings every rank
+    raised during the call, and which of the Case's conditions each failing
+    output needs (ablation; the reported example only).
+    """
+
+    @functools.wraps(fn)
+    def wrapper(case: Case, spec: str = "impl", **kwargs):
+        name = f"{fn.__module__}:{fn.__name__}"
+        with rank_warnings.collecting() as seen:
+            escaping = None
+            with subtests.collecting() as collected:
+                try:
+                    result = fn(case, spec, **kwargs)
+                except Unsupported:
+                    raise
+                except BaseException as exc:
+                    escaping = exc
+            exc = subtests.finish(collected, escaping)
+            if exc is None:
+                return result
+            replay = replay_command(name, case, spec)
+            mark(exc, check=name, case=case.to_json(), replay=replay)  # the verdict's facts (the outer check wins)
+            exc.add_note(f"Case: {case.to_json()}")  # for a person reading the traceback
+            exc.add_note(f"Replay: {replay}")
+            # A verdict on the target, not yet diagnosed (a check calling another check diagnoses once, inside).
+            verdict = isinstance(exc, Exception) and not isinstance(exc, HypothesisException)
+            if verdict and not hasattr(exc, "diagnosis"):
+                found = diagnosis.diagnose(wrapper, case, spec, exc, name) if diagnosis.should_ablate() else None
+                diagnosis.attach(exc, diagnosis=found, warnings=rank_warnings.merged(seen))
+            raise exc
+
+    return wrapper
+
+
+def run_ranks(job, case: Case, spec: str, **options) -> list:
+    """``run_job`` on every rank; whether the ranks of each group issued the same collectives is one output
+    (``COLLECTIVES``) among the others, so a diverging sequence that did not hang hides no wrong value."""
+    results = run_job(job, case, spec, compare_traces=False, **options)
+    if case.world_size > 1:
+        with subtests.subtest(subtests.COLLECTIVES):
+            assert_collectives_consistent(case, results)
+    return results
+
+
+def require(spec: str, capabilities) -> None:
+    """Stop a check the target cannot run: UNSUPPORTED in the verdict, never a silent pass.
+
+    Inside a Hypothesis example the example is rejected and counted in
+    the running test's record (``harness.checks.record``): the property goes on with the examples the
+    target does support, and the verdict table says how many were left out
+    and why (a target without ``temperature`` is still checked on every
+    example at temperature 1). If every example was rejected, the plugin
+    reports the test UNSUPPORTED. Outside Hypothesis, under pytest, this is a
+    skip whose reason starts with ``UNSUPPORTED:``; elsewhere it raises
+    Unsupported.
+    """
+    missing = set(capabilities) - set(load_target(spec).capabilities)
+    if missing:
+        _left_out(spec, missing)
+
+
+def require_rows_within_limits(spec: str, case: Case) -> None:
+    """Leave out (UNSUPPORTED, the bound named) a hidden-state example above the target's ``max_hidden_rows``.
+
+    The bound is a target's declared cost on this machine (``harness.cases.limits``), not a capability of its
+    code: the verdict says which bound, so a check never passes on examples it did not run.
+    """
+    bound = case_limits.active().get("max_hidden_rows")
+    if bound is not None and case.rows > bound:
+        _left_out(spec, {f"more than {bound} rows per call (its case_limits)"})
+
+
+def _left_out(spec: str, missing) -> None:
+    if currently_in_test_context():
+        record.current().unsupported[(load_target(spec).name, tuple(sorted(missing)))] += 1
+        reject()
+    message = f"target {load_target(spec).name!r} does not support {sorted(missing)}"
+    if "pytest" in sys.modules:
+        skip = sys.modules["pytest"].skip.Exception(f"UNSUPPORTED: {message}", allow_module_level=True)
+        raise mark(skip, kind=UNSUPPORTED, missing=sorted(missing))
+    raise mark(Unsupported(message), kind=UNSUPPORTED, missing=sorted(missing))

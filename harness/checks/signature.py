@@ -1,0 +1,123 @@
+"""A failure's signature: what makes two failures of one output the same failure.
+
+A gate that compares failures by kind alone reads two different errors on
+the same check (two exception types, a wrong value of another size) as the
+same known failure. The signature of one output's failure is:
+
+* ``kind``: how it failed (``harness.checks.failure``);
+* ``exception``: the exception's type name;
+* ``message``: its first line with every number, path and address masked
+  (``rank 1: ... got 5 expected 6`` and ``rank 0: ... got 4 expected 6``
+  are one message class, ``... incorrect number of gradients`` and
+  ``... modified by an inplace operation`` are two);
+* ``magnitude``: the error's size against the reference's, from the
+  tolerance figures: ``non-finite`` (NaN or an infinity where the reference
+  is finite), ``large`` (at least ``LARGE`` of the reference's magnitude),
+  ``small``; empty where no error was measured (an exception, a flag);
+* ``needs`` / ``independent``: the conditions the diagnosis found the failure
+  needs, and those it found it independent of (``harness.checks.diagnosis``),
+  by dimension (``tp``, ``dtype``, ``kl_coef``, ...).
+
+A failure MATCHES the one it is compared with (an expectation's, the base's)
+when kind, exception and message are equal and it is no WORSE: its
+magnitude no larger (``small`` < ``large`` < ``non-finite``) and no condition
+it is independent of that the other failure needed (it would then fail
+where the other passed: wider). A failure that needs MORE conditions than
+the other (the base failed in fp32 and bf16, the PR in bf16 only), or whose
+error shrank, is the same failure, narrowed: a partial fix is not a new
+failure (TransformerEngine 2.8 narrowed 2.7's gradient defect to bf16 this
+way). A condition one side could not decide (its ablation budget spent on a
+loaded machine) never makes a difference. An expectation records the
+signature it expects; a field it leaves empty accepts anything.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+LARGE = 0.1
+MAGNITUDES = ("", "small", "large", "non-finite")  # from no measured error to the worst
+FIELDS = ("kind", "exception", "message", "magnitude", "needs", "independent")
+_MASKS = (
+    (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
+    (re.compile(r"(?:[A-Za-z]:)?(?:/[^\s:'\"(),]+){2,}"), "<path>"),
+    (re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|\b(?:nan|inf|-inf)\b"), "#"),
+)
+MESSAGE_CHARS = 160
+
+
+def message_class(headline: str) -> str:
+    """The headline (``Type: first line``) without its type, numbers, paths and addresses masked."""
+    text = headline.partition(": ")[2] if ": " in headline else headline
+    for pattern, replacement in _MASKS:
+        text = pattern.sub(replacement, text)
+    return text.strip()[:MESSAGE_CHARS]
+
+
+def magnitude_class(figures: dict) -> str:
+    """``non-finite`` / ``large`` / ``small`` from a comparison's figures; empty without a measured error."""
+    error = figures.get("max_error")
+    if not isinstance(error, (int, float)):
+        return ""
+    if not math.isfinite(error):
+        return "non-finite"
+    reference = figures.get("reference", 0.0)
+    scale = max(float(reference) if isinstance(reference, (int, float)) else 0.0, float(figures.get("bound", 0.0)))
+    if scale <= 0.0:
+        return "large" if error > 0 else "small"
+    return "large" if error >= LARGE * scale else "small"
+
+
+def of(entry: dict, conditions: dict | None = None) -> dict:
+    """The signature of one output's FAIL entry (``harness.checks.subtests.sub_facts``); ``conditions`` is that
+    output's diagnosis (``{"needs": [...], "independent_of": [...]}``), if any."""
+    headline = entry.get("headline", "")
+    conditions = conditions or {}
+    return {
+        "kind": entry.get("kind", ""),
+        "exception": headline.partition(": ")[0] if headline else "",
+        "message": message_class(headline),
+        "magnitude": magnitude_class(entry.get("figures", {})),
+        "needs": sorted(conditions.get("needs_dimensions", [])),
+        "independent": sorted(conditions.get("independent_of", [])),
+    }
+
+
+def matches(expected: dict, found: dict) -> bool:
+    """``found`` is the failure ``expected`` describes, or a narrower one (fields ``expected`` leaves empty accept
+    anything)."""
+    for name in ("kind", "exception", "message"):
+        if expected.get(name) and found.get(name) != expected[name]:
+            return False
+    if expected.get("magnitude") and _rank(found.get("magnitude", "")) > _rank(expected["magnitude"]):
+        return False
+    return not widened(expected, found)
+
+
+def _rank(magnitude: str) -> int:
+    return MAGNITUDES.index(magnitude) if magnitude in MAGNITUDES else len(MAGNITUDES)
+
+
+def widened(before: dict, after: dict) -> list[str]:
+    """Dimensions ``before`` needed that ``after`` is independent of: ``after`` fails where ``before`` passed."""
+    return sorted(set(before.get("needs", ())) & set(after.get("independent", ())))
+
+
+def narrowed(before: dict, after: dict) -> list[str]:
+    """Dimensions ``before`` was independent of that ``after`` needs: ``after`` passes where ``before`` failed."""
+    return widened(after, before)
+
+
+def differences(expected: dict, found: dict) -> str:
+    """What differs, for a reason line: ``exception CheckFailure -> RankError; magnitude small -> large``."""
+    parts = [
+        f"{name} {expected.get(name) or '-'} -> {found.get(name) or '-'}"
+        for name in ("kind", "exception", "message", "magnitude")
+        if expected.get(name) and found.get(name) != expected[name]
+    ]
+    if widened(expected, found):
+        parts.append(f"now fails without {', '.join(widened(expected, found))}")
+    if narrowed(expected, found):
+        parts.append(f"now needs {', '.join(narrowed(expected, found))}")
+    return "; ".join(parts)
