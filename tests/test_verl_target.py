@@ -22,8 +22,8 @@ from harness.cases.case import Case
 from harness.checks.hidden import check_hidden_backward, check_hidden_forward
 from harness.checks.parity import check_packed_backward, check_packed_forward, check_token_backward, check_token_forward
 from harness.checks.policy import check_policy_loss
-from harness.gate import history, specs
-from harness.targets import PackedInputs
+from harness.gate import specs
+from harness.targets import PackedInputs, registry
 from harness.targets.verl import source
 from harness.targets.verl.token import VerlTarget, divided
 from tests.fakes.verl import targets as fakes
@@ -146,4 +146,4 @@ def test_gate_and_history_know_the_family():
     resolved = specs.resolve("verl==0.9.1")
     assert resolved.family == "verl" and resolved.pip_requirement == "verl==0.9.1"
     assert resolved.env == {"LPH_VERL_PATH": str(specs.PACKAGES / "verl-0.9.1")}
-    assert history.files_under_test("verl") == source.FILES_UNDER_TEST
+    assert registry.family("verl").files == source.FILES_UNDER_TEST

@@ -37,7 +37,7 @@ import sys
 import types
 import typing
 
-from harness.targets.slime.stand_ins import AbsentDependency
+from harness.targets.upstream.placeholders import absent
 from harness.targets.upstream.settings import StrictSettings
 
 # Packages SkyRL's ppo_utils imports at module level and the adapter's calls never need.
@@ -62,7 +62,7 @@ def _refuse(what: str):
 
 
 def _ray() -> types.ModuleType:
-    module = AbsentDependency("ray")
+    module = absent("ray")
     module.is_initialized = lambda: False
     module.remote = lambda cls=None, **options: cls if cls is not None else (lambda inner: inner)
     for name in ("get", "get_actor", "kill", "init"):
@@ -137,7 +137,7 @@ def absent_packages(names):
     for name in names:
         if name in sys.modules or importlib.util.find_spec(name) is not None:
             continue
-        sys.modules[name] = _BUILDERS.get(name, lambda name=name: AbsentDependency(name))()
+        sys.modules[name] = _BUILDERS.get(name, lambda name=name: absent(name))()
         added.append(name)
     try:
         yield

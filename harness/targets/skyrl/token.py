@@ -162,6 +162,12 @@ def _divided(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 class SkyRLTarget(Target):
     """SkyRL's vocab-parallel log-prob and entropy Functions (see the module docstring)."""
 
+    files_under_test = (
+        str(MODEL_UTILS),
+        "skyrl/backends/skyrl_train/utils/ppo_utils.py",
+        "skyrl/backends/skyrl_train/workers/megatron/megatron_model_wrapper.py",
+    )
+
     def __init__(self, root: Path | None = None):
         self.root = skyrl_root() if root is None else Path(root)
         self.name = f"skyrl-{_version(self.root)}"
