@@ -22,6 +22,7 @@ from harness.targets.upstream.locate import Locate
 ON_KERNEL = {
     "slime": "harness.targets.slime.family:SLIME",
     "miles": "harness.targets.slime.family:MILES",
+    "skyrl": "harness.targets.skyrl.family:SKYRL",
 }
 
 
@@ -47,8 +48,6 @@ class Legacy:
 
 # name, import name, marker file, adapter class, PyPI distribution (None: checkouts only)
 _LEGACY_ROWS = (
-    ("skyrl", "skyrl", "skyrl/backends/skyrl_train/distributed/megatron/model_utils.py",
-     "skyrl.token:SkyRLTarget", "skyrl"),
     ("nemo_rl", "nemo_rl", "nemo_rl/distributed/model_utils.py", "nemo_rl.sampling:NemoRLSamplingTarget", None),
     ("verl", "verl", "verl/utils/megatron/tensor_parallel.py", "verl.token:VerlTarget", "verl"),
     ("liger", "liger_kernel", "liger_kernel/ops/cross_entropy.py", "liger.family:LigerFamilyTarget", "liger-kernel"),

@@ -71,6 +71,19 @@ class Entry:
     translate: Callable  # (up, call record) -> the protocol's result
     declares: frozenset  # capabilities it brings
     since: str | None = None  # None: required; else why an older revision may lack it (then not declared)
+    lacks: dict = field(default_factory=dict)  # family options this path does not honour, each with why
+
+
+# Which protocol method a check needing these capabilities calls (the first level it names).
+LEVELS = (
+    ("hidden", "hidden_log_probs"),
+    ("sampling_packed", "sampling_packed_log_probs"),
+    ("sampling", "sampling_log_probs"),
+    ("token_policy_loss", "token_policy_loss"),
+    ("policy_loss", "policy_loss"),
+    ("packed", "packed_log_probs"),
+    ("token", "token_log_probs"),
+)
 
 
 @dataclass(frozen=True)
@@ -106,7 +119,7 @@ class Family:
     expectations: tuple[str, ...] = ()
     deselect: tuple[Deselection, ...] = ()
     context: Callable | None = None  # (up, tp_group, cp_group) -> context manager: the family's own calling state
-    prepare: Callable | None = None  # (up) -> None: facts read once per revision, after loading
+    prepare: Callable | None = None  # (up) -> None: facts read once per revision, after loading, before declaring
 
     def target(self, where=None) -> FamilyTarget:
         return FamilyTarget(self, where)
@@ -116,8 +129,11 @@ def parameters(fn) -> set[str]:
     return set(inspect.signature(fn).parameters) if fn is not None else set()
 
 
-def _holds(up, expression: str) -> bool:
-    """``"name"``: the symbol is present; ``"name(p)"``: and takes ``p``; ``a & b``: both."""
+def _holds(up, expression) -> bool:
+    """``"name"``: the symbol is present; ``"name(p)"``: and takes ``p``; ``a & b``: both; a callable: its
+    answer on the revision (a registry's entries: data the revision holds, never its source text)."""
+    if callable(expression):
+        return bool(expression(up))
     for term in (t.strip() for t in expression.split("&")):
         name, _, parameter = term.partition("(")
         found = getattr(up, name)
@@ -137,6 +153,8 @@ class FamilyTarget(Target):
             self.name = family.name
         self.loader = Loader(located.root, (family.locate.package,), family.placeholders)
         self.up = self._bind()
+        if family.prepare is not None:
+            family.prepare(self.up)
         self.entries: dict[str, Entry] = {}
         self.not_declared = dict(family.not_declared)
         capabilities: set[str] = set()
@@ -152,8 +170,6 @@ class FamilyTarget(Target):
             if option.extends in capabilities and any(_holds(self.up, when) for when in option.when):
                 capabilities.add(option.capability)
         self.capabilities = frozenset(capabilities)
-        if family.prepare is not None:
-            family.prepare(self.up)
 
     @property
     def executed(self) -> tuple[str, ...]:
@@ -179,19 +195,30 @@ class FamilyTarget(Target):
         tried = []
         for entry in candidates:
             for key in entry.calls:
-                symbol = self.family.symbols[key]
+                state = "absent" if getattr(self.up, key) is None else "present"
+                symbol = self.family.symbols.get(key)
+                if symbol is None:
+                    tried.append(f"{key}, read by the record's prepare ({state})")
+                    continue
                 modules = [name for m in symbol.modules for name in self.family.modules[m].names]
                 files = " or ".join(f"{name.replace('.', '/')}.py" for name in modules)
-                state = "absent" if getattr(self.up, key) is None else "present"
                 tried.append(f"{'/'.join(symbol.names)} in {files} ({state})")
         raise MissingUpstream(f"{self.name} at {self.root}: nothing serves {serves}: {'; '.join(tried)}")
+
+    def capabilities_for(self, needed) -> frozenset:
+        """The family's capabilities less what the path serving ``needed`` lacks (``Entry.lacks``)."""
+        serves = next((method for level, method in LEVELS if level in needed), None)
+        entry = self.entries.get(serves)
+        return self.capabilities - set(entry.lacks) if entry is not None else self.capabilities
 
     # ---- the boundary: guards, the calling context, the translation -------------------------------
 
     def _call(self, serves: str, call):
-        missing = call.needs() - self.capabilities
+        entry = self.entries.get(serves)
+        lacks = entry.lacks if entry is not None else {}
+        missing = call.needs() - (self.capabilities - set(lacks))
         if missing:
-            why = {c: self.not_declared[c] for c in missing if c in self.not_declared}
+            why = {c: lacks.get(c) or self.not_declared[c] for c in missing if c in lacks or c in self.not_declared}
             raise ValueError(
                 f"{self.name}: this call needs {sorted(missing)}, which this revision does not declare"
                 + (f" ({why})" if why else "")

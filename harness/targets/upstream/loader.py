@@ -30,6 +30,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import types
 from pathlib import Path
@@ -78,7 +79,7 @@ class Loader:
     """One revision's upstream code: modules from ``root``, placeholders, the record of what executed."""
 
     def __init__(self, root: Path, packages, placeholders=()):
-        self.root = Path(root)
+        self.root = Path(os.path.abspath(root))
         self.packages = tuple(packages)
         self.placeholders = tuple(placeholders)
         self.modules: dict[str, types.ModuleType] = {}
@@ -88,7 +89,7 @@ class Loader:
                 placeholder.build(placeholder.name)
 
     def record(self, path: Path) -> None:
-        self._executed.add(Path(path).resolve().relative_to(self.root.resolve()).as_posix())
+        self._executed.add(Path(path).relative_to(self.root).as_posix())  # a symlinked file is keyed where it is named
 
     @property
     def executed(self) -> tuple[str, ...]:
@@ -143,6 +144,14 @@ class Loader:
         with self.present(scopes=("load", "call")):
             found = symbols.load_method(self._file(path), class_name, method, stand_ins=stand_ins)
         return found
+
+    def read(self, path: str) -> str | None:
+        """The text of an upstream file the family reads without executing it (recorded); None where absent."""
+        file = self.root / path
+        if not file.is_file():
+            return None
+        self.record(file)
+        return file.read_text()
 
     def _file(self, path: str) -> Path:
         file = self.root / path

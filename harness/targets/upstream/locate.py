@@ -49,7 +49,9 @@ class Located:
     revision: str | None  # the checkout's commit (9 digits), None for an install
 
 
-def find(family: str, locate: Locate, where: str | os.PathLike | None = None) -> Located:
+def find(
+    family: str, locate: Locate, where: str | os.PathLike | None = None, install_hint: str | None = None
+) -> Located:
     """The family's root: ``where``, else ``$variable``, else the installed package (see the module docstring)."""
     given = where if where is not None else os.environ.get(locate.variable)
     if given:
@@ -62,7 +64,8 @@ def find(family: str, locate: Locate, where: str | os.PathLike | None = None) ->
         spec = importlib.util.find_spec(locate.package)
         if spec is None or not spec.submodule_search_locations:
             raise ModuleNotFoundError(
-                f"{locate.package} is not installed: {locate.install_hint(family)}, or set {locate.variable}"
+                f"{locate.package} is not installed: {install_hint or locate.install_hint(family)}, "
+                f"or set {locate.variable} to a checkout"
             )
         root = Path(list(spec.submodule_search_locations)[0]).parent
         if not (root / locate.marker).is_file():

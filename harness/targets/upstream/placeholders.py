@@ -70,13 +70,16 @@ class Placeholder:
     """A module the harness provides when it is not installed: ``name``, how to build it, why, for how long.
 
     ``scope``: ``"load"`` while upstream files execute; ``"call"`` also while the family is called (an import
-    inside an upstream function).
+    inside an upstream function); ``"process"``: installed once, for good (Megatron's parallel state, which
+    upstream backward passes look up after the call returned). ``replaces``: stood in even where the module
+    exists (an upstream module the record chooses not to execute: a trainer config that imports the trainer).
     """
 
     name: str
     why: str
     build: Callable[[str], types.ModuleType] = absent
     scope: str = "load"
+    replaces: bool = False
 
 
 def _findable(name: str) -> bool:
@@ -110,7 +113,8 @@ def provided(placeholders, scopes=("load", "call")):
     """While active, each placeholder of ``scopes`` whose module cannot be found is in ``sys.modules``."""
     added = []
     for placeholder in placeholders:
-        if placeholder.scope in scopes and placeholder.name not in sys.modules and not _findable(placeholder.name):
+        missing = placeholder.replaces or not _findable(placeholder.name)
+        if placeholder.scope in scopes and placeholder.name not in sys.modules and missing:
             sys.modules[placeholder.name] = placeholder.build(placeholder.name)
             added.append(placeholder.name)
     finder = _Finder(name for name in added if "." not in name)
