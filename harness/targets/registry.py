@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from harness.names import resolve
+from harness.targets.upstream.combined import WithHidden
 from harness.targets.upstream.locate import Locate
 
 ON_KERNEL = {
@@ -35,15 +36,18 @@ class Legacy:
     adapter: str  # module:attr of the adapter class
     expectations: tuple[str, ...]
     deselect: tuple = ()
+    hidden: str | None = None  # module:attr of its hidden-state adapter: the family target carries that path too
 
     def target(self, where=None):
         if where is not None:
             os.environ[self.locate.variable] = str(where)  # the old adapters find their checkout through it
-        return resolve(self.adapter)()
+        family = resolve(self.adapter)()
+        return family if self.hidden is None else WithHidden(family, resolve(self.hidden))
 
     @property
     def files(self) -> tuple[str, ...]:
-        return tuple(getattr(resolve(self.adapter), "files_under_test", ()) or ())
+        adapters = [resolve(self.adapter), *([resolve(self.hidden)] if self.hidden else [])]
+        return tuple(dict.fromkeys(f for a in adapters for f in (getattr(a, "files_under_test", ()) or ())))
 
 
 # name, import name, marker file, adapter class, PyPI distribution (None: checkouts only)
@@ -58,9 +62,18 @@ _LEGACY_ROWS = (
      "ms_swift.token:MsSwiftTarget", "ms-swift"),
     ("vllm", "vllm", "vllm/v1/sample/ops/topk_topp_sampler.py", "vllm.sampler:VllmSamplerTarget", None),
 )  # fmt: skip
+# The hidden-state paths of families on their old adapters, and the expectations those paths add.
+_HIDDEN = {
+    "verl": ("harness.targets.verl.hidden:VerlFusedTorchTarget", ("verl-hidden.toml",)),
+    "nemo_rl": ("harness.targets.nemo_rl.hidden:NemoRLHiddenTarget", ()),
+}
 LEGACY = {
     name: Legacy(
-        name, Locate(package, marker, f"LPH_{name.upper()}_PATH", pypi), f"harness.targets.{adapter}", (f"{name}.toml",)
+        name,
+        Locate(package, marker, f"LPH_{name.upper()}_PATH", pypi),
+        f"harness.targets.{adapter}",
+        (f"{name}.toml", *_HIDDEN.get(name, (None, ()))[1]),
+        hidden=_HIDDEN.get(name, (None,))[0],
     )
     for name, package, marker, adapter, pypi in _LEGACY_ROWS
     if name not in ON_KERNEL
