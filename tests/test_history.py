@@ -33,10 +33,8 @@ def _git(repo, *args):
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
 
-@pytest.fixture()
-def repo(tmp_path):
-    root = tmp_path / "verl"
-    shutil.copytree(fakes.HERE / "correct", root)
+def _two_commits(root):
+    """The tree as its first commit, then a commit touching no file under test."""
     _git(root, "init", "-q")
     _git(root, "config", "user.email", "t@example.com")
     _git(root, "config", "user.name", "t")
@@ -45,6 +43,13 @@ def repo(tmp_path):
     (root / "README.md").write_text("no file under test\n")
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "docs only", "--date=2026-01-02T00:00:00")
+
+
+@pytest.fixture()
+def repo(tmp_path):
+    root = tmp_path / "verl"
+    shutil.copytree(fakes.HERE / "correct", root)
+    _two_commits(root)
     (root / TENSOR_PARALLEL).write_text("def vocab_parallel_log_probs_from_logits(logits, labels):\n    return None\n")
     _git(root, "commit", "-qam", "drop the entropy", "--date=2026-01-03T00:00:00")
     return root
@@ -180,14 +185,7 @@ def slime_repo(tmp_path):
         "logits = logits / args.rollout_temperature", "logits = scaled(logits, args.rollout_temperature)"
     )
     loss.write_text("from slime.utils.scaling import scaled\n" + text)
-    _git(root, "init", "-q")
-    _git(root, "config", "user.email", "t@example.com")
-    _git(root, "config", "user.name", "t")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "correct tree", "--date=2026-01-01T00:00:00")
-    (root / "README.md").write_text("no file under test\n")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "docs only", "--date=2026-01-02T00:00:00")
+    _two_commits(root)
     (root / HELPER).write_text("def scaled(logits, temperature):\n    return logits * temperature\n")
     _git(root, "commit", "-qam", "scale the other way", "--date=2026-01-03T00:00:00")
     (root / LOSS).unlink()

@@ -314,3 +314,37 @@ def test_an_option_present_but_not_passed_through_fails_instead_of_reading_unsup
         text.replace("args.eps_clip, args.eps_clip_high)", "args.eps_clip, args.eps_clip_high, args.eps_clip_c)")
     )
     check_policy_loss(DUAL_CLIP, f"slime={tree}")
+
+
+# ---- the composition that runs is slime's; a replay line names its checkout -----------------------
+
+
+def test_a_composition_that_leaves_out_a_step_fails_and_its_replay_line_runs_when_pasted(tmp_path):
+    """A stand-in whose get_log_probs_and_entropy leaves out its temperature division fails the packed check:
+    the division is slime's step, never the adapter's. The failure's replay line, as the gate prints it in a
+    pull request's comment, names the checkout and reproduces the failure when pasted into a shell."""
+    import os
+    import subprocess
+
+    from harness import ROOT
+    from harness.checks.failure import facts_of
+    from harness.gate import specs
+
+    tree = tmp_path / "no-temperature"
+    shutil.copytree(stand_ins.HERE / "fused", tree)
+    loss = tree / "slime/backends/megatron_utils/loss.py"
+    step = "    if args.rollout_temperature != 1.0:\n        logits = logits / args.rollout_temperature\n"
+    assert step in loss.read_text()
+    loss.write_text(loss.read_text().replace(step, ""))
+    case = PACKED_CASE.with_(temperature=0.5)
+    check_packed_forward(case, FUSED)
+    spec = specs.resolve(f"slime={tree}").run_as  # what the gate hands pytest's --target
+    with pytest.raises(AssertionError) as failed:
+        check_packed_forward(case, spec)
+    replay = facts_of(failed.value).replay
+    assert f"--target slime={tree}" in replay
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    pasted = subprocess.run(
+        replay, shell=True, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PATH": path}
+    )
+    assert pasted.returncode == 1 and "FAIL" in pasted.stdout, pasted.stdout + pasted.stderr
