@@ -216,14 +216,15 @@ class FamilyTarget(Target):
     def _call(self, serves: str, call):
         entry = self.entries.get(serves)
         lacks = entry.lacks if entry is not None else {}
-        missing = call.needs() - (self.capabilities - set(lacks))
+        declared = self.capabilities - set(lacks)
+        missing = call.needs() - declared
         if missing:
             why = {c: lacks.get(c) or self.not_declared[c] for c in missing if c in lacks or c in self.not_declared}
             raise ValueError(
                 f"{self.name}: this call needs {sorted(missing)}, which this revision does not declare"
                 + (f" ({why})" if why else "")
             )
-        if getattr(call, "chunk_size", None) is not None and "chunking" not in self.capabilities:
+        if getattr(call, "chunk_size", None) is not None and "chunking" not in declared:
             call = call.replace(chunk_size=None)  # one chunk: chunking changes no value (docs/targets.md)
         with self._calling(getattr(call, "tp_group", None), getattr(call, "cp_group", None)):
             return self.entries[serves].translate(self.up, call)
