@@ -28,6 +28,24 @@ def size_and_rank(group) -> tuple[int, int]:
     return dist.get_world_size(group), dist.get_rank(group)
 
 
+QKV_FORMATS = ("thd", "bshd")
+CP_MODES = ("none", "zigzag", "allgather")
+# The argument a capability is asked for by, to name it in the boundary's error (docs/targets.md, units).
+ARGUMENTS = {
+    "entropy": "with_entropy=True",
+    "temperature": "temperature != 1",
+    "bshd": "qkv_format='bshd' (give qkv_format='thd')",
+    "cp_zigzag": "cp_mode='zigzag'",
+    "cp_allgather": "cp_mode='allgather'",
+    "response_only": "response_only=True",
+    "loss_mask_only": "loss_mask_only=True",
+    "donation": "donate_logits=True",
+    "token_rows": "rows=",
+    "hidden_tp": "a tp_group of more than one rank",
+    "sampling_entropy": "with_entropy=True",
+}
+
+
 @dataclass(frozen=True)
 class _Call:
     def replace(self, **changes):
@@ -36,6 +54,9 @@ class _Call:
 
     def needs(self) -> set[str]:
         return set()
+
+    def validate(self) -> None:
+        """A value no implementation could take is a clear error naming the argument (before any capability)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +119,12 @@ class PackedCall(_Logits):
     @property
     def cp(self) -> tuple[int, int]:
         return size_and_rank(self.cp_group)
+
+    def validate(self) -> None:
+        if self.inputs.qkv_format not in QKV_FORMATS:
+            raise ValueError(f"qkv_format={self.inputs.qkv_format!r}: give one of {', '.join(map(repr, QKV_FORMATS))}")
+        if self.inputs.cp_mode not in CP_MODES:
+            raise ValueError(f"cp_mode={self.inputs.cp_mode!r}: give one of {', '.join(map(repr, CP_MODES))}")
 
     def needs(self) -> set[str]:
         wanted = super().needs() | {"packed"}

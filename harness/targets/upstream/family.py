@@ -214,15 +214,16 @@ class FamilyTarget(Target):
     # ---- the boundary: guards, the calling context, the translation -------------------------------
 
     def _call(self, serves: str, call):
+        call.validate()
         entry = self.entries.get(serves)
         lacks = entry.lacks if entry is not None else {}
         declared = self.capabilities - set(lacks)
         missing = call.needs() - declared
         if missing:
+            asked = ", ".join(f"{calls.ARGUMENTS.get(c, 'options')} needs {c!r}" for c in sorted(missing))
             why = {c: lacks.get(c) or self.not_declared[c] for c in missing if c in lacks or c in self.not_declared}
             raise ValueError(
-                f"{self.name}: this call needs {sorted(missing)}, which this revision does not declare"
-                + (f" ({why})" if why else "")
+                f"{self.name}: {asked}, which this revision does not declare" + (f" ({why})" if why else "")
             )
         if getattr(call, "chunk_size", None) is not None and "chunking" not in declared:
             call = call.replace(chunk_size=None)  # one chunk: chunking changes no value (docs/targets.md)
