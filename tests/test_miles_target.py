@@ -55,8 +55,10 @@ def test_checkout_comes_from_its_own_variable(monkeypatch):
 
 def test_capabilities_follow_the_fork():
     target = fakes.hub()
-    # bshd: its get_log_probs_and_entropy takes max_seq_lens (declared means present).
+    # bshd: its get_log_probs_and_entropy takes max_seq_lens; token-sum: its get_sum_of_sample_mean takes
+    # calculate_per_token_loss (declared means present).
     assert target.capabilities == {
+        "policy_agg_token-sum",
         "token",
         "entropy",
         "packed",

@@ -402,13 +402,14 @@ MILES = Family(
         "set_parallel_state": Symbol("parallel", ("set_parallel_state",)),
     },
     entries=ENTRIES,
-    options=LAYOUT_OPTIONS,
+    options=LAYOUT_OPTIONS + tuple(o for o in policy.OPTIONS if o.capability == "policy_agg_token-sum"),
     placeholders=PLACEHOLDERS,
     not_declared=NOT_DECLARED
     | {
-        option.capability: "miles' policy options (loss_hub/corrections.py, its own settings) are not mapped yet: "
-        "the next step of this record"
+        option.capability: "miles' other policy options (loss_hub/corrections.py, its own settings) are not mapped "
+        "yet: the next step of this record"
         for option in policy.OPTIONS
+        if option.capability != "policy_agg_token-sum"
     },
     expectations=("miles.toml",),
     context=_miles_state,
