@@ -11,7 +11,7 @@
 * ``torch-chunked``: ``linear_cross_entropy(..., options=LinearCrossEntropyOptions(batch_chunk_size=1024))``;
 * ``torch-reference``: ``linear_cross_entropy(..., options=None)`` (logits, then cross-entropy);
 * ``skyrl-fused``: SkyRL's ``FusedLinearChunkedDistributedLogprob`` (chunk 1024) through
-  ``harness.targets.skyrl.hidden``, when an installed ``skyrl`` (or ``LPH_SKYRL_PATH``) has it;
+  the SkyRL family's hidden-state entry, when an installed ``skyrl`` (or ``LPH_SKYRL_PATH``) has it;
 * ``trl-chunked``: TRL's ``ChunkedLogProbFunction`` (its own vocabulary tiles) where TRL loads (``bench.peers``).
 
 Liger's fused linear cross entropy is not timed: on a CPU its kernels run in
@@ -79,9 +79,11 @@ PATHS = {
 def _skyrl_fused():
     """SkyRL's fused path through its adapter (one rank), or None where no SkyRL with it is installed."""
     try:
-        from harness.targets.skyrl.hidden import SkyRLHiddenTarget
+        from harness.targets import registry
 
-        target = SkyRLHiddenTarget()
+        target = registry.target("skyrl")
+        if "hidden" not in target.capabilities:
+            raise AttributeError(f"{target.name} has no fused LM head ({target.not_declared['hidden_log_probs']})")
     except (ImportError, FileNotFoundError, AttributeError) as exc:
         print(f"skyrl-fused left out: {type(exc).__name__}: {exc}")
         return None

@@ -1,11 +1,16 @@
-"""The history replay (harness/gate/history.py) for any family, on a throwaway git repository: offline, fast.
+"""The history replay (harness/gate/history.py) for any family, on throwaway git repositories: offline, fast.
 
-A tiny repository holding the verl stand-in tree is committed three times
-(the correct tree, a revision that touches no file under test, a revision
-whose ``tensor_parallel.py`` lacks what the adapter needs). The replay must
-pick only the commits touching the adapter's files, key revisions by those
-files' blobs, and give the unloadable revision an ERROR row with the
-adapter's reason, never a verdict (the suite is not run for it).
+A tiny repository holding the verl stand-in tree (a family on its old adapter)
+is committed three times (the correct tree, a revision that touches no file
+under test, a revision whose ``tensor_parallel.py`` lacks what the adapter
+needs). The replay must pick only the commits touching the adapter's files,
+key revisions by those files' blobs, and give the unloadable revision an ERROR
+row with the adapter's reason, never a verdict (the suite is not run for it).
+
+A slime stand-in repository shows the keys coming from what the loader
+executed: a defect in a helper module the loss module imports (no list names
+it) is replayed and seen, and a revision without the loss module is an ERROR
+row naming the file.
 """
 
 import shutil
@@ -13,8 +18,12 @@ import subprocess
 
 import pytest
 
+from harness.checks.parity import check_packed_forward
 from harness.gate import history
+from harness.gate.verdicts import FAIL, PASS, Run, Verdict
+from harness.targets import registry
 from harness.targets.verl import source
+from tests.fakes.slime import targets as slime_fakes
 from tests.fakes.verl import targets as fakes
 
 TENSOR_PARALLEL = source.TENSOR_PARALLEL
@@ -24,10 +33,8 @@ def _git(repo, *args):
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
 
-@pytest.fixture()
-def repo(tmp_path):
-    root = tmp_path / "verl"
-    shutil.copytree(fakes.HERE / "correct", root)
+def _two_commits(root):
+    """The tree as its first commit, then a commit touching no file under test."""
     _git(root, "init", "-q")
     _git(root, "config", "user.email", "t@example.com")
     _git(root, "config", "user.name", "t")
@@ -36,13 +43,20 @@ def repo(tmp_path):
     (root / "README.md").write_text("no file under test\n")
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "docs only", "--date=2026-01-02T00:00:00")
+
+
+@pytest.fixture()
+def repo(tmp_path):
+    root = tmp_path / "verl"
+    shutil.copytree(fakes.HERE / "correct", root)
+    _two_commits(root)
     (root / TENSOR_PARALLEL).write_text("def vocab_parallel_log_probs_from_logits(logits, labels):\n    return None\n")
     _git(root, "commit", "-qam", "drop the entropy", "--date=2026-01-03T00:00:00")
     return root
 
 
 def test_only_commits_touching_the_adapters_files_are_replayed(repo):
-    paths = history.files_under_test("verl")
+    paths = registry.family("verl").files
     found = history.commits(repo, paths, "2025-01-01", "HEAD")
     assert [c.subject for c in found] == ["drop the entropy"]  # the first commit has no parent to compare with
     assert history.content_key(repo, "HEAD~1", paths) == history.content_key(repo, "HEAD~2", paths)
@@ -86,11 +100,9 @@ def test_tags_replay_consecutive_releases_in_version_order(repo, tmp_path, monke
     assert row["errors"] and row["errors"][0].startswith("adapter cannot load")
 
 
-def test_every_checkout_family_names_its_files_under_test():
-    from harness.gate import specs
-
-    for family in specs.CHECKOUT_VARIABLES:
-        paths = history.files_under_test(family)
+def test_every_family_on_its_old_adapter_names_its_files_under_test():
+    for family in registry.LEGACY:
+        paths = registry.family(family).files
         assert paths and all(path.endswith(".py") and not path.startswith("/") for path in paths), family
 
 
@@ -148,3 +160,83 @@ def test_pypi_releases_replay_each_release_against_the_one_before(tmp_path, monk
         row["errors"][0].startswith("adapter cannot load") and "defines no vocab_parallel_entropy" in row["errors"][0]
     )
     assert history.main(["slime==pypi", "--reports", str(reports)]) == 2  # slime publishes no releases here
+
+
+# ---- keys from what the loader executed (a slime stand-in repository) -------------------------------
+
+LOSS = "slime/backends/megatron_utils/loss.py"
+HELPER = "slime/utils/scaling.py"
+CASE_ID = "properties/test_forward_parity.py::test_packed_forward_parity"
+
+
+@pytest.fixture()
+def slime_repo(tmp_path):
+    """fused stand-in whose loss module divides by the temperature through a helper no list names; then a
+    docs-only commit, a defect in the helper, and a revision without the loss module."""
+    from harness.cases.case import Case
+
+    root = tmp_path / "slime"
+    shutil.copytree(slime_fakes.HERE / "fused", root)
+    (root / HELPER).write_text("def scaled(logits, temperature):\n    return logits / temperature\n")
+    loss = root / LOSS
+    text = loss.read_text()
+    assert "logits = logits / args.rollout_temperature" in text
+    text = text.replace(
+        "logits = logits / args.rollout_temperature", "logits = scaled(logits, args.rollout_temperature)"
+    )
+    loss.write_text("from slime.utils.scaling import scaled\n" + text)
+    _two_commits(root)
+    (root / HELPER).write_text("def scaled(logits, temperature):\n    return logits * temperature\n")
+    _git(root, "commit", "-qam", "scale the other way", "--date=2026-01-03T00:00:00")
+    (root / LOSS).unlink()
+    _git(root, "commit", "-qam", "move the loss module away", "--date=2026-01-04T00:00:00")
+    case = Case(seed=5, vocab=12, samples=((7, 4), (5, 3)), temperature=0.7)
+    return root, case
+
+
+def _one_check_runner(case):
+    """A suite of one check, run in this process on the revision's tree (the real runner runs pytest)."""
+
+    def run_checked(resolved, out, pytest_args):
+        try:
+            check_packed_forward(case, resolved.run_as)
+            verdict = Verdict(CASE_ID, PASS, "contract")
+        except AssertionError as exc:
+            verdict = Verdict(CASE_ID, FAIL, "contract", reason=str(exc).splitlines()[0], kind="value")
+        return Run(target=resolved.run_as, verdicts={CASE_ID: verdict}), 0.0
+
+    return run_checked
+
+
+def test_the_key_is_what_the_loader_executed_and_a_defect_there_is_seen(slime_repo, tmp_path, monkeypatch):
+    root, case = slime_repo
+    monkeypatch.setattr(history, "run_checked", _one_check_runner(case))
+    reports = tmp_path / "reports"
+    assert history.main([f"slime={root}", "--since", "2025-01-01", "--reports", str(reports)]) == 0
+    rows = history.json.loads((reports / "slime" / "history.json").read_text())
+    assert [row["title"] for row in rows] == ["scale the other way", "move the loss module away"]
+    defect, moved = rows
+    # The helper is in the key because the loss module imported it: its commit is replayed and blocked.
+    assert defect["new_fail"] == [f"{CASE_ID} [contract]"] and defect["would_block"]
+    # A revision without the file the record names is an ERROR row naming it, never UNSUPPORTED.
+    assert not moved["new_fail"] and not moved["would_block"]
+    (error,) = moved["errors"]
+    assert error.startswith("adapter cannot load") and "slime/backends/megatron_utils/loss.py" in error
+    table = (reports / "slime" / "history.md").read_text()
+    assert HELPER in table and "Selection: the whole suite" in table
+
+
+def test_discovery_adds_what_older_revisions_executed(slime_repo):
+    """A file only an older revision executes (the newest no longer has it) joins the key."""
+    root, _ = slime_repo
+    revisions = history.Revisions("slime", root, root / "cache", root.parent / "trees", [])
+    pending = history.discover(revisions, "HEAD", lambda paths: history.commits(root, paths, "2025-01-01", "HEAD"))
+    assert {HELPER, LOSS} <= revisions.paths
+    assert "error" in revisions.probed[pending[-1].sha] and "executed" in revisions.probed[pending[-1].parent]
+
+
+def test_a_family_deselection_is_written_with_its_reason_and_cost():
+    chosen, described = history.selection("slime", [])
+    assert chosen == list(history.CHECK_DIRECTORIES) and described == "the whole suite"
+    given, described = history.selection("slime", ["regressions"])
+    assert given == ["regressions"] and "by hand" in described

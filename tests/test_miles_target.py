@@ -1,4 +1,4 @@
-"""Self-tests of the slime adapter on the miles layout (radixark/miles), on a stand-in checkout: no network.
+"""Self-tests of the miles record (harness/targets/slime/family.py: MILES), on a stand-in checkout: no network.
 
 The stand-in under tests/fakes/miles/ follows miles' signatures (package
 ``miles``, loss code in ``loss_hub/``, groups from its own parallel state, the
@@ -18,11 +18,15 @@ from harness.cases.case import Case
 from harness.checks.invariances import check_gate_invariance
 from harness.checks.parity import check_packed_backward, check_packed_forward, check_token_backward, check_token_forward
 from harness.checks.policy import check_policy_loss
-from harness.gate import history, specs
-from harness.targets.slime import api
-from harness.targets.slime.adapter import MILES_PATH_VARIABLE, MilesTarget, SlimeTarget, slime_root
+from harness.gate import specs
+from harness.targets import load_target
+from harness.targets.slime.family import MILES, SLIME
+from harness.targets.upstream.family import parameters
+from harness.targets.upstream.locate import find
 from tests.fakes.miles import targets as fakes
 from tests.fakes.slime import targets as slime_fakes
+
+MILES_PATH_VARIABLE = MILES.locate.variable
 
 HUB = f"{fakes.__file__}:hub"
 CASE = Case(seed=5, vocab=12, samples=((7, 4), (3, 0), (5, 4)), pad_multiple=3, mask_mode="mixed", temperature=0.7)
@@ -33,25 +37,28 @@ def _under(package: str) -> list[str]:
     return [name for name in sys.modules if name == package or name.startswith(f"{package}.")]
 
 
-def test_layout_is_detected_from_the_checkout_files(tmp_path):
-    assert api.layout_of(fakes.HERE / "hub").package == "miles"
-    assert api.layout_of(slime_fakes.HERE / "fused").package == "slime"
-    assert api.layout_of(tmp_path) is None
+def test_each_family_finds_its_checkout_by_its_own_marker(tmp_path):
+    assert find("miles", MILES.locate, fakes.HERE / "hub").root == (fakes.HERE / "hub").resolve()
     with pytest.raises(FileNotFoundError, match="miles/backends/training_utils/loss_hub/math_utils.py"):
-        slime_root(tmp_path, MILES_PATH_VARIABLE)
+        find("miles", MILES.locate, slime_fakes.HERE / "fused")
+    with pytest.raises(FileNotFoundError, match="slime/utils/ppo_utils.py"):
+        find("slime", SLIME.locate, fakes.HERE / "hub")
 
 
 def test_checkout_comes_from_its_own_variable(monkeypatch):
     monkeypatch.setenv(MILES_PATH_VARIABLE, str(fakes.HERE / "hub"))
-    target = MilesTarget()
+    target = MILES.target()
     assert target.name == "miles"  # no .git in the stand-in
-    assert target.api.layout.package == "miles"
+    assert target.up.modules["policy"].__name__ == "miles.backends.training_utils.loss_hub.losses"
     assert not _under("miles"), "loading must leave no miles modules behind"
 
 
 def test_capabilities_follow_the_fork():
     target = fakes.hub()
+    # bshd: its get_log_probs_and_entropy takes max_seq_lens; token-sum: its get_sum_of_sample_mean takes
+    # calculate_per_token_loss (declared means present).
     assert target.capabilities == {
+        "policy_agg_token-sum",
         "token",
         "entropy",
         "packed",
@@ -59,9 +66,11 @@ def test_capabilities_follow_the_fork():
         "temperature",
         "chunking",
         "entropy_gate",
+        "bshd",
     }
-    assert target.api.token_gate_parameter == "entropy_requires_grad"
-    assert api.PACKED_GATE_PARAMETER in target.api.packed_parameters
+    assert "entropy_requires_grad" in parameters(target.up.calculate_log_probs_and_entropy)
+    assert "entropy_requires_grad" in parameters(target.up.get_log_probs_and_entropy)
+    assert "policy_dual_clip" in target.not_declared  # miles' options are not mapped yet, and say so
 
 
 def test_values_through_the_moved_modules():
@@ -87,23 +96,19 @@ def test_gate_regression_fails_on_an_inverted_gate(tmp_path):
     losses.write_text(
         text.replace("entropy_requires_grad=args.entropy_coef != 0", "entropy_requires_grad=args.entropy_coef == 0")
     )
-    spec = f"{tmp_path / 'inverted_target.py'}:inverted"
-    (tmp_path / "inverted_target.py").write_text(
-        "from harness.targets.slime.adapter import MilesTarget\n\n\n"
-        f"def inverted():\n    return MilesTarget({str(tree)!r})\n"
-    )
     with pytest.raises(AssertionError, match="grad"):
-        check_policy_loss(GATE_CASE, spec)
+        check_policy_loss(GATE_CASE, f"miles={tree}")
 
 
 def test_gate_and_history_know_the_family():
     resolved = specs.resolve(f"miles={fakes.HERE / 'hub'}")
-    assert resolved.family == "miles" and resolved.target.endswith(":MilesTarget")
+    assert resolved.family == "miles" and resolved.run_as == f"miles={(fakes.HERE / 'hub').resolve()}"
     assert resolved.env == {MILES_PATH_VARIABLE: str((fakes.HERE / "hub").resolve())}
-    assert history.files_under_test("miles") == api.LAYOUTS[1].files()
-    # slime's replay keys are unchanged: the same three files in the same order.
-    assert SlimeTarget.files_under_test == (
-        "slime/utils/ppo_utils.py",
-        "slime/backends/megatron_utils/loss.py",
-        "slime/backends/megatron_utils/cp_utils.py",
+    # A replay keys the revision by the files the loader executed, the moved modules included.
+    assert load_target(resolved.run_as).executed == (
+        "miles/backends/training_utils/cp_utils.py",
+        "miles/backends/training_utils/loss_hub/logit_processors.py",
+        "miles/backends/training_utils/loss_hub/losses.py",
+        "miles/backends/training_utils/loss_hub/math_utils.py",
+        "miles/backends/training_utils/parallel.py",
     )

@@ -133,3 +133,15 @@ def test_a_revision_before_the_chunked_function_declares_token_without_chunking(
     case = Case(seed=2, vocab=16, tp=2, samples=((7, 5),), with_entropy=False)
     check_token_forward(case, f"{adapter}:T")
     check_token_backward(case, f"{adapter}:T")
+
+
+def test_the_family_target_carries_the_hidden_state_path_where_the_revision_has_it():
+    """``nemo_rl=PATH`` is one target for every path NeMo-RL ships; the stand-in has no hidden-state Function, so
+    the path is not declared and says why (a revision with it declares ``hidden``, judged by its own options)."""
+    from harness.targets import registry
+
+    target = registry.target("nemo_rl", stand_ins.HERE / "fixed")
+    assert "hidden" not in target.capabilities
+    assert "ChunkedDistributedHiddenStatesToLogprobs" in target.not_declared["hidden_log_probs"]
+    assert registry.family("nemo_rl").hidden.endswith(":NemoRLHiddenTarget")
+    assert "nemo_rl/distributed/model_utils.py" in registry.family("nemo_rl").files

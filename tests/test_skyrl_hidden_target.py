@@ -1,4 +1,4 @@
-"""The SkyRL hidden-state adapter's seams, on the stand-in packages (no network, no SkyRL, no Triton).
+"""The SkyRL family's hidden-state entry point, on the stand-in packages (no network, no SkyRL, no Triton).
 
 ``tests/fakes/skyrl_fixed`` has a ``FusedLinearChunkedDistributedLogprob``
 with upstream's signature and plain-autograd arithmetic that, like upstream,
@@ -23,13 +23,11 @@ from harness.checks.hidden import (
     check_hidden_forward,
     check_hidden_tp_consistency,
 )
+from harness.checks.parity import require
 from harness.memory.hidden import REAL_SCALES, measure_hidden_memory, target_runner
 from harness.memory.tracker import int64_with_dimension
 from harness.targets import load_target
-from harness.targets.skyrl.hidden import SkyRLHiddenTarget, SkyRLHiddenTritonTarget
-from tests.fakes.skyrl_targets import HERE
 
-FIXED_ROOT, BUGGY_ROOT = HERE / "skyrl_fixed", HERE / "skyrl_buggy"
 STAND_INS = "tests/fakes/skyrl_targets.py"
 FIXED, BUGGY = f"{STAND_INS}:FixedHidden", f"{STAND_INS}:BuggyHidden"
 CASES = [
@@ -43,10 +41,16 @@ CASES = [
 ]
 
 
-def test_declares_what_the_fused_function_has():
+def test_the_family_declares_the_path_and_what_it_lacks():
+    """The hidden-state path is the family's own entry point; what it lacks that the token path has (entropy)
+    reads UNSUPPORTED for its checks alone."""
     target = load_target(FIXED)
-    assert target.name == "skyrl-0.0.0+stand-in-fixed-hidden-torch"
-    assert target.capabilities == {"hidden", "hidden_tp", "chunking", "temperature"}
+    assert {"hidden", "hidden_tp", "chunking", "temperature", "entropy"} <= target.capabilities
+    assert target.capabilities_for({"hidden", "chunking"}) == target.capabilities - {"entropy", "entropy_gate"}
+    assert target.capabilities_for({"token", "entropy"}) == target.capabilities
+    with pytest.raises(pytest.skip.Exception, match="UNSUPPORTED.*entropy"):
+        require(FIXED, {"hidden", "entropy"})
+    require(FIXED, {"token", "entropy"})
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"tp{c.tp}-{c.dtype}")
@@ -78,16 +82,8 @@ def test_one_hot_regression_case_fails_the_buggy_stand_in_only(spec, expect_one_
 
 
 def test_entropy_is_refused_not_faked():
-    with pytest.raises(RuntimeError, match="no-grad metric"):
-        SkyRLHiddenTarget(FIXED_ROOT).hidden_log_probs(
+    with pytest.raises(ValueError, match="no-grad metric"):
+        load_target(FIXED).hidden_log_probs(
             torch.zeros(2, 3), torch.zeros(4, 3), torch.zeros(2, dtype=torch.long), tp_group=None, chunk_size=None,
             with_entropy=True, entropy_grad=False, temperature=1.0,
         )  # fmt: skip
-
-
-def test_triton_backend_declares_nothing_on_cpu(monkeypatch):
-    """Its forward refuses without CUDA (upstream's guard, mirrored by the stand-in): UNSUPPORTED, never a fallback."""
-    monkeypatch.delenv("LPH_DEVICE", raising=False)
-    assert SkyRLHiddenTritonTarget(FIXED_ROOT).capabilities == frozenset()
-    monkeypatch.setenv("LPH_DEVICE", "cuda")
-    assert SkyRLHiddenTritonTarget(FIXED_ROOT).capabilities == {"hidden", "hidden_tp", "temperature"}

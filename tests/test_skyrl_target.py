@@ -8,6 +8,8 @@ fixed one passes the checks at one and two TP ranks, and let the regressions'
 checks fail the buggy one.
 """
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -18,10 +20,12 @@ from harness.checks.policy import check_policy_loss
 from harness.memory.logits import MemoryCase, measure_token_memory
 from harness.memory.tracker import int64_with_dimension
 from harness.targets import load_target
-from harness.targets.skyrl.token import PATH_VARIABLE, SkyRLTarget
+from harness.targets.skyrl.family import SKYRL
 from harness.targets.upstream import megatron_stand_in
 
+PATH_VARIABLE = SKYRL.locate.variable
 STAND_INS = "tests/fakes/skyrl_targets.py"
+HERE_FAKES = Path(__file__).parent / "fakes"
 FIXED, BUGGY, INVERTED = f"{STAND_INS}:Fixed", f"{STAND_INS}:Buggy", f"{STAND_INS}:InvertedGate"
 CASES = [
     Case(seed=1, vocab=12, samples=((6, 4), (5, 2)), chunk_size=3, with_entropy=True),
@@ -33,13 +37,27 @@ def test_names_the_version_it_loaded():
     assert load_target(FIXED).name == "skyrl-0.0.0+stand-in-fixed"
     assert load_target(FIXED).capabilities == {
         "token", "entropy", "entropy_gate", "chunking", "temperature", "packed", "cp_zigzag", "policy_loss",
-        "policy_agg_seq-mean-token-mean",  # the stand-in's reduction has sequence_mean, and no other option
+        "hidden", "hidden_tp",
+        # its apply_loss_reduction_to_advantages_minibatch is present (declared means present; the stand-in
+        # implements sequence_mean only); its registry lists no other loss type, and it has no KL or correction
+        "policy_agg_seq-mean-token-mean", "policy_agg_token-mean", "policy_agg_seq-mean-token-sum-norm",
     }  # fmt: skip
 
 
 def test_packed_and_cp_are_declared_only_where_the_version_has_them():
-    # The buggy stand-in, like SkyRL before its packed entry point, has token-level Functions only.
-    assert load_target(BUGGY).capabilities == {"token", "entropy", "entropy_gate", "chunking", "temperature"}
+    # The buggy stand-in, like SkyRL before its packed entry point, has token-level and fused Functions only.
+    buggy = load_target(BUGGY)
+    assert buggy.capabilities == {"token", "entropy", "entropy_gate", "chunking", "temperature", "hidden", "hidden_tp"}
+    assert "packed entry point" in buggy.not_declared["packed_log_probs"]
+
+
+def test_every_file_the_family_executed_or_read_is_recorded():
+    """What a history keys SkyRL's revisions by: the modules executed and the wrapper read."""
+    assert set(load_target(FIXED).executed) >= {
+        "skyrl/backends/skyrl_train/distributed/megatron/model_utils.py",
+        "skyrl/backends/skyrl_train/utils/ppo_utils.py",
+        "skyrl/backends/skyrl_train/workers/megatron/megatron_model_wrapper.py",
+    }
 
 
 PACKED_CASES = [
@@ -125,12 +143,12 @@ def test_one_hot_stand_in_is_caught_and_fixed_one_is_not():
 def test_missing_checkout_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv(PATH_VARIABLE, str(tmp_path))
     with pytest.raises(FileNotFoundError, match=PATH_VARIABLE):
-        SkyRLTarget()
+        SKYRL.target()
 
 
-def test_temperature_is_the_wrappers_division_made_out_of_place():
-    """SkyRL's wrapper divides the logits by the temperature before its log-prob code: the adapter does that
-    division (never ignores the temperature) without writing the harness's logits."""
+def test_temperature_is_the_wrappers_own_division_on_a_tensor_it_owns():
+    """SkyRL's wrapper divides the logits by the temperature before its log-prob code: its statement runs (never
+    ignored), on the model output it owns, so the harness's logits are not written."""
     target = load_target(FIXED)
     logits = torch.randn(3, 5, generator=torch.Generator().manual_seed(0))
     before, targets = logits.clone(), torch.tensor([0, 4, 2])
@@ -169,3 +187,23 @@ def test_entropy_gate_gives_a_graph_free_entropy():
     _, on = target.token_log_probs(logits, targets, entropy_grad=True, **options)
     assert off.grad_fn is None and on.requires_grad
     assert torch.equal(off, on.detach())
+
+
+def test_a_wrapper_that_leaves_out_its_temperature_division_fails(tmp_path):
+    """Its composition, not the adapter's, is what runs: a revision whose wrapper takes a temperature but never
+    divides by it FAILS the temperature checks (the adapter used to divide by itself, so such a revision passed)."""
+    import shutil
+
+    tree = tmp_path / "skyrl"
+    shutil.copytree(HERE_FAKES / "skyrl_fixed", tree, symlinks=True)
+    path = tree / "skyrl/backends/skyrl_train/workers/megatron/megatron_model_wrapper.py"
+    division = "            if temperature != 1.0 and not fused_lm_head:\n                logits.div_(temperature)\n"
+    assert division in path.read_text()
+    path.write_text(path.read_text().replace(division, ""))
+    case = Case(seed=1, vocab=12, samples=((6, 4), (5, 2)), temperature=0.5, with_entropy=True)
+    check_token_forward(case, FIXED)
+    check_packed_forward(case, FIXED)
+    assert "temperature" in load_target(f"skyrl={tree}").capabilities
+    for check in (check_token_forward, check_packed_forward):
+        with pytest.raises(AssertionError):
+            check(case, f"skyrl={tree}")

@@ -1,17 +1,21 @@
-"""Self-tests of the slime adapter (harness/targets/slime/adapter.py) on stand-in checkouts: no network, no slime.
+"""Self-tests of the slime family record (harness/targets/slime/family.py) on stand-in checkouts: no network.
 
 The stand-ins under tests/fakes/slime/ follow slime's function signatures with a
 plain torch implementation (their README says which API each one has). They
-exercise the seams: loading from a path, feature detection of the older and
-newer APIs, the ``args`` Namespace, the mpu stand-in, UNSUPPORTED declarations,
-and the gate regression failing on the inverted gate and passing on the right one.
+exercise the seams: loading from a path, declaration by presence on the older
+and newer APIs, the ``args`` Namespace, the mpu stand-in, UNSUPPORTED
+declarations, an option present but not passed through (a FAIL, not
+UNSUPPORTED), and the gate regression failing on the inverted gate and passing
+on the right one.
 """
 
+import shutil
 import sys
 
 import pytest
 import torch
 
+from harness.cases import policy as policy_cases
 from harness.cases.case import Case
 from harness.checks.invariances import check_gate_invariance
 from harness.checks.parity import (
@@ -25,10 +29,13 @@ from harness.checks.policy import check_policy_loss
 from harness.jobs.logits import policy_job
 from harness.ranks.run import run_job
 from harness.targets import PackedInputs, load_target
-from harness.targets.slime import stand_ins as slime_stand_ins
-from harness.targets.slime.adapter import PATH_VARIABLE, SlimeTarget, revision, slime_root
-from harness.targets.upstream import megatron_stand_in
+from harness.targets.slime.family import SLIME
+from harness.targets.upstream import megatron_cross_entropy, megatron_stand_in
+from harness.targets.upstream.locate import find, revision
+from harness.targets.upstream.placeholders import Placeholder, provided
 from tests.fakes.slime import targets as stand_ins
+
+PATH_VARIABLE = SLIME.locate.variable
 
 FUSED = f"{stand_ins.__file__}:fused"
 SPLIT_INVERTED = f"{stand_ins.__file__}:split_inverted"
@@ -47,19 +54,20 @@ def _slime_modules() -> list[str]:
 # ---- loading from a path -----------------------------------------------------------------
 
 
-def test_checkout_comes_from_the_environment(monkeypatch):
+def test_checkout_comes_from_the_environment_or_the_spec(monkeypatch):
     monkeypatch.setenv(PATH_VARIABLE, str(stand_ins.HERE / "fused"))
-    target = SlimeTarget()
+    target = SLIME.target()
     assert target.root == (stand_ins.HERE / "fused").resolve()
     assert target.name == "slime"  # no .git in the stand-in
+    assert load_target(f"slime={stand_ins.HERE / 'fused'}").root == target.root
 
 
 def test_missing_or_wrong_checkout_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.delenv(PATH_VARIABLE, raising=False)
-    with pytest.raises(RuntimeError, match=PATH_VARIABLE):
-        slime_root()
+    with pytest.raises(ModuleNotFoundError, match=PATH_VARIABLE):
+        find("slime", SLIME.locate)
     with pytest.raises(FileNotFoundError, match="ppo_utils.py"):
-        slime_root(tmp_path)
+        find("slime", SLIME.locate, tmp_path)
 
 
 def test_loading_leaves_no_slime_modules_behind():
@@ -67,13 +75,13 @@ def test_loading_leaves_no_slime_modules_behind():
     targets = [stand_ins.fused(), stand_ins.split_inverted(), stand_ins.gateless()]
     assert _slime_modules() == before
     # Three checkouts in one process, each with its own code under the same module names.
-    files = {t.api.packed_fn.__code__.co_filename for t in targets}
+    files = {t.up.get_log_probs_and_entropy.__code__.co_filename for t in targets}
     assert len(files) == 3
 
 
 def test_absent_dependencies_are_placeholders_only_while_loading():
     name = "lph_never_installed_package"
-    with slime_stand_ins.absent_dependencies((name,)):
+    with provided([Placeholder(name, "a test")]):
         module = __import__(f"{name}.sub", fromlist=["x"])
         annotation = module.Client | None  # module-level annotations still evaluate
         assert annotation is not None
@@ -115,15 +123,18 @@ def test_revision_is_read_from_git_metadata(tmp_path):
 
 
 def test_capabilities_follow_what_the_revision_defines():
-    base = {"token", "entropy", "packed", "policy_loss", "temperature"}
-    assert load_target(FUSED).capabilities == base | {"chunking", "entropy_gate"}
-    # Older API: no chunk_size anywhere; the gate is read from args.entropy_coef (inverted, but present).
-    assert load_target(SPLIT_INVERTED).capabilities == base | {"entropy_gate"}
-    # No gate: every entropy keeps its graph.
-    assert load_target(GATELESS).capabilities == base
-    fused = load_target(FUSED)
-    assert fused.api.token_gate_parameter == "with_entropy_grad"
-    assert load_target(SPLIT_INVERTED).api.token_fn is None and load_target(SPLIT_INVERTED).api.split_fns
+    """Declared means present: a definition or a parameter of one, never a keyword in the source."""
+    # Every stand-in's compute_policy_loss takes eps_clip_c and its get_sum_of_sample_mean calculate_per_token_loss.
+    base = {"entropy", "packed", "policy_loss", "temperature", "policy_dual_clip", "policy_agg_token-sum"}
+    keep_mask = {"sampling", "sampling_dense", "sampling_force_keep"}
+    assert load_target(FUSED).capabilities == base | {"token", "chunking", "entropy_gate"} | keep_mask
+    # No gate parameter: every entropy keeps its graph.
+    assert load_target(GATELESS).capabilities == base | {"token"}
+    # The split API (#1185's one revision) has no token-level function: not declared, with the record's reason;
+    # its gate is read from args.entropy_coef inside the packed path, which no definition declares.
+    split = load_target(SPLIT_INVERTED)
+    assert split.capabilities == base
+    assert "get_log_probs_and_entropy" in split.not_declared["token_log_probs"]
 
 
 def test_missing_capabilities_are_reported_unsupported():
@@ -166,12 +177,14 @@ def test_chunk_size_runs_as_one_chunk_where_the_revision_cannot_chunk():
 # ---- values through each API against the oracle --------------------------------------------
 
 
-@pytest.mark.parametrize("spec", [FUSED, SPLIT_INVERTED, GATELESS])
+@pytest.mark.parametrize("spec", [FUSED, GATELESS])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_token_level_matches_the_oracle(spec, dtype):
     case = Case(seed=7, vocab=10, samples=((9, 4),), temperature=2.5, dtype=dtype)
     check_token_forward(case, spec)
     check_token_backward(case, spec)
+    with pytest.raises(pytest.skip.Exception, match="UNSUPPORTED.*token"):
+        check_token_forward(case, SPLIT_INVERTED)
 
 
 @pytest.mark.parametrize("spec", [FUSED, GATELESS])
@@ -184,7 +197,7 @@ def test_packed_layout_maps_onto_slimes(spec):
 def test_megatron_fused_cross_entropy_stand_in():
     """Megatron's contract: per-token lse - z_t, gradient (softmax - onehot) * g, fp32 input overwritten."""
     megatron_stand_in.install()
-    slime_stand_ins.install_megatron_fusions()
+    megatron_cross_entropy.install()
     from megatron.core.fusions.fused_cross_entropy import fused_vocab_parallel_cross_entropy
 
     logits = torch.randn(6, 1, 7, dtype=torch.float64).float()
@@ -206,7 +219,7 @@ def test_megatron_fused_cross_entropy_stand_in():
 
 def _spy_policy(target, monkeypatch) -> dict:
     seen = {}
-    original = target.api.policy_fn
+    original = target.up.policy_loss_function
 
     def spy(args, batch, logits, sum_of_sample_mean):
         parallel_state = sys.modules["megatron.core.parallel_state"]
@@ -215,7 +228,7 @@ def _spy_policy(target, monkeypatch) -> dict:
         seen["cp_size"] = parallel_state.get_context_parallel_world_size()
         return original(args, batch, logits, sum_of_sample_mean)
 
-    monkeypatch.setattr(target.api, "policy_fn", spy)
+    monkeypatch.setattr(target.up, "policy_loss_function", spy)
     return seen
 
 
@@ -276,3 +289,62 @@ def test_gate_regression_fails_on_the_inverted_gate():
         assert_entropy_gate(case, run_job(policy_job, case, SPLIT_INVERTED))
     with pytest.raises(AssertionError, match="entropy_grad=False returned entropy that requires grad"):
         check_gate_invariance(GATE_CASE, SPLIT_INVERTED)
+
+
+# ---- an option present but not passed through ---------------------------------------------------
+
+# Seed 14: a token with A < 0 and a ratio above the dual clip's c (where the cap bites).
+DUAL_CLIP = policy_cases.with_options(
+    Case(seed=14, vocab=16, samples=((9, 6), (5, 3)), mask_mode="mixed"), dual_clip_c=policy_cases.DUAL_CLIP_C
+)
+
+
+def test_an_option_present_but_not_passed_through_fails_instead_of_reading_unsupported(tmp_path):
+    """The stand-in's compute_policy_loss takes eps_clip_c, its policy_loss_function never passes it (slime before
+    #2247): the dual clip is declared and its check FAILS; passing it through makes the same check pass."""
+    assert "policy_dual_clip" in load_target(FUSED).capabilities
+    with pytest.raises(AssertionError):
+        check_policy_loss(DUAL_CLIP, FUSED)
+    tree = tmp_path / "wired"
+    shutil.copytree(stand_ins.HERE / "fused", tree)
+    loss = tree / "slime/backends/megatron_utils/loss.py"
+    text = loss.read_text()
+    assert "args.eps_clip, args.eps_clip_high)" in text
+    loss.write_text(
+        text.replace("args.eps_clip, args.eps_clip_high)", "args.eps_clip, args.eps_clip_high, args.eps_clip_c)")
+    )
+    check_policy_loss(DUAL_CLIP, f"slime={tree}")
+
+
+# ---- the composition that runs is slime's; a replay line names its checkout -----------------------
+
+
+def test_a_composition_that_leaves_out_a_step_fails_and_its_replay_line_runs_when_pasted(tmp_path):
+    """A stand-in whose get_log_probs_and_entropy leaves out its temperature division fails the packed check:
+    the division is slime's step, never the adapter's. The failure's replay line, as the gate prints it in a
+    pull request's comment, names the checkout and reproduces the failure when pasted into a shell."""
+    import os
+    import subprocess
+
+    from harness import ROOT
+    from harness.checks.failure import facts_of
+    from harness.gate import specs
+
+    tree = tmp_path / "no-temperature"
+    shutil.copytree(stand_ins.HERE / "fused", tree)
+    loss = tree / "slime/backends/megatron_utils/loss.py"
+    step = "    if args.rollout_temperature != 1.0:\n        logits = logits / args.rollout_temperature\n"
+    assert step in loss.read_text()
+    loss.write_text(loss.read_text().replace(step, ""))
+    case = PACKED_CASE.with_(temperature=0.5)
+    check_packed_forward(case, FUSED)
+    spec = specs.resolve(f"slime={tree}").run_as  # what the gate hands pytest's --target
+    with pytest.raises(AssertionError) as failed:
+        check_packed_forward(case, spec)
+    replay = facts_of(failed.value).replay
+    assert f"--target slime={tree}" in replay
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    pasted = subprocess.run(
+        replay, shell=True, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PATH": path}
+    )
+    assert pasted.returncode == 1 and "FAIL" in pasted.stdout, pasted.stdout + pasted.stderr

@@ -143,3 +143,45 @@ def test_a_replay_line_from_before_the_checks_package_still_resolves():
         resolve("harness.checks:check_nothing")
     with pytest.raises(ValueError, match="module:attr"):
         resolve("harness.checks.parity")
+
+
+# ---- the kernel: one grammar, one loader that records what it ran, placeholders as data ----------
+
+
+def test_one_target_grammar_for_every_consumer(tmp_path):
+    from harness.targets import registry
+    from harness.targets.spec import parse
+
+    assert parse("impl").kind == "impl" and parse("x.py:Y").kind == "adapter"
+    release = parse("skyrl==0.3.0")
+    assert (release.kind, release.family, release.where) == ("release", "skyrl", "0.3.0")
+    assert release.directory.name == "skyrl-0.3.0"
+    checkout = parse(f"slime={tmp_path}")
+    assert checkout.text == f"slime={tmp_path.resolve()}" and checkout.directory == tmp_path.resolve()
+    for bad, message in [
+        ("slime==1.0", "not published on PyPI"),
+        ("slime=/no/such", "not a directory"),
+        ("x", "'impl'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            parse(bad)
+    assert {"slime", "miles", "skyrl", "verl", "nemo_rl"} <= set(registry.names())
+
+
+def test_the_loader_runs_no_init_file_records_every_module_it_executed_and_leaves_nothing_behind(tmp_path):
+    from harness.targets.upstream.loader import Loader, MissingUpstream
+    from harness.targets.upstream.placeholders import Placeholder
+
+    package = tmp_path / "lph_up" / "sub"
+    package.mkdir(parents=True)
+    (tmp_path / "lph_up" / "__init__.py").write_text("raise RuntimeError('a trainer __init__ must not run')\n")
+    (package / "helper.py").write_text("def double(x):\n    return 2 * x\n")
+    (package / "main.py").write_text(
+        "import lph_absent_dependency\nfrom lph_up.sub.helper import double\n\n\ndef four():\n    return double(2)\n"
+    )
+    loader = Loader(tmp_path, ("lph_up",), (Placeholder("lph_absent_dependency", "imported, never used"),))
+    assert loader.module("lph_up.sub.missing", "lph_up.sub.main").four() == 4
+    assert loader.executed == ("lph_up/sub/helper.py", "lph_up/sub/main.py")
+    assert not [name for name in sys.modules if name.startswith(("lph_up", "lph_absent"))]
+    with pytest.raises(MissingUpstream, match="lph_up/sub/gone.py"):
+        loader.module("lph_up.sub.gone")

@@ -82,9 +82,9 @@ def test_loads_the_layout_before_2_10(tmp_path):
 
 
 def test_names_its_files_under_test():
-    from harness.gate import history
+    from harness.targets import registry
 
-    assert history.files_under_test("te") == (
+    assert registry.family("te").files == (
         "transformer_engine/common/triton/cross_entropy.py",
         "transformer_engine/pytorch/triton/cross_entropy.py",
         "transformer_engine/pytorch/cross_entropy.py",

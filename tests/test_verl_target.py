@@ -22,8 +22,8 @@ from harness.cases.case import Case
 from harness.checks.hidden import check_hidden_backward, check_hidden_forward
 from harness.checks.parity import check_packed_backward, check_packed_forward, check_token_backward, check_token_forward
 from harness.checks.policy import check_policy_loss
-from harness.gate import history, specs
-from harness.targets import PackedInputs
+from harness.gate import specs
+from harness.targets import PackedInputs, registry
 from harness.targets.verl import source
 from harness.targets.verl.token import VerlTarget, divided
 from tests.fakes.verl import targets as fakes
@@ -146,4 +146,20 @@ def test_gate_and_history_know_the_family():
     resolved = specs.resolve("verl==0.9.1")
     assert resolved.family == "verl" and resolved.pip_requirement == "verl==0.9.1"
     assert resolved.env == {"LPH_VERL_PATH": str(specs.PACKAGES / "verl-0.9.1")}
-    assert history.files_under_test("verl") == source.FILES_UNDER_TEST
+    assert registry.family("verl").files == (*source.FILES_UNDER_TEST, source.FUSED_TORCH)
+
+
+def test_the_family_target_carries_the_hidden_state_path():
+    """``verl=PATH`` / ``verl==X`` is one target for every path verl ships: its fused LM head is the family's
+    ``hidden_log_probs``, judged by that path's own options (one rank: ``hidden_tp`` is not among them)."""
+    from harness.cases.hidden import with_hidden_size
+    from harness.checks.hidden import check_hidden_backward, check_hidden_forward
+
+    target = registry.target("verl", fakes.HERE / "correct")
+    assert {"hidden", "packed", "token"} <= target.capabilities
+    assert target.capabilities_for({"hidden"}) == {"hidden", "entropy", "chunking", "temperature"}
+    case = with_hidden_size(Case(seed=3, vocab=12, samples=((7, 4),), chunk_size=3, temperature=0.7), 5)
+    spec = f"verl={fakes.HERE / 'correct'}"
+    check_hidden_forward(case, spec)
+    check_hidden_backward(case, spec)
+    assert registry.family("verl").expectations == ("verl.toml", "verl-hidden.toml")

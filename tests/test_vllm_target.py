@@ -104,5 +104,5 @@ def test_a_checkout_without_the_sampler_is_a_clear_error(tmp_path, monkeypatch):
 def test_the_gate_knows_the_family(tmp_path):
     resolved = resolve(f"vllm={tmp_path}")
     assert resolved.family == "vllm"
-    assert resolved.target == "harness.targets.vllm.sampler:VllmSamplerTarget"
+    assert resolved.run_as == f"vllm={tmp_path.resolve()}"
     assert resolved.env == {PATH_VARIABLE: str(tmp_path.resolve())}

@@ -1,23 +1,34 @@
 """Would the gate have caught it? Base-vs-PR over an upstream repository's history.
 
 ``python -m harness.gate.history FAMILY=PATH_TO_GIT_REPO [--since 2025-12-01] [--until REV]
-[--tags PATTERN] [--paths a.py,b.py] [--reports reports/history] [pytest args]``, FAMILY any checkout family of
-``harness/gate/specs.py`` (slime, miles, verl, skyrl, nemo_rl, liger, trl, te, ms_swift); or
-``FAMILY==pypi`` / ``FAMILY==V1,V2,...`` for a PyPI family: its published releases, each against the one
-before it (``harness/gate/releases.py``)
+[--tags PATTERN] [--reports reports/history] [pytest args]``, FAMILY any family of the registry
+(``harness/targets/registry.py``); or ``FAMILY==pypi`` / ``FAMILY==V1,V2,...`` for a PyPI family: its
+published releases, each against the one before it (``harness/gate/releases.py``).
 
-For every commit (author date from ``--since``, up to ``--until``) that
-touches the files holding the code under test, the commit is the PR and its
-first parent the base. With ``--tags PATTERN`` (a ``git tag --list`` glob,
-e.g. ``'v2.*'``) the releases are replayed instead: the tags matching it in
-version order, each tag dated from ``--since`` the PR and the tag before it
-the base. Revisions are keyed by the blob ids of those files, so
-a revision whose files under test did not change reuses the verdicts of the
-one that did: N commits cost N+1 suite runs, each cached on disk
-(``<reports>/<family>/runs/<key>/verdicts.json``); a rerun only runs what is
-missing. Trees are extracted with ``git archive`` into a temporary folder
-(never into this repository). The table (commit, date, PR title, NEW FAIL,
-FIXED) goes to ``history.md`` and ``history.json``.
+Keys from what ran. The files a family's revision is keyed by, and whose commits
+are replayed, are the files its loader EXECUTED (``FamilyTarget.executed``:
+every upstream module it ran, imports included), never a hand-written list:
+the newest revision is loaded first, the commits touching what it executed
+are listed, every one of them is loaded (one subprocess for all, which is also
+how a revision that cannot be loaded becomes an ERROR row with its reason),
+and the files any of them executed join the key until nothing new appears. A
+module that moved between files, or a helper a loss module started to import,
+is therefore in the key from the revision that executes it. (A family still on
+its old adapter keys by the adapter's ``files_under_test``.)
+
+The selection is the whole suite, less the deselections the family's record
+writes down with their reason and measured cost; pytest arguments given here
+replace it (the table says so).
+
+For every commit (author date from ``--since``, up to ``--until``) that touches
+the key, the commit is the PR and its first parent the base; with ``--tags
+PATTERN`` (a ``git tag --list`` glob) the tags matching it in version order
+instead, each the PR and the tag before it the base. Revisions whose key files
+did not change reuse a verdict: N commits cost N+1 suite runs, each cached on
+disk (``<reports>/<family>/runs/<harness>/<key>/verdicts.json``); a rerun only
+runs what is missing. Trees are extracted with ``git archive`` into a
+temporary folder (never into this repository). The table (commit, date, PR
+title, NEW FAIL, FIXED) goes to ``history.md`` and ``history.json``.
 """
 
 from __future__ import annotations
@@ -25,42 +36,46 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import names
 from harness.gate import compare as comparison
 from harness.gate import releases, specs
 from harness.gate.runner import run_checked
-from harness.gate.tiers import TIERS
+from harness.gate.tiers import CHECK_DIRECTORIES, TIERS
 from harness.gate.verdicts import Run
+from harness.targets import registry
 
 # Verdicts are valid for one revision of this harness: a changed suite reruns.
 HARNESS_REVISION = specs.git_revision(specs.ROOT)
+# One subprocess loads many revisions of a family (their modules live side by side) and says what each executed.
+PROBE = """
+import json, sys, traceback
+from harness.targets import load_target, registry
+family = sys.argv[1]
+for tree in sys.argv[2:]:
+    try:
+        built = load_target(f"{family}={tree}")
+        print(json.dumps({"tree": tree, "executed": list(registry.executed_files(family, built))}), flush=True)
+    except Exception as exc:
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        print(json.dumps({"tree": tree, "error": last}), flush=True)
+"""
 
 
-def _skyrl_files() -> tuple[str, ...]:
-    from harness.targets.skyrl import policy, token
-
-    return tuple(str(path) for path in (token.MODEL_UTILS, policy.PPO_UTILS, policy.WRAPPER))
-
-
-# The files loaded by the adapters that do not name them themselves (their module docstrings); an adapter class
-# with a ``files_under_test`` attribute (paths relative to the checkout root) names its own.
-FILES_UNDER_TEST = {"skyrl": _skyrl_files}
-
-
-def files_under_test(family: str) -> tuple[str, ...] | None:
-    """The files ``family``'s adapter loads: its class's ``files_under_test``, else ``FILES_UNDER_TEST``."""
-    adapter = names.resolve(specs.ADAPTERS[family])
-    named = getattr(adapter, "files_under_test", None)
-    if named:
-        return tuple(named)
-    return FILES_UNDER_TEST[family]() if family in FILES_UNDER_TEST else None
+def selection(family: str, pytest_args: list[str]) -> tuple[list[str], str]:
+    """The pytest arguments a replay runs, and how the table describes them (see the module docstring)."""
+    if pytest_args:
+        return pytest_args, f"given by hand: `{' '.join(pytest_args)}`"
+    deselect = registry.family(family).deselect
+    if not deselect:
+        return list(CHECK_DIRECTORIES), "the whole suite"
+    keyword = " or ".join(f"({d.keyword})" for d in deselect)
+    why = "; ".join(f"`{d.keyword}`: {d.reason} ({d.cost})" for d in deselect)
+    return [*CHECK_DIRECTORIES, "-k", f"not ({keyword})"], f"the whole suite less the record's deselections: {why}"
 
 
 @dataclass
@@ -112,89 +127,95 @@ def content_key(repo: Path, revision: str, paths) -> str:
 
 
 class Revisions:
-    """Extracted trees and cached verdicts, one per content key."""
+    """Extracted trees, what each revision's loader executed, cached verdicts (one per content key)."""
 
-    def __init__(self, family: str, repo: Path, cache: Path, trees: Path, pytest_args: list[str], paths=()):
+    def __init__(self, family: str, repo: Path, cache: Path, trees: Path, pytest_args: list[str]):
         self.family, self.repo, self.cache, self.trees, self.pytest_args = family, repo, cache, trees, pytest_args
-        self.paths = tuple(paths)
-        self._load_errors: dict[str, str | None] = {}
+        self.paths: set[str] = set()  # the key: every file a probed revision executed
+        self.probed: dict[str, dict] = {}  # revision -> {"executed": [...]} or {"error": "..."}
 
     def key(self, revision: str) -> str:
-        return content_key(self.repo, revision, self.paths)
+        return content_key(self.repo, revision, sorted(self.paths))
 
-    def tree(self, key: str, revision: str) -> Path:
-        """The revision's tree; where the mirror lacks some blob (a partial clone), only the packages under test.
+    def tree(self, revision: str) -> Path:
+        """The revision's tree; where the mirror lacks some blob (a partial clone), the family's package only.
 
         Raises ``RuntimeError`` with git's message when neither can be extracted.
         """
-        path = self.trees / key
+        path = self.trees / revision
         if not path.is_dir():
             archive = subprocess.run(["git", "-C", str(self.repo), "archive", revision], capture_output=True)
             if archive.returncode == 0:
                 path.mkdir(parents=True)
                 subprocess.run(["tar", "-x", "-C", str(path)], input=archive.stdout, check=True)
             else:
-                self._packages_only(path, revision, archive.stderr.decode(errors="replace"))
+                self._package_only(path, revision, archive.stderr.decode(errors="replace"))
         return path
 
-    def _packages_only(self, path: Path, revision: str, why: str) -> None:
-        """Write the files of the packages under test at ``revision`` blob by blob (git archive reads every blob).
+    def _package_only(self, path: Path, revision: str, why: str) -> None:
+        """Write the family package's files at ``revision`` blob by blob (git archive reads every blob).
 
         A non-Python blob the mirror lacks is left out; a missing Python file is an error.
         """
-        packages = sorted({name.split("/")[0] for name in self.paths})
-        listing = _git(self.repo, "ls-tree", "-r", revision, "--", *packages).splitlines()
+        package = registry.family(self.family).locate.package
+        listing = _git(self.repo, "ls-tree", "-r", revision, "--", package).splitlines()
         blobs = [line.split(None, 3) for line in listing if line.split(None, 3)[1] == "blob"]
         if not blobs:
             first = why.strip().splitlines()[0] if why.strip() else "no files"
-            raise RuntimeError(f"git archive {revision[:9]} failed ({first}) and it has no {', '.join(packages)}")
+            raise RuntimeError(f"git archive {revision[:9]} failed ({first}) and it has no {package}")
         for _mode, _kind, blob, name in blobs:
             done = subprocess.run(["git", "-C", str(self.repo), "cat-file", "blob", blob], capture_output=True)
             if done.returncode != 0:
                 if not name.endswith(".py"):
-                    continue  # a data file the mirror left out (images, docs): no adapter executes it
+                    continue  # a data file the mirror left out (images, docs): no loader executes it
                 raise RuntimeError(f"{revision[:9]}:{name}: {done.stderr.decode(errors='replace').strip()}")
             target = path / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(done.stdout)
 
-    def side(self, key: str, revision: str) -> comparison.Side:
-        variable = specs.CHECKOUT_VARIABLES[self.family]
-        return comparison.Side(revision[:9], specs.ADAPTERS[self.family], {variable: str(self.tree(key, revision))})
-
-    def load_error(self, key: str, revision: str) -> str | None:
-        """Why the adapter cannot load this revision (its last error line), None where it loads.
-
-        Checked in a subprocess with the revision's environment, once per key: a
-        revision the adapter cannot load gets no verdict (its row is ERROR with
-        this reason), never a FAIL of every check.
-        """
-        if key not in self._load_errors:
+    def probe(self, revisions) -> None:
+        """Load every revision not yet probed, in one subprocess; record what each executed, or why it cannot load."""
+        trees = {}
+        for revision in dict.fromkeys(revisions):
+            if revision in self.probed:
+                continue
             try:
-                side = self.side(key, revision)
+                trees[str(self.tree(revision))] = revision
             except RuntimeError as exc:
-                self._load_errors[key] = str(exc)
-                return self._load_errors[key]
-            probe = "from harness.targets import load_target; load_target(__import__('sys').argv[1])"
-            done = subprocess.run(
-                [sys.executable, "-c", probe, side.target],
-                cwd=specs.ROOT,
-                env={**os.environ, **side.env},
-                capture_output=True,
-                text=True,
-            )
-            lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-            self._load_errors[key] = (
-                None if done.returncode == 0 else (lines[-1] if lines else f"exit {done.returncode}")
-            )
-        return self._load_errors[key]
+                self.probed[revision] = {"error": str(exc)}
+        if not trees:
+            return
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE, self.family, *trees], cwd=specs.ROOT, capture_output=True, text=True
+        )
+        for line in done.stdout.splitlines():
+            if line.startswith("{"):
+                answer = json.loads(line)
+                self.probed[trees.pop(answer["tree"])] = answer
+        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        for revision in trees.values():  # the probe died before answering for these
+            self.probed[revision] = {"error": f"the load probe died: {last}"}
+        for answer in self.probed.values():
+            self.paths.update(answer.get("executed", ()))
+
+    def load_error(self, revision: str) -> str | None:
+        """Why the family cannot be loaded at this revision (its last error line), None where it loads."""
+        self.probe([revision])
+        return self.probed[revision].get("error")
+
+    def side(self, revision: str) -> comparison.Side:
+        variable = specs.CHECKOUT_VARIABLES[self.family]
+        return comparison.Side(revision[:9], specs.ADAPTERS[self.family], {variable: str(self.tree(revision))})
 
     def run(self, key: str, revision: str) -> Run:
         out = self.cache / "runs" / HARNESS_REVISION / key
         if (out / "verdicts.json").is_file():
             return Run.load(out)
-        side = self.side(key, revision)
-        resolved = specs.ResolvedSpec(f"{self.family}@{revision[:9]}", side.target, key, self.family, side.env)
+        side = self.side(revision)
+        resolved = specs.ResolvedSpec(
+            f"{self.family}@{revision[:9]}", side.target, key, self.family, side.env,
+            run_as=f"{self.family}={self.tree(revision)}",
+        )  # fmt: skip
         run, elapsed = run_checked(resolved, out, self.pytest_args)
         run.meta.update({"revision": revision, "wall_s": round(elapsed, 1)})
         run.save(out)
@@ -205,9 +226,9 @@ class ReleaseRevisions(Revisions):
     """Published releases instead of commits: a revision is a version, its tree the release's install."""
 
     def key(self, revision: str) -> str:
-        return releases.content_key(releases.install(self.family, revision), self.paths)
+        return releases.content_key(releases.install(self.family, revision), sorted(self.paths))
 
-    def tree(self, key: str, revision: str) -> Path:
+    def tree(self, revision: str) -> Path:
         return releases.install(self.family, revision)
 
 
@@ -216,13 +237,23 @@ def _release_commits(family: str, which: str, since: str) -> list[Commit]:
     return [Commit(v, date, f"{base} -> {v}", base, name=v) for (base, _), (v, date) in zip(pairs, pairs[1:])]
 
 
+def discover(revisions: Revisions, newest: str, listing) -> list[Commit]:
+    """The commits to replay: ``listing(paths)`` until every listed revision's executed files are in the key."""
+    revisions.probe([newest])
+    while True:
+        known = set(revisions.paths)
+        pending = listing(sorted(known))
+        revisions.probe([revision for commit in pending for revision in (commit.parent, commit.sha)])
+        if revisions.paths == known:
+            return pending
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.gate.history", description=__doc__.splitlines()[0])
     parser.add_argument("spec", help="FAMILY=PATH to a git repository (bare or not), e.g. slime=../slime")
     parser.add_argument("--since", default="2025-12-01", help="first author date (YYYY-MM-DD)")
     parser.add_argument("--until", default="HEAD", help="last revision (commits; not with --tags)")
     parser.add_argument("--tags", help="replay consecutive release tags matching this glob instead of commits")
-    parser.add_argument("--paths", help="comma-separated files under test (default: the adapter's)")
     parser.add_argument("--reports", default="reports/history")
     args, pytest_args = parser.parse_known_args(argv)
     family, _, location = args.spec.partition("=")
@@ -235,42 +266,38 @@ def main(argv=None) -> int:
         )
         return 2
     repo = None if published else Path(location).expanduser().resolve()
-    paths = tuple(args.paths.split(",")) if args.paths else files_under_test(family)
-    if not paths:
-        print(f"history: give --paths for {family}", file=sys.stderr)
-        return 2
     cache = Path(args.reports) / family
-    table = []
+    chosen, described = selection(family, pytest_args)
+    table: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="lph-history-") as trees:
         kind = ReleaseRevisions if published else Revisions
-        revisions = kind(family, repo, cache, Path(trees), pytest_args, paths)
+        revisions = kind(family, repo, cache, Path(trees), chosen)
         if published:
             pending = _release_commits(family, location[1:], args.since)
+            revisions.probe([revision for commit in pending for revision in (commit.parent, commit.sha)])
         elif args.tags:
             pending = tagged(repo, args.tags, args.since)
+            revisions.probe([revision for commit in pending for revision in (commit.parent, commit.sha)])
         else:
-            pending = commits(repo, paths, args.since, args.until)
+            pending = discover(revisions, args.until, lambda paths: commits(repo, paths, args.since, args.until))
+        header = History(family, args.since, len(pending), sorted(revisions.paths), described)
         for commit in pending:
             head_key, base_key = revisions.key(commit.sha), revisions.key(commit.parent)
             if head_key == base_key:
                 continue
             unloadable = [
                 f"adapter cannot load {rev[:9]}: {reason}"
-                for rev, key in ((commit.parent, base_key), (commit.sha, head_key))
-                if (reason := revisions.load_error(key, rev))
+                for rev in (commit.parent, commit.sha)
+                if (reason := revisions.load_error(rev))
             ]
             if unloadable:
                 table.append(_row(commit, [], [], 0, unloadable, would_block=False))
                 print(f"history: {commit.sha[:9]} ERROR: {'; '.join(unloadable)}", flush=True)
-                _write(cache, family, args.since, table, total=len(pending))
+                _write(cache, header, table)
                 continue
             base_run, head_run = revisions.run(base_key, commit.parent), revisions.run(head_key, commit.sha)
             decision = comparison.compare(
-                base_run,
-                head_run,
-                revisions.side(base_key, commit.parent),
-                revisions.side(head_key, commit.sha),
-                tiers=TIERS,
+                base_run, head_run, revisions.side(commit.parent), revisions.side(commit.sha), tiers=TIERS
             )
             table.append(
                 _row(
@@ -287,10 +314,21 @@ def main(argv=None) -> int:
                 f"{len(decision.fixed)} fixed",
                 flush=True,
             )
-            _write(cache, family, args.since, table, total=len(pending))
-    _write(cache, family, args.since, table, total=len(pending))
+            _write(cache, header, table)
+    _write(cache, header, table)
     print(f"history: {cache / 'history.md'}")
     return 0
+
+
+@dataclass
+class History:
+    """What a table is about: the family, the window, the key files, the selection."""
+
+    family: str
+    since: str
+    total: int
+    keyed_by: list[str]
+    selection: str
 
 
 def _row(commit: Commit, new_fail, fixed, still_failing: int, errors, *, would_block: bool) -> dict:
@@ -306,24 +344,30 @@ def _row(commit: Commit, new_fail, fixed, still_failing: int, errors, *, would_b
     }
 
 
-def _write(cache: Path, family: str, since: str, table: list[dict], total: int) -> None:
+def _write(cache: Path, header: History, table: list[dict]) -> None:
     """The table so far (written after every commit, so a long replay can be read while it runs)."""
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "history.json").write_text(json.dumps(table, indent=1) + "\n")
-    (cache / "history.md").write_text(render_table(family, since, table, total))
+    (cache / "history.md").write_text(render_table(header, table))
 
 
 def _short(ids: list[str]) -> str:
     return "<br>".join(f"`{i.split('::', 1)[-1]}`".replace("|", "\\|") for i in ids) or "-"
 
 
-def render_table(family: str, since: str, table: list[dict], total: int) -> str:
+def render_table(header: History, table: list[dict]) -> str:
     blocked = sum(1 for row in table if row["would_block"])
     lines = [
-        f"# Gate history: {family} since {since}",
+        f"# Gate history: {header.family} since {header.since}",
         "",
-        f"{len(table)} of {total} commits touching the code under test replayed; the gate would have blocked "
+        f"{len(table)} of {header.total} commits touching the code under test replayed; the gate would have blocked "
         f"{blocked}.",
+        "",
+        f"Keyed by the {len(header.keyed_by)} files the loader executed: "
+        + ", ".join(f"`{path}`" for path in header.keyed_by)
+        + ".",
+        "",
+        f"Selection: {header.selection}.",
         "",
         "| commit | date | PR title | NEW FAIL | FIXED | still failing | ERROR (undecided) |",
         "|---|---|---|---|---|---|---|",

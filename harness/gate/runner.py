@@ -59,12 +59,12 @@ def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -
     stale = out / "verdicts.json"
     stale.unlink(missing_ok=True)
     selected, others = _split_args(pytest_args)
-    command = [sys.executable, "-m", "pytest", *(selected or CHECK_DIRECTORIES), "--target", resolved.target]
+    command = [sys.executable, "-m", "pytest", *(selected or CHECK_DIRECTORIES), "--target", resolved.run_as]
     command += [f"--report-dir={out}", f"--junitxml={out / 'junit.xml'}", "-o", "junit_family=xunit2", *others]
     env = {**os.environ, **resolved.env}
     if "HYPOTHESIS_PROFILE" not in env and not env.get("CI"):
         env["HYPOTHESIS_PROFILE"] = "ci"  # the same derandomised examples on both sides of a comparison
-    print(f"gate: running the suite against {resolved.spec} ({resolved.target}) -> {out}", flush=True)
+    print(f"gate: running the suite against {resolved.spec} ({resolved.run_as}) -> {out}", flush=True)
     started = time.monotonic()
     code = subprocess.run(command, cwd=specs.ROOT, env=env).returncode
     crashed: dict = {}
@@ -75,7 +75,7 @@ def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -
         if running is None or len(crashed) >= MAX_CRASHES:
             break
         nodeid, tier = running
-        crashed[nodeid] = journal.crash_verdict(nodeid, tier, code, resolved.target)
+        crashed[nodeid] = journal.crash_verdict(nodeid, tier, code, resolved.run_as)
         print(f"gate: {nodeid}: {crashed[nodeid].reason}; running the rest without it", flush=True)
         stale.unlink(missing_ok=True)
         done = [*decided, *crashed]
@@ -87,7 +87,7 @@ def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -
         raise RunError(f"pytest exited {code} on {resolved.spec} without verdicts: see its output above")
     if not crashed:
         return Run.load(out), elapsed
-    last = Run.load(out) if stale.is_file() else Run(target=resolved.target)
+    last = Run.load(out) if stale.is_file() else Run(target=resolved.run_as)
     run = Run(target=last.target, verdicts={**decided, **last.verdicts, **crashed}, meta=last.meta)
     run.save(out)
     return run, elapsed
@@ -112,7 +112,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("spec", help="the target (the PR): impl, skyrl==X, skyrl=PATH, slime=PATH, mod:attr, ...")
     parser.add_argument("--baseline", help="base SPEC: classify NEW FAIL / FIXED / STILL FAILING against it")
     parser.add_argument("--tiers", help=f"gated tiers (default: {CONTRACT} alone; with --baseline: all of {TIERS})")
-    parser.add_argument("--expectations", help="known failures file (default: expectations/<family>.toml)")
+    parser.add_argument(
+        "--expectations", help="known failures files, comma-separated (default: the files the family's record names)"
+    )
     parser.add_argument("--strict", action="store_true", help="FIXED (an expected failure now passing) is red too")
     parser.add_argument("--update-expectations", action="store_true", help="rewrite the expectations from this run")
     parser.add_argument("--reports", default="reports", help="report root (default: reports/)")
@@ -150,10 +152,11 @@ def main(argv=None) -> int:
         return 2
 
 
-def _expectations_path(head: specs.ResolvedSpec, args) -> Path | None:
+def _expectations_paths(head: specs.ResolvedSpec, args) -> tuple[Path, ...]:
+    """``--expectations`` (comma-separated), else the files the family's record names."""
     if args.expectations:
-        return Path(args.expectations)
-    return expectations.default_path(head.family)
+        return tuple(Path(path) for path in args.expectations.split(","))
+    return specs.expectation_files(head.family)
 
 
 def _revision(resolved: specs.ResolvedSpec) -> expectations.Revision:
@@ -166,14 +169,22 @@ def _revision(resolved: specs.ResolvedSpec) -> expectations.Revision:
 
 
 def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> int:
+    paths = _expectations_paths(head, args)
+    if args.update_expectations and len(paths) > 1:
+        raise ValueError(
+            f"--update-expectations rewrites one file: name it with --expectations (the family has {len(paths)})"
+        )
     out = root / head.slug
     run, elapsed = run_checked(head, out, pytest_args)
-    path = _expectations_path(head, args)
-    written = expectations.load(path) if path and path.is_file() else {}
+    path = paths[0] if paths else None
+    written = {}
+    for each in paths:
+        written.update(expectations.load(each) if each.is_file() else {})
     expected, unevaluated = expectations.applicable(written, _revision(head))
     decision = single.classify(run, expected, tiers=tiers, strict=args.strict)
     decision.notes += unevaluated
-    decision.notes.append(f"expectations: {path if written else 'none'}; suite wall time {elapsed:.0f} s")
+    shown = ", ".join(str(p) for p in paths) if written else "none"
+    decision.notes.append(f"expectations: {shown}; suite wall time {elapsed:.0f} s")
     if args.update_expectations:
         target_path = path or expectations.EXPECTATIONS_DIR / f"{head.family or head.slug}.toml"
         header = (

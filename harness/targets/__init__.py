@@ -1,10 +1,11 @@
 """Targets: adapters presenting an implementation to the suite (see protocol.py).
 
-``load_target(spec)`` accepts ``impl`` (the default, torch backend),
-``impl-triton`` (impl on its Triton kernels), ``package.module:attr``
-or ``path/to/file.py:attr``; ``attr`` is a Target subclass, a zero-argument
-factory, or an instance. Loaded once per process and cached, so rank
-processes pay the import once.
+``load_target(spec)`` accepts the one target grammar (``spec.py``): ``impl``
+(the default, torch backend), ``impl-triton`` (impl on its Triton kernels), a
+family's checkout ``FAMILY=PATH`` or release ``FAMILY==X`` (the registry's
+families, ``registry.py``), ``package.module:attr`` or ``path/to/file.py:attr``;
+``attr`` is a Target subclass, a zero-argument factory, or an instance.
+Loaded once per process and cached, so rank processes pay the import once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from functools import cache
 from pathlib import Path
 
 from harness.names import resolve
+from harness.targets import registry
 from harness.targets.protocol import CAPABILITIES, KeptSet, PackedInputs, Target, Unsupported
+from harness.targets.spec import install, parse
 
 __all__ = ["CAPABILITIES", "KeptSet", "PackedInputs", "Target", "Unsupported", "load_target"]
 
@@ -25,7 +28,8 @@ def _load_attr(spec: str):
     location, sep, attr = spec.rpartition(":")
     if not sep or not location or not attr:
         raise ValueError(
-            f"--target {spec!r}: expected 'impl', 'impl-triton', 'package.module:attr' or 'path/to/file.py:attr'"
+            f"--target {spec!r}: expected 'impl', 'impl-triton', 'FAMILY=PATH', 'FAMILY==X', 'package.module:attr' or "
+            "'path/to/file.py:attr'"
         )
     if location.endswith(".py"):
         path = Path(location).resolve()
@@ -57,8 +61,12 @@ def load_target(spec: str = "impl") -> Target:
         from harness.targets.impl_triton import ImplTritonTarget
 
         return ImplTritonTarget()
-    obj = _load_attr(spec)
-    target = obj() if callable(obj) and not isinstance(obj, Target) else obj
+    parsed = parse(spec)
+    if parsed.kind in ("checkout", "release"):
+        target = registry.target(parsed.family, install(parsed))
+    else:
+        obj = _load_attr(spec)
+        target = obj() if callable(obj) and not isinstance(obj, Target) else obj
     for field in ("name", "capabilities"):
         if not hasattr(target, field):
             raise TypeError(f"--target {spec!r}: the adapter must define {field!r} (see docs/targets.md)")

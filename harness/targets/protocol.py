@@ -324,6 +324,16 @@ class Target:
         """
         raise NotImplementedError
 
+    def capabilities_for(self, needed) -> frozenset:
+        """What the entry point a check needing ``needed`` calls declares (all of ``capabilities`` by default).
+
+        A family's paths may differ in their options: SkyRL's hidden-state
+        path has no entropy while its token path has, so a hidden-state example
+        with entropy reads UNSUPPORTED while the token path's entropy checks run
+        (``harness.targets.upstream.family``: ``Entry.lacks``).
+        """
+        return frozenset(self.capabilities)
+
     def combination_needs(self, options: PolicyOptions) -> set[str]:
         """Capabilities a COMBINATION of options needs beyond each option's own (``PolicyOptions.capabilities``).
 

@@ -55,9 +55,12 @@ def _load_model_utils():
 class NemoRLHiddenTarget(Target):
     name = "nemo-rl-hidden"
     capabilities = frozenset({"hidden", "chunking"})
+    files_under_test = ("nemo_rl/distributed/model_utils.py",)
 
     def __init__(self):
         self.module = _load_model_utils()
+        if not hasattr(self.module, "ChunkedDistributedHiddenStatesToLogprobs"):
+            raise AttributeError(f"{self.module.__file__} defines no ChunkedDistributedHiddenStatesToLogprobs")
         megatron_stand_in.install()
         if not getattr(dist.reduce_scatter, "__lph_single_rank__", False):
             dist.reduce_scatter = megatron_stand_in._identity_on_single_rank(

@@ -1,7 +1,7 @@
 """The harness's policy-loss options (``PolicyOptions``) as SkyRL's ``cfg.algorithm`` (docs/policy-losses.md).
 
-What SkyRL has, read in ``ppo_utils.py`` / ``off_policy_correction_utils.py``
-(0.3.0) and declared only where the installed version has it:
+What SkyRL has, in ``ppo_utils.py`` / ``off_policy_correction_utils.py``
+(0.3.0), each declared where the definition it runs is present (``OPTIONS``):
 
 * ``policy_loss_type``: ``regular``, ``dual_clip`` (``clip_ratio_c``, PPO only),
   ``gspo`` (GSPO-token, no dual clip), ``cispo`` (``cfg.cispo.cispo_eps_clip_*``);
@@ -26,9 +26,8 @@ What SkyRL has, read in ``ppo_utils.py`` / ``off_policy_correction_utils.py``
 
 from __future__ import annotations
 
-import inspect
-
 from harness.targets.skyrl import stand_ins
+from harness.targets.upstream.family import Option
 
 AGGREGATIONS = {
     "sum-of-sample-mean": "sequence_mean",  # times B (the adapter)
@@ -41,23 +40,31 @@ LOSS_TYPES = {"ppo": "regular", "gspo": "gspo", "cispo": "cispo"}
 ROLLOUT = ("tis_token", "tis_sequence", "mis_token", "mis_sequence", "rs_token", "rs_sequence", "rs_geometric")
 
 
-def capabilities(ppo_utils) -> set[str]:
-    """The option capabilities this SkyRL has: its registry's loss types, its KL, correction and reductions."""
-    listed = getattr(ppo_utils.PolicyLossRegistry, "list_available", None)
-    available = set(listed()) if listed is not None else set()
-    caps = {f"policy_{kind}" for kind, name in LOSS_TYPES.items() if kind != "ppo" and name in available}
-    if "dual_clip" in available:
-        caps.add("policy_dual_clip")
-    if hasattr(ppo_utils, "compute_approx_kl"):
-        caps |= {f"policy_kl_{kind}" for kind in KL_ESTIMATORS}
-    if hasattr(ppo_utils, "apply_off_policy_correction"):
-        caps |= {f"policy_{name}" for name in ROLLOUT} | {"policy_mis_floor", "policy_rs_floor"}
-    try:
-        reductions = inspect.getsource(ppo_utils.apply_loss_reduction_to_advantages_minibatch)
-    except (OSError, TypeError):
-        reductions = ""
-    caps |= {f"policy_agg_{mode}" for mode, name in AGGREGATIONS.items() if f'"{name}"' in reductions}
-    return caps - {"policy_agg_sum-of-sample-mean"}
+def _registered(*names):
+    """Declared where SkyRL's ``PolicyLossRegistry`` lists each of ``names`` (data the revision holds)."""
+
+    def holds(up) -> bool:
+        listed = getattr(up.PolicyLossRegistry, "list_available", None)
+        return listed is not None and set(names) <= set(listed())
+
+    holds.__doc__ = f"PolicyLossRegistry lists {', '.join(names)}"
+    return holds
+
+
+OPTIONS = (
+    *(Option(f"policy_{kind}", (_registered(LOSS_TYPES[kind]),), "policy_loss") for kind in ("gspo", "cispo")),
+    Option("policy_dual_clip", (_registered("dual_clip"),), "policy_loss"),
+    *(Option(f"policy_kl_{kind}", ("compute_approx_kl",), "policy_loss") for kind in KL_ESTIMATORS),
+    *(
+        Option(f"policy_{name}", ("apply_off_policy_correction",), "policy_loss")
+        for name in (*ROLLOUT, "mis_floor", "rs_floor")
+    ),
+    *(
+        Option(f"policy_agg_{mode}", ("apply_loss_reduction_to_advantages_minibatch",), "policy_loss")
+        for mode in AGGREGATIONS
+        if mode != "sum-of-sample-mean"
+    ),
+)
 
 
 def _off_policy(options) -> stand_ins.AlgorithmSettings | None:

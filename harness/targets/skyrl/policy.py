@@ -1,6 +1,6 @@
 """SkyRL's PPO policy loss presented as the harness's ``policy_loss`` (used by ``skyrl.SkyRLTarget``).
 
-What runs is SkyRL's own code, loaded from the same root as its model utilities:
+What runs is SkyRL's own code, loaded by the SkyRL record (``family.py``):
 
 * ``skyrl/backends/skyrl_train/utils/ppo_utils.py``: the clipped PG loss is
   ``PolicyLossRegistry.get("regular")`` (``ppo_policy_loss``, what SkyRL's
@@ -8,18 +8,16 @@ What runs is SkyRL's own code, loaded from the same root as its model utilities:
   is ``apply_loss_reduction_to_advantages_minibatch`` (SkyRL reduces a policy
   loss by PRE-SCALING the advantages and then summing ``loss * loss_mask``).
   Its import-time dependencies (Ray, loguru, jaxtyping, omegaconf, numpy, the
-  trainer config) are stand-ins (``harness.targets.skyrl.stand_ins``); its sibling utility
+  trainer config) are placeholders (``harness.targets.skyrl.stand_ins``); its sibling utility
   modules (``torch_utils``, ``off_policy_correction_utils``) are SkyRL's own,
-  executed under namespace packages (``checkout.py``: no ``__init__`` runs).
+  executed by the loader (no ``__init__`` runs).
 * the entropy gate and whether the entropy term enters the loss come from the
   Megatron model wrapper (``workers/megatron/megatron_model_wrapper.py``),
-  whose ``loss_func`` needs a Megatron model and cannot run here. Its source is
-  parsed (``ast``, never executed as a whole) for the two expressions that
-  decide them: the argument of the ``torch.set_grad_enabled(...)`` around its
-  entropy computation, and the condition of the ``if`` that builds
-  ``entropy_loss_term``. Both are evaluated with ``loss_config`` bound to the
-  adapter's settings, so the gate the harness checks (docs/bugs.md #1) is the one
-  written in SkyRL's file. In 0.3.0 both are ``loss_config.use_entropy_loss``.
+  whose ``loss_func`` needs a Megatron model and cannot run here: both steps
+  are compiled from its source and evaluated with ``loss_config`` bound to the
+  adapter's settings (``wrapper.py``), so the gate the harness checks
+  (docs/bugs.md #1) is the one written in SkyRL's file. In 0.3.0 both are
+  ``loss_config.use_entropy_loss``.
 
 Mapping onto the harness's policy loss (docs/math.md):
 
@@ -60,99 +58,10 @@ Mapping onto the harness's policy loss (docs/math.md):
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-import sys
-from pathlib import Path
-
 import torch
 
 from harness.targets.skyrl import options as skyrl_options
-from harness.targets.skyrl import stand_ins
-from harness.targets.upstream import checkout, packing
-
-PPO_UTILS = Path("skyrl/backends/skyrl_train/utils/ppo_utils.py")
-WRAPPER = Path("skyrl/backends/skyrl_train/workers/megatron/megatron_model_wrapper.py")
-PPO_MODULE = "skyrl.backends.skyrl_train.utils.ppo_utils"
-PACKAGES = ("skyrl", "skyrl.backends", "skyrl.backends.skyrl_train", "skyrl.backends.skyrl_train.utils")
-
-
-class WrapperGate:
-    """The two decisions SkyRL's Megatron ``loss_func`` makes about entropy, read from its source."""
-
-    def __init__(self, grad_enabled: ast.expr, term_added: ast.expr):
-        self._grad = compile(ast.Expression(grad_enabled), str(WRAPPER), "eval")
-        self._term = compile(ast.Expression(term_added), str(WRAPPER), "eval")
-        self.text = f"set_grad_enabled({ast.unparse(grad_enabled)}); term if {ast.unparse(term_added)}"
-
-    def _evaluate(self, code, settings) -> bool:
-        # Safe by construction: read_wrapper_gate admits only attribute/boolean expressions over loss_config.
-        return bool(eval(code, {"__builtins__": {}}, {"loss_config": settings}))
-
-    def grad_enabled(self, settings) -> bool:
-        return self._evaluate(self._grad, settings)
-
-    def term_added(self, settings) -> bool:
-        return self._evaluate(self._term, settings)
-
-
-def _only_loss_config(expr: ast.expr) -> bool:
-    """An expression the adapter can evaluate: it names nothing but ``loss_config`` (attributes, not, and/or)."""
-    names = {node.id for node in ast.walk(expr) if isinstance(node, ast.Name)}
-    calls = [node for node in ast.walk(expr) if isinstance(node, ast.Call)]
-    return names == {"loss_config"} and not calls
-
-
-def read_wrapper_gate(root: Path) -> WrapperGate | None:
-    """The gate and term condition of the wrapper's ``loss_func``; None where the file has no such pattern."""
-    path = root / WRAPPER
-    if not path.is_file():
-        return None
-    tree = ast.parse(path.read_text())
-    loss_funcs = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "loss_func"]
-    grad, term = None, None
-    for func in loss_funcs:
-        for node in ast.walk(func):
-            if isinstance(node, ast.With) and grad is None:
-                call = node.items[0].context_expr
-                named = isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "set_grad_enabled"
-                computes_entropy = any(
-                    isinstance(n, ast.Name) and n.id.startswith("entropy") for s in node.body for n in ast.walk(s)
-                )
-                if named and computes_entropy and len(call.args) == 1:
-                    grad = call.args[0]
-            if isinstance(node, ast.If) and term is None:
-                assigned = {
-                    t.id for s in node.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)
-                }
-                if "entropy_loss_term" in assigned:
-                    term = node.test
-    if grad is None or term is None or not (_only_loss_config(grad) and _only_loss_config(term)):
-        return None
-    return WrapperGate(grad, term)
-
-
-def load_ppo_utils(root: Path):
-    """SkyRL's ppo_utils (and its sibling utilities) from ``root``, with stand-ins for its import-time deps."""
-    if not (root / PPO_UTILS).is_file():
-        return None
-    modules = checkout.namespace_packages(root, PACKAGES)
-    with stand_ins.loading(modules), checkout.as_sys_modules(modules, "skyrl"):
-        spec = importlib.util.spec_from_file_location(PPO_MODULE, root / PPO_UTILS)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[PPO_MODULE] = module
-        spec.loader.exec_module(module)
-    for name in ("PolicyLossRegistry", "apply_loss_reduction_to_advantages_minibatch"):
-        if not hasattr(module, name):
-            return None
-    return module
-
-
-def algorithm_settings(*, eps_clip, eps_clip_high, entropy_coef, with_entropy, options=None):
-    """SkyRL's ``cfg.algorithm``: plain PPO with the harness's clip range and entropy bonus, or ``options``."""
-    return skyrl_options.algorithm_settings(
-        options, eps_clip=eps_clip, eps_clip_high=eps_clip_high, entropy_coef=entropy_coef, with_entropy=with_entropy
-    )
+from harness.targets.upstream import packing
 
 
 def _response_indices(inputs, cp: int, cp_rank: int) -> list[list[int]]:
@@ -200,8 +109,8 @@ def aggregate_views(values, indices, masks, aggregation, horizon, like) -> torch
 
 
 def policy_loss(
-    ppo_utils,
-    gate: WrapperGate,
+    up,
+    steps,
     unpacked,
     entropy_rows,
     inputs,
@@ -251,22 +160,21 @@ def policy_loss(
         place = _whole_batch if whole else _scatter_detached
         rollout = place(options.rollout_log_probs, indices, shape, like, cp_group)
     raw_advantages = _scatter(advantages, indices, shape, full_mask)
-    scaled = ppo_utils.apply_loss_reduction_to_advantages_minibatch(
+    scaled = up.apply_loss_reduction_to_advantages_minibatch(
         raw_advantages,
         full_mask,
         settings.loss_reduction,
         micro_batch_size=batch,
         max_seq_len=int(options.horizon) if aggregation == "seq-mean-token-sum-norm" else longest,
     )
-    loss_fn = ppo_utils.PolicyLossRegistry.get(settings.policy_loss_type)
-    with stand_ins.absent_packages(stand_ins.CALL_TIME):
-        pg_loss, _metrics = loss_fn(
-            action_log_probs, old, scaled, config=settings, loss_mask=loss_mask, rollout_logprobs=rollout
-        )
+    loss_fn = up.PolicyLossRegistry.get(settings.policy_loss_type)
+    pg_loss, _metrics = loss_fn(
+        action_log_probs, old, scaled, config=settings, loss_mask=loss_mask, rollout_logprobs=rollout
+    )
     loss = pg_loss * batch if aggregation == "sum-of-sample-mean" else pg_loss
     if settings.use_kl_loss:
         ref = _scatter([r.detach() for r in options.ref_log_probs], indices, shape, like)
-        kl = ppo_utils.compute_approx_kl(
+        kl = up.compute_approx_kl(
             action_log_probs, ref, loss_mask=full_mask * mine, kl_estimator_type=settings.kl_estimator_type
         )
         kl_views = [kl[i, index] for i, index in enumerate(indices)]
@@ -275,7 +183,7 @@ def policy_loss(
     entropy = None
     if entropy_rows is not None:
         entropy = packing.per_sample_rows(entropy_rows, inputs, cp, cp_rank)
-        if gate.term_added(settings):
+        if steps.term_added(settings):
             horizon = None if options is None else options.horizon
             term = aggregate_views(entropy, indices, inputs.loss_masks, aggregation, horizon, like)
             loss = loss - settings.entropy_loss_coef * term
@@ -285,8 +193,3 @@ def policy_loss(
 def _scatter_detached(values, indices, shape, like, cp_group=None) -> torch.Tensor:
     """This rank's view values in ``[B, R_max]`` (``_whole_batch``'s signature, no CP sum)."""
     return _scatter([v.detach() for v in values], indices, shape, like)
-
-
-def grad_context(gate: WrapperGate, settings):
-    """``torch.set_grad_enabled`` with the wrapper's own argument, as its ``loss_func`` wraps the entropy."""
-    return torch.set_grad_enabled(gate.grad_enabled(settings))

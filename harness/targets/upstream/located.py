@@ -9,33 +9,16 @@ library is copied into this repository.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
-from importlib.metadata import distributions
 from pathlib import Path
+
+from harness.targets.upstream.locate import Locate, find, release_version
 
 
 def package_root(import_name: str, variable: str, marker: Path, install_hint: str) -> Path:
-    """The directory holding ``import_name``: ``$variable`` (checked for ``marker``) or the installed package's parent.
-
-    A checkout keeps its package under a source folder (``src/``) in some
-    libraries; the variable may name either the checkout or that folder.
-    """
-    override = os.environ.get(variable)
-    if override:
-        given = Path(override).expanduser().resolve()
-        for root in (given, given / "src"):
-            if (root / marker).is_file():
-                return root
-        raise FileNotFoundError(f"{variable}={override}: no {marker} under it (give the library's root)")
-    spec = importlib.util.find_spec(import_name)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"{import_name} is not installed: {install_hint}, or set {variable} to a checkout")
-    root = Path(list(spec.submodule_search_locations)[0]).parent
-    if not (root / marker).is_file():
-        raise FileNotFoundError(f"the installed {import_name} has no {marker}: this version is not supported")
-    return root
+    """The directory holding ``import_name``: ``$variable`` (checked for ``marker``) or the installed package's parent
+    (``locate.find``, the one root finder; a checkout may keep its package under ``src/``)."""
+    return find(import_name, Locate(import_name, str(marker), variable), install_hint=install_hint).root
 
 
 def put_first_on_path(root: Path) -> None:
@@ -48,8 +31,4 @@ def put_first_on_path(root: Path) -> None:
 
 def version(root: Path, distribution: str, fallback: str = "unknown") -> str:
     """``distribution``'s version at ``root`` (its dist-info: an installed or ``--target`` wheel), else ``fallback``."""
-    wanted = distribution.replace("_", "-").lower()
-    for found in distributions(path=[str(root)]):
-        if (found.metadata["Name"] or "").replace("_", "-").lower() == wanted:
-            return found.version
-    return fallback
+    return release_version(root, distribution) or fallback

@@ -37,6 +37,8 @@ from harness.targets.verl import source
 class VerlFusedTorchTarget(Target):
     """verl's ``FusedLinearForPPOFunction`` (torch backend) from ``LPH_VERL_PATH`` or the installed verl."""
 
+    files_under_test = (source.FUSED_TORCH,)  # what a history replay keys revisions by (with the family's)
+
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = source.verl_root(root)
         self.name = f"{source.version(self.root)}-fused-torch"

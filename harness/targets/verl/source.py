@@ -35,8 +35,8 @@ import sys
 import types
 from pathlib import Path
 
-from harness.targets.slime.stand_ins import absent_dependencies
 from harness.targets.upstream import checkout, megatron_cross_entropy, megatron_stand_in
+from harness.targets.upstream.placeholders import Placeholder, provided, refusing
 
 PATH_VARIABLE = "LPH_VERL_PATH"
 TENSOR_PARALLEL = "verl/utils/megatron/tensor_parallel.py"
@@ -128,17 +128,7 @@ def fused_torch(root: Path) -> types.ModuleType | None:
     return _cached(root, "fused_torch", load)
 
 
-class _Refused(type):
-    """A verl name imported for functions the adapter never calls: a class that refuses to be used."""
-
-    def __call__(cls, *args, **kwargs):
-        raise NotImplementedError(
-            f"{cls.__qualname__} is stood in by the verl adapter (harness/targets/verl/source.py)"
-        )
-
-
-def _refused(name: str) -> type:
-    return _Refused(name.rpartition(".")[2], (), {"__qualname__": name})
+_refused = refusing  # a verl name imported for functions the adapter never calls: a class that refuses to be used
 
 
 def _placeholder_module(name: str, **attributes) -> types.ModuleType:
@@ -171,7 +161,10 @@ def _verl_packages(root: Path):
         is_npu_available=False,
         is_cuda_available=False,
     )
-    with checkout.as_sys_modules(modules, "verl"), absent_dependencies(IMPORT_ONLY):
+    with (
+        checkout.as_sys_modules(modules, "verl"),
+        provided(tuple(Placeholder(name, "import-only") for name in IMPORT_ONLY)),
+    ):
         yield modules
 
 

@@ -1,11 +1,11 @@
-"""``MilesTarget`` on the stand-in checkout (spec ``tests/fakes/miles/targets.py:hub``)."""
+"""The miles family on the stand-in checkout (spec ``tests/fakes/miles/targets.py:hub``)."""
 
 from pathlib import Path
 
-from harness.targets.slime.adapter import MilesTarget
+from harness.targets.slime.family import MILES
 
 HERE = Path(__file__).resolve().parent
 
 
-def hub() -> MilesTarget:
-    return MilesTarget(HERE / "hub")
+def hub():
+    return MILES.target(HERE / "hub")

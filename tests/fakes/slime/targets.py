@@ -1,19 +1,19 @@
-"""``SlimeTarget`` on each stand-in checkout (specs such as ``tests/fakes/slime/targets.py:fused``)."""
+"""The slime family on each stand-in checkout (specs such as ``tests/fakes/slime/targets.py:fused``)."""
 
 from pathlib import Path
 
-from harness.targets.slime.adapter import SlimeTarget
+from harness.targets.slime.family import SLIME
 
 HERE = Path(__file__).resolve().parent
 
 
-def fused() -> SlimeTarget:
-    return SlimeTarget(HERE / "fused")
+def fused():
+    return SLIME.target(HERE / "fused")
 
 
-def split_inverted() -> SlimeTarget:
-    return SlimeTarget(HERE / "split_inverted")
+def split_inverted():
+    return SLIME.target(HERE / "split_inverted")
 
 
-def gateless() -> SlimeTarget:
-    return SlimeTarget(HERE / "gateless")
+def gateless():
+    return SLIME.target(HERE / "gateless")

@@ -6,10 +6,17 @@ import torch
 
 
 def compute_policy_loss(ppo_kl, advantages, eps_clip, eps_clip_high, eps_clip_c=None):
+    """PPO-clip, and the dual clip where ``eps_clip_c`` is given (the loss capped at ``-c A`` where ``A < 0``).
+
+    The stand-in's ``policy_loss_function`` never passes ``eps_clip_c`` (slime before #2247): the option is
+    present but not wired, which the checks must report as a FAIL."""
     ratio = torch.exp(-ppo_kl)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1 - eps_clip, 1 + eps_clip_high)
-    return torch.maximum(unclipped, clipped), (clipped > unclipped).float()
+    losses = torch.maximum(unclipped, clipped)
+    if eps_clip_c is not None:
+        losses = torch.where(advantages < 0, torch.minimum(losses, -eps_clip_c * advantages), losses)
+    return losses, (clipped > unclipped).float()
 
 
 def _entropy(logits):

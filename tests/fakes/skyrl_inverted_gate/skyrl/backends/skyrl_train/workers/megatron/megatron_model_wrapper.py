@@ -9,8 +9,12 @@ import torch
 
 
 class MegatronModelWrapper:
-    def forward_backward_mini_batch(self, micro_batches, loss_config, entropy_fn):
+    def forward_backward_mini_batch(self, micro_batches, loss_config, entropy_fn, temperature=1.0):
+        fused_lm_head = False
+
         def loss_func(logits, data):
+            if temperature != 1.0 and not fused_lm_head:
+                logits.div_(temperature)
             with torch.set_grad_enabled(not loss_config.use_entropy_loss):
                 entropy = entropy_fn(logits)
             if loss_config.use_entropy_loss:

@@ -1,7 +1,10 @@
 """The harness's policy-loss options (``PolicyOptions``) as slime's ``args`` and batch (docs/policy-losses.md).
 
-What slime's ``policy_loss_function`` reads (checked in its source, so a
-revision without a setting does not declare the option):
+What slime's ``policy_loss_function`` reads; each option is declared where
+the definition slime calls for it is present in the revision (``OPTIONS``),
+whether or not the loss passes the setting through: an option present but
+not wired reads FAIL, never UNSUPPORTED (slime passed ``eps_clip_c`` on only
+from #2247; before it, the dual clip fails):
 
 * ``--eps-clip-c``: dual clip (PPO; ``compute_policy_loss``);
 * ``--advantage-estimator cispo``: ``compute_cispo_loss`` with slime's own
@@ -27,40 +30,25 @@ weights, the other aggregation modes.
 
 from __future__ import annotations
 
-import inspect
+from harness.targets.upstream.family import Option
 
 KL_KINDS = ("k1", "k2", "k3", "low_var_kl")
-
-
-def _source(fn) -> str:
-    try:
-        return inspect.getsource(fn)
-    except (OSError, TypeError):
-        return ""
-
-
-def capabilities(api) -> set[str]:
-    """The option capabilities of this revision, read from ``policy_loss_function`` and its helpers."""
-    loss_source = _source(api.policy_fn)
-    ppo = api.modules.get("slime.utils.ppo_utils")
-    loss = api.modules.get("slime.backends.megatron_utils.loss")
-    caps = set()
-    if "eps_clip_c" in _source(getattr(ppo, "compute_policy_loss", None)) and "eps_clip_c" in loss_source:
-        caps.add("policy_dual_clip")
-    if "cispo" in loss_source and hasattr(ppo, "compute_cispo_loss"):
-        caps.add("policy_cispo")
-    kl_source = _source(getattr(ppo, "compute_approx_kl", None))
-    if "use_kl_loss" in loss_source:
-        caps |= {f"policy_kl_{kind}" for kind in KL_KINDS if f'"{kind}"' in kl_source}
-        if "use_unbiased_kl" in loss_source and "importance_ratio" in kl_source:
-            caps.add("policy_kl_ratio_weighted")
-    tis_source = _source(getattr(loss, "vanilla_tis_function", None))
-    if "use_tis" in loss_source and "tis_clip_low" in tis_source and "rollout_mask_sums" in loss_source:
-        caps |= {"policy_tis_token", "policy_tis_floor"}
-    per_token = "calculate_per_token_loss" in inspect.signature(api.sum_of_sample_mean_fn).parameters
-    if per_token and "calculate_per_token_loss" in loss_source:
-        caps.add("policy_agg_token-sum")
-    return caps
+# Declared where the definitions slime's loss calls for them are present (never read from its source).
+OPTIONS = (
+    Option("policy_dual_clip", ("compute_policy_loss(eps_clip_c)",), "policy_loss"),
+    Option("policy_cispo", ("compute_cispo_loss",), "policy_loss"),
+    *(Option(f"policy_kl_{kind}", ("compute_approx_kl",), "policy_loss") for kind in KL_KINDS),
+    Option("policy_kl_ratio_weighted", ("compute_approx_kl(importance_ratio)",), "policy_loss"),
+    Option("policy_tis_token", ("vanilla_tis_function",), "policy_loss"),
+    Option("policy_tis_floor", ("vanilla_tis_function",), "policy_loss"),
+    Option("policy_agg_token-sum", ("get_sum_of_sample_mean(calculate_per_token_loss)",), "policy_loss"),
+)
+NOT_DECLARED = {
+    "policy_gspo": "slime's GSPO is the sequence form, the harness's the GSPO-token form: same value, different "
+    "gradient unless the advantages are constant over a sample",
+    "policy_mis_token": "icepop_function needs --custom-tis-function-path, loaded by import path",
+    "policy_tis_sequence": "slime's vanilla TIS is token-level",
+}
 
 
 def settings(options) -> dict:

@@ -1,0 +1,247 @@
+"""The SkyRL family (NovaSky-AI/SkyRL) as a record on the upstream kernel: ``skyrl==X`` or ``skyrl=PATH``.
+
+What runs is the revision's own code:
+``skyrl/backends/skyrl_train/distributed/megatron/model_utils.py`` (the
+vocab-parallel log-prob Functions, ``vocab_parallel_entropy``, the packed
+entry point ``from_parallel_logits_to_logprobs_packed_sequences``, the fused
+LM head ``FusedLinearChunkedDistributedLogprob``), ``utils/ppo_utils.py`` (the
+policy loss through ``PolicyLossRegistry``, its reduction by pre-scaled
+advantages, KL, off-policy corrections) and three steps of the Megatron
+wrapper's ``loss_func`` taken from its source (``wrapper.py``: the temperature
+division, the entropy gate, the entropy term's condition). Megatron's parallel
+state is the harness's stand-in (the job's groups); the import-only packages
+are placeholders (``stand_ins.py``).
+
+Convention translations (what the record does, and only this):
+
+* layout: SkyRL's ``[B, S, V_local]`` logits and ``[B, S]`` targets are the
+  protocol's rows as ``B = 1`` (a view), the shard bounds
+  ``[r * V_local, (r + 1) * V_local)``;
+* token level and hidden states: SkyRL's wrappers (``from_parallel_logits_to_logprobs``,
+  ``from_parallel_hidden_to_logprobs``) take a sequence's tokens, roll them and
+  drop the last position, which the protocol (a target per row) cannot express
+  without copying the logits; the entries call the Functions beneath them with
+  the per-row targets and the wrappers' chunk rule (the chunked Function where a
+  chunk size is given; the fused head's chunk is the rows when the chunk is not
+  below them); the temperature of the logits paths is the wrapper's own
+  division; the fused head's is the division its wrapper makes (the head
+  divided, ``weight / T``);
+* packed level: called as the wrapper calls it (unrolled token ids of the whole
+  stream, ``cu_seqlens_padded`` of docs/math.md's layouts, ``packing.py``), the
+  harness's end padding left out of the logits passed (a view); SkyRL returns
+  every sequence's full vector on every CP rank, the entry picks this rank's
+  zigzag view; the per-token entropy is ``vocab_parallel_entropy`` on the local
+  rows, each sample's response picked (SkyRL's packed entropy helper returns
+  only a masked mean), under the wrapper's gate;
+* the policy loss: ``policy.py``;
+* hidden states under TP: SkyRL's trainer sums ``grad(hidden)`` over TP in the
+  sequence-parallel gather of its output processor; the protocol's ``hidden`` is
+  replicated, so the entry's equivalent of that seam is identity forward,
+  all-reduce backward (``SumGradientOverGroup``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.targets.skyrl import options as skyrl_options
+from harness.targets.skyrl import policy as skyrl_policy
+from harness.targets.skyrl import stand_ins, wrapper
+from harness.targets.upstream import calls, megatron_stand_in, packing
+from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol
+from harness.targets.upstream.locate import Locate
+from harness.targets.upstream.placeholders import Placeholder
+from harness.targets.upstream.shared_gradient import SumGradientOverGroup
+
+MODEL_UTILS = "skyrl.backends.skyrl_train.distributed.megatron.model_utils"
+PACKED = "from_parallel_logits_to_logprobs_packed_sequences"
+
+
+def _prepare(up) -> None:
+    """The wrapper's steps, read once per revision (None where its loss_func lacks one)."""
+    text = up.loader.read(wrapper.WRAPPER)
+    up.wrapper = wrapper.read(text) if text is not None else None
+
+
+def _scaled(up, logits, temperature):
+    return up.wrapper.scaled(logits, temperature) if temperature != 1.0 else logits
+
+
+def _entropy(up, logits, enabled: bool):
+    """SkyRL's per-row entropy (already ``-sum p log p``), its gradient under ``torch.set_grad_enabled(enabled)``."""
+    with torch.set_grad_enabled(enabled and torch.is_grad_enabled()):
+        return up.vocab_parallel_entropy(logits)
+
+
+def token(up, call: calls.TokenCall):
+    logits = _scaled(up, call.logits, call.temperature)
+    start, end = call.vocab_bounds
+    batched, targets = logits.unsqueeze(0), call.targets.unsqueeze(0)
+    if call.chunk_size is None:
+        log_probs = up.DistributedLogprob.apply(batched, targets, start, end, call.group, False)
+    else:
+        log_probs = up.ChunkedDistributedLogprob.apply(batched, targets, start, end, call.chunk_size, call.group, False)
+    entropy = _entropy(up, batched, call.entropy_grad).squeeze(0) if call.with_entropy else None
+    return log_probs.squeeze(0), entropy
+
+
+def _packed(up, call: calls.PackedCall, logits):
+    """The packed entry point as the wrapper calls it: ``([B, U - 1], local stream, cp, cp_rank)``."""
+    cp, cp_rank = call.cp
+    start, end = call.vocab_bounds
+    stream = logits[: packing.local_sequence_rows(call.inputs, cp)]
+    out = up.from_parallel_logits_to_logprobs_packed_sequences(
+        stream.unsqueeze(0),
+        packing.full_stream_tokens(call.inputs, cp, logits.device),
+        packing.cu_seqlens_padded(call.inputs, cp, logits.device),
+        packing.unpacked_length(call.inputs, cp),
+        start,
+        end,
+        call.group,
+        inference_only=False,
+        cp_group=call.cp_group,
+        chunk_size=call.chunk_size,
+    )
+    return out, stream, cp, cp_rank
+
+
+def packed(up, call: calls.PackedCall):
+    out, stream, cp, cp_rank = _packed(up, call, _scaled(up, call.logits, call.temperature))
+    entropy = None
+    if call.with_entropy:
+        entropy = packing.per_sample_rows(_entropy(up, stream, call.entropy_grad), call.inputs, cp, cp_rank)
+    return packing.per_sample_view(out, call.inputs, cp, cp_rank), entropy
+
+
+def policy_loss(up, call: calls.PolicyCall):
+    settings = skyrl_options.algorithm_settings(
+        call.options,
+        eps_clip=call.eps_clip,
+        eps_clip_high=call.eps_clip_high,
+        entropy_coef=call.entropy_coef,
+        with_entropy=call.with_entropy,
+    )
+    out, stream, cp, cp_rank = _packed(up, call, _scaled(up, call.logits, call.temperature))
+    rows = _entropy(up, stream, up.wrapper.grad_enabled(settings)) if call.with_entropy else None
+    loss, entropy = skyrl_policy.policy_loss(
+        up,
+        up.wrapper,
+        out,
+        rows,
+        call.inputs,
+        advantages=call.advantages,
+        old_log_probs=call.old_log_probs,
+        settings=settings,
+        cp=cp,
+        cp_rank=cp_rank,
+        options=call.options,
+        cp_group=call.cp_group,
+    )
+    return loss, packing.per_sample_view(out, call.inputs, cp, cp_rank), entropy
+
+
+def hidden(up, call: calls.HiddenCall):
+    start, end = call.vocab_bounds
+    rows = call.hidden.shape[0]
+    weight = call.weight if call.temperature == 1.0 else call.weight / call.temperature
+    chunk = call.chunk_size if call.chunk_size is not None and call.chunk_size < rows else rows
+    hidden_states = call.hidden if call.tp[0] == 1 else SumGradientOverGroup.apply(call.hidden, call.tp_group)
+    log_probs = up.FusedLinearChunkedDistributedLogprob.apply(
+        hidden_states.unsqueeze(0), weight, call.targets.unsqueeze(0), start, end, chunk, call.group, False
+    )
+    return log_probs.squeeze(0), None
+
+
+def _names(module: str, *names: str) -> dict:
+    return {name: Symbol(module, (name,)) for name in names}
+
+
+SKYRL = Family(
+    name="skyrl",
+    locate=Locate(
+        "skyrl", "skyrl/backends/skyrl_train/distributed/megatron/model_utils.py", "LPH_SKYRL_PATH", pypi="skyrl"
+    ),
+    modules={
+        "model_utils": Module((MODEL_UTILS,)),
+        "ppo_utils": Module(("skyrl.backends.skyrl_train.utils.ppo_utils",)),
+    },
+    symbols={
+        **_names(
+            "model_utils",
+            "DistributedLogprob",
+            "ChunkedDistributedLogprob",
+            "vocab_parallel_entropy",
+            PACKED,
+            "FusedLinearChunkedDistributedLogprob",
+        ),
+        **_names(
+            "ppo_utils",
+            "PolicyLossRegistry",
+            "apply_loss_reduction_to_advantages_minibatch",
+            "compute_approx_kl",
+            "apply_off_policy_correction",
+        ),
+    },
+    entries=(
+        Entry(
+            "token_log_probs",
+            ("DistributedLogprob", "ChunkedDistributedLogprob", "vocab_parallel_entropy"),
+            token,
+            frozenset({"token", "entropy", "entropy_gate", "chunking"}),
+        ),
+        Entry(
+            "packed_log_probs",
+            (PACKED, "vocab_parallel_entropy"),
+            packed,
+            frozenset({"packed", "entropy", "entropy_gate", "chunking"}),
+            since="the packed entry point arrived after the token-level Functions (and the buggy stand-in has none)",
+        ),
+        Entry(
+            "policy_loss",
+            (
+                PACKED,
+                "vocab_parallel_entropy",
+                "PolicyLossRegistry",
+                "apply_loss_reduction_to_advantages_minibatch",
+                "wrapper",
+            ),
+            policy_loss,
+            frozenset({"policy_loss", "entropy"}),
+            since="needs ppo_utils.py's PolicyLossRegistry, the packed entry point and the Megatron wrapper's "
+            "loss_func (its entropy gate and term), which older SkyRL and the token-only stand-ins lack",
+        ),  # fmt: skip
+        Entry(
+            "hidden_log_probs",
+            ("FusedLinearChunkedDistributedLogprob",),
+            hidden,
+            frozenset({"hidden", "hidden_tp", "chunking"}),
+            since="the fused LM head arrived in SkyRL 0.3.0",
+            lacks={
+                "entropy": "SkyRL's fused entropy (_fused_vocab_parallel_entropy_from_hidden) is a no-grad metric by "
+                "its docstring, and its wrapper raises NotImplementedError for use_entropy_loss with the fused head",
+                "entropy_gate": "as entropy",
+            },
+        ),
+    ),
+    options=(
+        Option("temperature", (lambda up: up.wrapper is not None and up.wrapper.takes_temperature,), "token"),
+        Option("cp_zigzag", (f"{PACKED}(cp_group)",), "packed"),
+        *skyrl_options.OPTIONS,
+    ),
+    placeholders=(
+        Placeholder(
+            "megatron.core.parallel_state", "the job's TP/CP groups", lambda n: megatron_stand_in.install(), "process"
+        ),
+        *stand_ins.PLACEHOLDERS,
+    ),  # fmt: skip
+    not_declared={
+        "cp_allgather": "SkyRL has no DSA-style allgather context parallelism",
+        "bshd": "its packed entry point is thd",
+        "response_only": "every row is evaluated",
+        "loss_mask_only": "every row is evaluated",
+        "donation": "SkyRL never writes the gradient over the logits",
+        "policy_kl_k3": "SkyRL's k3 clamps the log-ratio to +-20 and the value to 10: the harness's low_var_kl",
+    },
+    expectations=("skyrl.toml", "skyrl-hidden.toml"),
+    prepare=_prepare,
+)

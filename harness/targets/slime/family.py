@@ -1,0 +1,416 @@
+"""The slime family (THUDM/slime) and its fork miles (radixark/miles) as records on the upstream kernel.
+
+``slime=PATH`` / ``miles=PATH`` (a checkout). What runs is the revision's own
+code: ``calculate_log_probs_and_entropy`` (token level),
+``get_log_probs_and_entropy`` (packed level: slime finds each sample's
+response rows itself, on the layouts of docs/math.md, divides by
+``args.rollout_temperature``, chunks by ``args.log_probs_chunk_size``, gates
+the entropy gradient from ``args.entropy_coef``), ``policy_loss_function``
+with ``get_sum_of_sample_mean``, and the keep-mask replay
+(``log_prob_keep_mask``). Megatron's ``mpu`` and fused cross entropy are the
+harness's stand-ins (``upstream/megatron_*``: the latter overwrites its fp32
+input as Megatron's does; a defect of Megatron's own kernel is out of reach),
+the import-only packages placeholders.
+
+Convention translations (what the adapter does, and only this):
+
+* logits: ``[1, T, V_local]`` (thd) or ``[B, S, V_local]`` with
+  ``max_seq_lens`` (bshd), cast to fp32 with a differentiable ``.float()``
+  (slime's loss code asserts fp32: its trainer hands the model output over so);
+* ``args``: a strict Namespace (a setting the adapter does not map is an
+  error naming it) holding the call's options: ``rollout_temperature``,
+  ``log_probs_chunk_size`` (-1: one chunk), ``allgather_cp``, ``qkv_format``,
+  ``entropy_coef`` (packed level: 1 when the caller wants the entropy's
+  gradient, 0 otherwise, which is how a slime caller asks for the gate; policy
+  level: the harness's coefficient), the clip range and the policy options
+  (``policy_settings``);
+* groups: the job's, through ``mpu`` (slime), miles' ``set_parallel_state``,
+  or the ``parallel_state`` argument (slime between #1373 and #1442, whose
+  loss modules lived in ``backends/training_utils/``: the older form the
+  record names, so a history reaches them);
+* token level: ``calculate_log_probs_and_entropy`` takes logits its caller
+  already divided by the temperature (``get_log_probs_and_entropy`` does), so
+  the token entry hands it ``logits / T``; the targets are one id per row, as
+  its callers pass the shifted tokens;
+* the policy loss's per-sample log-probs and entropy are the ones slime's loss
+  was built from (recorded from its own call of ``get_log_probs_and_entropy``);
+  the first revisions' ``policy_loss_func`` returns ``loss / cp_size`` (Megatron
+  multiplies back), so the CP rank's share is that times the CP size; slime's
+  ``loss_function`` bookkeeping (micro-batches, global batch) is not applied.
+
+Not declared: see ``not_declared`` in the records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import types
+
+import torch
+import torch.distributed as dist
+
+from harness.targets.slime import policy
+from harness.targets.upstream import calls, megatron_cross_entropy, megatron_stand_in
+from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol, parameters
+from harness.targets.upstream.locate import Locate
+from harness.targets.upstream.placeholders import Placeholder
+from harness.targets.upstream.settings import StrictSettings
+
+GATE_PARAMETERS = ("with_entropy_grad", "need_entropy_grad", "entropy_requires_grad")
+
+
+class SlimeArgs(StrictSettings):
+    """slime's ``args``: a missing setting raises an AttributeError naming it (``getattr`` defaults still work)."""
+
+    READ_AS = "slime args"
+    MAPPED_IN = "harness/targets/slime/family.py (slime_args)"
+
+
+class ParallelSettings(StrictSettings):
+    """The ``parallel_state`` argument of slime #1373..#1442 (``training_utils.parallel.ParallelState``)."""
+
+    READ_AS = "slime parallel_state"
+    MAPPED_IN = "harness/targets/slime/family.py (parallel_state)"
+
+
+def slime_args(**settings) -> SlimeArgs:
+    """The ``args`` slime's loss code reads: a plain GRPO/PPO policy loss with the call's settings."""
+    defaults = dict(
+        rollout_temperature=1.0,
+        log_probs_chunk_size=-1,
+        allgather_cp=False,
+        qkv_format="thd",
+        entropy_coef=0.0,
+        eps_clip=0.2,
+        eps_clip_high=0.2,
+        eps_clip_c=None,
+        advantage_estimator="grpo",
+        use_rollout_logprobs=False,
+        use_opsm=False,
+        use_tis=False,
+        enable_off_policy_correction=False,  # read by the revisions between #179 and #234 (2025-08)
+        get_mismatch_metrics=False,
+        custom_tis_function_path=None,
+        custom_pg_loss_reducer_function_path=None,
+        use_kl_loss=False,
+        use_unbiased_kl=False,
+        kl_loss_coef=0.0,
+        kl_loss_type="low_var_kl",
+        calculate_per_token_loss=False,
+        rollout_top_p=1.0,
+        recompute_loss_function=False,
+        use_dynamic_batch_size=False,  # read by the first revisions' policy_loss_func
+        # miles' settings (absent from slime, which never reads them)
+        true_on_policy_mode=False,
+        observe_training_entropy=False,
+        skip_actor_forward_only=False,
+    )
+    return SlimeArgs(**{**defaults, **settings})
+
+
+def _group_info(group) -> types.SimpleNamespace:
+    """What miles' code reads of a ``GroupInfo``: ``rank``, ``size``, ``group`` (``SINGLE_RANK`` for one rank)."""
+    if group is None:
+        return types.SimpleNamespace(rank=0, size=1, group=megatron_stand_in.SINGLE_RANK)
+    return types.SimpleNamespace(rank=dist.get_rank(group), size=dist.get_world_size(group), group=group)
+
+
+def parallel_state(tp_group, cp_group) -> ParallelSettings:
+    """The job's groups as slime's ``ParallelState`` / miles' ``get_parallel_state()`` read them; every other
+    dimension one rank (a dimension not provided raises, naming it)."""
+    tp, cp, single = _group_info(tp_group), _group_info(cp_group), _group_info(None)
+    return ParallelSettings(
+        tp=tp, cp=cp, pp=single, ep=single, etp=single, cp_comm_type=None, is_ulysses_cp=False,
+        is_pp_last_stage=True, tp_rank=tp.rank, tp_size=tp.size, tp_group=tp.group, cp_rank=cp.rank,
+        cp_size=cp.size, cp_group=cp.group, dp_rank=0, dp_size=1, dp_src_rank=0, dp_cp_rank=cp.rank,
+        dp_cp_size=cp.size, dp_group=None, dp_cp_group=cp.group, vpp_size=1,
+    )  # fmt: skip
+
+
+def _miles_state(up, tp_group, cp_group):
+    """miles finds its groups through ``get_parallel_state()``: set it for the call."""
+    if up.set_parallel_state is not None:
+        up.set_parallel_state(parallel_state(tp_group, cp_group))
+    return contextlib.nullcontext()
+
+
+def _fp32(logits):
+    """Floating logits as fp32 (differentiably), as slime's trainer hands them over; integer ones untouched, so
+    what slime does with them is what the checks see."""
+    return logits.float() if logits.is_floating_point() and logits.dtype != torch.float32 else logits
+
+
+def _accepted(fn, **keywords) -> dict:
+    """The keyword arguments among ``keywords`` that ``fn`` takes."""
+    names = parameters(fn)
+    return {key: value for key, value in keywords.items() if key in names}
+
+
+def _chunk(call) -> int:
+    return -1 if call.chunk_size is None else call.chunk_size
+
+
+# ---- token level ------------------------------------------------------------------------------
+
+
+def token(up, call: calls.TokenCall, **extra):
+    fn = up.calculate_log_probs_and_entropy
+    scores = _fp32(call.logits)
+    if call.temperature != 1.0:
+        scores = scores / call.temperature
+    gate = next((p for p in GATE_PARAMETERS if p in parameters(fn)), None)
+    options = _accepted(fn, tp_group=call.group, chunk_size=_chunk(call), **({gate: call.entropy_grad} if gate else {}))
+    log_probs, entropy = fn(scores, call.targets, with_entropy=call.with_entropy, **options, **extra)
+    return log_probs.squeeze(-1), (entropy if call.with_entropy else None)
+
+
+def sampling(up, call: calls.SamplingCall):
+    """The keep-mask replay: the trainer's per-rank bool ``[rows, V_local]`` mask handed to the token function."""
+    if call.with_entropy:
+        raise ValueError("slime's entropy is over the full vocabulary, not the kept set (sampling_entropy)")
+    return token(up, call.replace(with_entropy=False), log_prob_keep_mask=call.kept.dense)
+
+
+# ---- packed level and policy loss ----------------------------------------------------------------
+
+
+def _layout(up, call: calls.PackedCall, **settings):
+    """slime's logits tensor, ``args`` and layout keywords for this batch."""
+    args = slime_args(
+        allgather_cp=call.inputs.cp_mode == "allgather",
+        qkv_format=call.inputs.qkv_format,
+        rollout_temperature=call.temperature,
+        log_probs_chunk_size=_chunk(call),
+        **settings,
+    )
+    scores, extra = _fp32(call.logits), {}
+    if call.inputs.qkv_format == "bshd":
+        batch = len(call.inputs.total_lengths)
+        seq_len = scores.shape[0] // batch if batch else 0
+        scores = scores.view(batch, seq_len, scores.shape[-1])
+        extra["max_seq_lens"] = [seq_len] * batch
+    else:
+        scores = scores.unsqueeze(0)
+    extra["parallel_state"] = parallel_state(call.tp_group, call.cp_group)
+    return scores, args, extra
+
+
+def _results(out) -> dict:
+    return out[-1] if isinstance(out, tuple) else out
+
+
+def packed(up, call: calls.PackedCall):
+    fn = up.get_log_probs_and_entropy
+    wants_grad = bool(call.with_entropy and call.entropy_grad)
+    scores, args, extra = _layout(up, call, entropy_coef=1.0 if wants_grad else 0.0)
+    result = _results(
+        fn(
+            scores,
+            args=args,
+            unconcat_tokens=list(call.inputs.tokens),
+            total_lengths=list(call.inputs.total_lengths),
+            response_lengths=list(call.inputs.response_lengths),
+            with_entropy=call.with_entropy,
+            **_accepted(fn, entropy_requires_grad=wants_grad, **extra),
+        )
+    )
+    entropy = result.get("entropy") if call.with_entropy else None
+    return list(result["log_probs"]), (list(entropy) if entropy is not None else None)
+
+
+def policy_loss(up, call: calls.PolicyCall):
+    scores, args, extra = _layout(
+        up,
+        call,
+        entropy_coef=float(call.entropy_coef) if call.with_entropy else 0.0,
+        observe_training_entropy=bool(call.with_entropy),
+        eps_clip=call.eps_clip,
+        eps_clip_high=call.clip_high,
+        **policy.settings(call.options),
+    )
+    masks = [mask.float() for mask in call.inputs.loss_masks]
+    batch = {
+        "advantages": list(call.advantages),
+        "log_probs": list(call.old_log_probs),
+        "unconcat_tokens": list(call.inputs.tokens),
+        "total_lengths": list(call.inputs.total_lengths),
+        "response_lengths": list(call.inputs.response_lengths),
+        "loss_masks": masks,
+        **policy.batch_entries(call.options, masks),
+        **{k: v for k, v in extra.items() if k != "parallel_state"},
+    }
+    # The policy module's own name for the packed entry point (miles imports it from another module).
+    loss_module = up.modules["policy"]
+    original, recorded = loss_module.get_log_probs_and_entropy, {}
+
+    @functools.wraps(original)
+    def recording(*call_args, **call_kwargs):
+        out = original(*call_args, **call_kwargs)
+        recorded["result"] = _results(out)
+        return out
+
+    loss_module.get_log_probs_and_entropy = recording
+    try:
+        if up.policy_loss_function is not None:
+            fn = up.policy_loss_function
+            per_token = call.options is not None and call.options.aggregation == "token-sum"
+            sum_of_sample_mean = up.get_sum_of_sample_mean(
+                list(call.inputs.total_lengths),
+                list(call.inputs.response_lengths),
+                masks,
+                **_accepted(up.get_sum_of_sample_mean, qkv_format=call.inputs.qkv_format, **extra),
+                **({"calculate_per_token_loss": True} if per_token else {}),
+            )
+            keywords = _accepted(fn, parallel_state=extra["parallel_state"])
+            loss, _metrics = fn(
+                args=args, batch=batch, logits=scores, sum_of_sample_mean=sum_of_sample_mean, **keywords
+            )
+        else:
+            loss, _normaliser, _metrics = up.policy_loss_func(args, batch, 1, scores)
+            loss = loss * call.cp[0]
+    finally:
+        loss_module.get_log_probs_and_entropy = original
+    result = recorded["result"]
+    return loss, list(result["log_probs"]), (list(result["entropy"]) if call.with_entropy else None)
+
+
+# ---- the records ---------------------------------------------------------------------------------
+
+PLACEHOLDERS = (
+    Placeholder(
+        "megatron.core.parallel_state", "the job's TP/CP groups", lambda name: megatron_stand_in.install(), "process"
+    ),
+    Placeholder(
+        "megatron.core.fusions.fused_cross_entropy",
+        "Megatron's vocab-parallel cross entropy (older compute_log_probs, miles' compute_log_probs)",
+        lambda name: megatron_cross_entropy.install(),
+        "process",
+    ),
+    *(
+        Placeholder(name, "imported at module level by slime's utility modules for functions never called here")
+        for name in ("ray", "httpx", "wandb")
+    ),
+    *(
+        Placeholder(name, "imported by the 2025-06/07 data module (pulled in by the loss module), never called")
+        for name in ("megatron.core.packed_seq_params", "megatron.core.utils")
+    ),
+)
+ENTRIES = (
+    Entry(
+        "token_log_probs",
+        ("calculate_log_probs_and_entropy",),
+        token,
+        frozenset({"token", "entropy"}),
+        since="0d3ada3a7 (#1185, reverted by #1189 the next day) has no calculate_log_probs_and_entropy: its "
+        "compute_log_probs and compute_entropy_from_logits are composed only inside get_log_probs_and_entropy, "
+        "which the packed and policy checks run",
+    ),
+    Entry("packed_log_probs", ("get_log_probs_and_entropy",), packed, frozenset({"packed", "entropy", "temperature"})),
+    Entry(
+        "policy_loss",
+        ("policy_loss_function", "get_sum_of_sample_mean", "get_log_probs_and_entropy"),
+        policy_loss,
+        frozenset({"policy_loss", "entropy", "temperature"}),
+    ),
+    Entry(
+        "policy_loss",
+        ("policy_loss_func", "get_log_probs_and_entropy"),
+        policy_loss,
+        frozenset({"policy_loss", "entropy", "temperature"}),
+    ),
+    Entry(
+        "sampling_log_probs",
+        ("calculate_log_probs_and_entropy",),
+        sampling,
+        frozenset(),
+        since="the keep-mask replay arrived with slime #2102",
+    ),
+)
+GATE = tuple(f"calculate_log_probs_and_entropy({p})" for p in GATE_PARAMETERS)
+LAYOUT_OPTIONS = (
+    Option("chunking", ("calculate_log_probs_and_entropy(chunk_size)",), "packed"),
+    Option("entropy_gate", GATE, "packed"),
+    Option("bshd", ("get_log_probs_and_entropy(max_seq_lens)",), "packed"),
+    Option("cp_zigzag", ("get_logits_and_tokens_offset_with_cp",), "packed"),
+    Option("cp_allgather", ("allgather_cp_redistribute",), "packed"),
+    *(
+        Option(capability, ("calculate_log_probs_and_entropy(log_prob_keep_mask)",), "token")
+        for capability in ("sampling", "sampling_dense", "sampling_force_keep")
+    ),
+)
+NOT_DECLARED = {
+    "response_only": "no revision's get_log_probs_and_entropy drops rows before the softmax (slime #2076's branch "
+    "is not merged)",
+    "loss_mask_only": "as response_only",
+    "donation": "slime never writes the gradient over the logits",
+    "sampling_csr": "the trainer expands the rollout's CSR into the dense keep mask before this call",
+    "sampling_derived": "slime replays the rollout's kept set, never derives one",
+    "sampling_entropy": "slime's entropy stays over the full vocabulary (logprob only; entropy stays unmasked)",
+    "sampling_error": "the sampled token is always force-kept",
+    "sampling_neg_inf": "the sampled token is always force-kept",
+    "hidden": "slime's Megatron path computes log-probs from the logits (no fused LM head)",
+}
+
+
+def _symbols(policy_module: str) -> dict:
+    """The definitions the records call, by name (the loss module's own import of a helper counts as present)."""
+    names = (
+        ("token", ("compute_policy_loss", "compute_cispo_loss", "compute_approx_kl")),
+        ("loss", ("get_log_probs_and_entropy", "get_logits_and_tokens_offset_with_cp")),
+        (policy_module, ("policy_loss_function", "policy_loss_func", "vanilla_tis_function")),
+        ("cp_utils", ("get_sum_of_sample_mean",)),
+    )
+    found = {name: Symbol(module, (name,)) for module, listed in names for name in listed}
+    # Until slime #278 (2025-09) the token function lived in the loss module, without a tp_group parameter.
+    found["calculate_log_probs_and_entropy"] = Symbol(("token", "loss"), ("calculate_log_probs_and_entropy",))
+    found["allgather_cp_redistribute"] = Symbol("loss", ("_allgather_cp_redistribute", "allgather_cp_redistribute"))
+    return found
+
+
+SLIME = Family(
+    name="slime",
+    locate=Locate("slime", "slime/utils/ppo_utils.py", "LPH_SLIME_PATH"),
+    modules={
+        "token": Module(("slime.utils.ppo_utils",)),
+        # The loss modules lived in backends/training_utils/ between #1373 and #1442 (an older form, not a skip).
+        "loss": Module(("slime.backends.megatron_utils.loss", "slime.backends.training_utils.loss")),
+        "cp_utils": Module(("slime.backends.megatron_utils.cp_utils", "slime.backends.training_utils.cp_utils")),
+        "policy": Module(("slime.backends.megatron_utils.loss", "slime.backends.training_utils.loss")),
+    },
+    symbols=_symbols("loss"),
+    entries=ENTRIES,
+    options=LAYOUT_OPTIONS + policy.OPTIONS,
+    placeholders=PLACEHOLDERS,
+    not_declared=NOT_DECLARED | policy.NOT_DECLARED,
+    expectations=("slime.toml",),
+)
+
+_HUB = "miles.backends.training_utils.loss_hub"
+MILES = Family(
+    name="miles",
+    locate=Locate("miles", "miles/backends/training_utils/loss_hub/math_utils.py", "LPH_MILES_PATH"),
+    modules={
+        "token": Module((f"{_HUB}.math_utils",)),
+        "loss": Module((f"{_HUB}.logit_processors",)),
+        "policy": Module((f"{_HUB}.losses",)),
+        "cp_utils": Module(("miles.backends.training_utils.cp_utils",)),
+        "parallel": Module(("miles.backends.training_utils.parallel",)),
+    },
+    symbols={
+        **_symbols("policy"),
+        "set_parallel_state": Symbol("parallel", ("set_parallel_state",)),
+    },
+    entries=ENTRIES,
+    options=LAYOUT_OPTIONS + tuple(o for o in policy.OPTIONS if o.capability == "policy_agg_token-sum"),
+    placeholders=PLACEHOLDERS,
+    not_declared=NOT_DECLARED
+    | {
+        option.capability: "miles' other policy options (loss_hub/corrections.py, its own settings) are not mapped "
+        "yet: the next step of this record"
+        for option in policy.OPTIONS
+        if option.capability != "policy_agg_token-sum"
+    },
+    expectations=("miles.toml",),
+    context=_miles_state,
+)

@@ -1,0 +1,383 @@
+"""Families as data: the record a family is (``Family``) and the one target every record becomes (``FamilyTarget``).
+
+A record says where the family is (``Locate``), which upstream files it
+executes (``Module``: the current dotted name first, then older forms), which
+definitions it calls (``Symbol``), and, per protocol method, the ``Entry``
+that serves it: the symbols it calls, the capabilities it brings, and the
+convention translation (``translate(up, call)``: argument layout and units,
+never a step upstream's own composition performs). Alternatives for one
+method are several entries, the first whose symbols are all present serving.
+
+Declared means present. An entry or option is declared when the symbols it
+names exist in the revision (``Option.when``: ``"name"`` or
+``"name(parameter)"``, ``&`` for several, any of the alternatives); whether it
+WORKS is the checks' business, never inferred from a keyword in the source.
+A method whose every entry lacks a symbol is ``MissingUpstream``, an ERROR
+naming what was tried, unless the record gives the reason it may be absent
+(``Entry.since``: arrived later); what a family never declares is
+``not_declared`` with its reason.
+
+``FamilyTarget`` writes the protocol's entry points once: it builds the call
+record (``calls.py``), guards it at the boundary (a capability the revision
+lacks is a clear error naming it, once, for every family; ``chunk_size`` runs
+as one chunk where ``chunking`` is not declared, which changes no value), and
+calls the translation inside the calling context: the job's groups in
+Megatron's parallel-state stand-in, the revision's modules present, dynamo
+off (``torch.compile`` decorations run eagerly), the family's own state
+(``Family.context``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.targets.protocol import Target
+from harness.targets.upstream import calls, megatron_stand_in
+from harness.targets.upstream.loader import Loader, MissingUpstream
+from harness.targets.upstream.locate import Locate, find
+
+
+@dataclass(frozen=True)
+class Module:
+    """An upstream file the family executes: dotted names, the current one first, then older forms."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """A definition the family calls: the key(s) of its ``Module`` and its names (current first, then older)."""
+
+    module: str | tuple[str, ...]
+    names: tuple[str, ...]
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return (self.module,) if isinstance(self.module, str) else self.module
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One protocol method served by upstream code (see the module docstring)."""
+
+    serves: str  # "token_log_probs", "packed_log_probs", "policy_loss", "hidden_log_probs", ...
+    calls: tuple[str, ...]  # symbol keys, all present for this entry to serve
+    translate: Callable  # (up, call record) -> the protocol's result
+    declares: frozenset  # capabilities it brings
+    since: str | None = None  # None: required; else why an older revision may lack it (then not declared)
+    lacks: dict = field(default_factory=dict)  # family options this path does not honour, each with why
+
+
+# Which protocol method a check needing these capabilities calls (the first level it names).
+LEVELS = (
+    ("hidden", "hidden_log_probs"),
+    ("sampling_packed", "sampling_packed_log_probs"),
+    ("sampling", "sampling_log_probs"),
+    ("token_policy_loss", "token_policy_loss"),
+    ("policy_loss", "policy_loss"),
+    ("packed", "packed_log_probs"),
+    ("token", "token_log_probs"),
+)
+
+
+@dataclass(frozen=True)
+class Option:
+    """A capability declared where its symbols are present (``when``: any of the alternatives; see above)."""
+
+    capability: str
+    when: tuple[str, ...]
+    extends: str  # the capability it refines: declared only with it ("policy_loss", "token", ...)
+
+
+@dataclass(frozen=True)
+class Deselection:
+    """Checks a history replay of the family leaves out: which (``-k``), why, and what running them costs."""
+
+    keyword: str
+    reason: str
+    cost: str
+
+
+@dataclass(frozen=True)
+class Family:
+    """One upstream family (see the module docstring)."""
+
+    name: str
+    locate: Locate
+    modules: dict
+    symbols: dict
+    entries: tuple[Entry, ...]
+    options: tuple[Option, ...] = ()
+    placeholders: tuple = ()
+    not_declared: dict = field(default_factory=dict)
+    expectations: tuple[str, ...] = ()
+    deselect: tuple[Deselection, ...] = ()
+    context: Callable | None = None  # (up, tp_group, cp_group) -> context manager: the family's own calling state
+    prepare: Callable | None = None  # (up) -> None: facts read once per revision, after loading, before declaring
+
+    def target(self, where=None) -> FamilyTarget:
+        return FamilyTarget(self, where)
+
+
+def parameters(fn) -> set[str]:
+    return set(inspect.signature(fn).parameters) if fn is not None else set()
+
+
+def _holds(up, expression) -> bool:
+    """``"name"``: the symbol is present; ``"name(p)"``: and takes ``p``; ``a & b``: both; a callable: its
+    answer on the revision (a registry's entries: data the revision holds, never its source text)."""
+    if callable(expression):
+        return bool(expression(up))
+    for term in (t.strip() for t in expression.split("&")):
+        name, _, parameter = term.partition("(")
+        found = getattr(up, name)
+        if found is None or (parameter and parameter.rstrip(")") not in parameters(found)):
+            return False
+    return True
+
+
+class FamilyTarget(Target):
+    """The target a ``Family`` record becomes (see the module docstring)."""
+
+    def __init__(self, family: Family, where=None):
+        located = find(family.name, family.locate, where)
+        self.family, self.root = family, located.root
+        self.name = f"{family.name}@{located.revision}" if located.revision else f"{family.name}-{located.version}"
+        if located.version == "unknown":
+            self.name = family.name
+        self.loader = Loader(located.root, (family.locate.package,), family.placeholders)
+        self.up = self._bind()
+        if family.prepare is not None:
+            family.prepare(self.up)
+        self.entries: dict[str, Entry] = {}
+        self.not_declared = dict(family.not_declared)
+        capabilities: set[str] = set()
+        for serves in dict.fromkeys(entry.serves for entry in family.entries):
+            candidates = [e for e in family.entries if e.serves == serves]
+            entry = next((e for e in candidates if all(getattr(self.up, s) is not None for s in e.calls)), None)
+            if entry is None:
+                self._absent(serves, candidates)
+                continue
+            self.entries[serves] = entry
+            capabilities |= entry.declares
+        for option in family.options:
+            if option.extends in capabilities and any(_holds(self.up, when) for when in option.when):
+                capabilities.add(option.capability)
+        self.capabilities = frozenset(capabilities)
+
+    @property
+    def executed(self) -> tuple[str, ...]:
+        """Every upstream file executed so far (relative to the root): what a history replay keys and replays."""
+        return self.loader.executed
+
+    def _bind(self) -> types.SimpleNamespace:
+        """The revision's modules and symbols by the record's keys (None where absent)."""
+        up = types.SimpleNamespace(family=self.family, loader=self.loader, root=self.root, modules={})
+        for key, module in self.family.modules.items():
+            up.modules[key] = self.loader.find(*module.names)
+        for key, symbol in self.family.symbols.items():
+            found = (getattr(up.modules[m], n, None) for m in symbol.modules for n in symbol.names)
+            setattr(up, key, next((f for f in found if f is not None), None))
+        return up
+
+    def _absent(self, serves: str, candidates) -> None:
+        """No entry for ``serves``: not declared with the record's reason, else an ERROR naming what was tried."""
+        reasons = [e.since for e in candidates if e.since]
+        if reasons:
+            self.not_declared[serves] = reasons[0]
+            return
+        tried = []
+        for entry in candidates:
+            for key in entry.calls:
+                state = "absent" if getattr(self.up, key) is None else "present"
+                symbol = self.family.symbols.get(key)
+                if symbol is None:
+                    tried.append(f"{key}, read by the record's prepare ({state})")
+                    continue
+                modules = [name for m in symbol.modules for name in self.family.modules[m].names]
+                files = " or ".join(f"{name.replace('.', '/')}.py" for name in modules)
+                tried.append(f"{'/'.join(symbol.names)} in {files} ({state})")
+        raise MissingUpstream(f"{self.name} at {self.root}: nothing serves {serves}: {'; '.join(tried)}")
+
+    def capabilities_for(self, needed) -> frozenset:
+        """The family's capabilities less what the path serving ``needed`` lacks (``Entry.lacks``)."""
+        serves = next((method for level, method in LEVELS if level in needed), None)
+        entry = self.entries.get(serves)
+        return self.capabilities - set(entry.lacks) if entry is not None else self.capabilities
+
+    # ---- the boundary: guards, the calling context, the translation -------------------------------
+
+    def _call(self, serves: str, call):
+        call.validate()
+        entry = self.entries.get(serves)
+        lacks = entry.lacks if entry is not None else {}
+        declared = self.capabilities - set(lacks)
+        missing = call.needs() - declared
+        if missing:
+            asked = ", ".join(f"{calls.ARGUMENTS.get(c, 'options')} needs {c!r}" for c in sorted(missing))
+            why = {c: lacks.get(c) or self.not_declared[c] for c in missing if c in lacks or c in self.not_declared}
+            raise ValueError(
+                f"{self.name}: {asked}, which this revision does not declare" + (f" ({why})" if why else "")
+            )
+        if getattr(call, "chunk_size", None) is not None and "chunking" not in declared:
+            call = call.replace(chunk_size=None)  # one chunk: chunking changes no value (docs/targets.md)
+        with self._calling(getattr(call, "tp_group", None), getattr(call, "cp_group", None)):
+            return self.entries[serves].translate(self.up, call)
+
+    @contextlib.contextmanager
+    def _calling(self, tp_group, cp_group):
+        megatron_stand_in.set_groups(tp_group, cp_group)
+        family_state = self.family.context(self.up, tp_group, cp_group) if self.family.context else None
+        with self.loader.present(), torch._dynamo.config.patch(disable=True), family_state or contextlib.nullcontext():
+            yield
+
+    # ---- the protocol's entry points, written once -------------------------------------------------
+
+    def token_log_probs(
+        self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature, **extra
+    ):
+        call = calls.TokenCall(logits, tp_group, chunk_size, with_entropy, entropy_grad, temperature, targets, **extra)
+        return self._call("token_log_probs", call)
+
+    def packed_log_probs(
+        self,
+        logits,
+        inputs,
+        *,
+        tp_group,
+        cp_group,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        response_only,
+        loss_mask_only,
+    ):
+        call = calls.PackedCall(
+            logits,
+            tp_group,
+            chunk_size,
+            with_entropy,
+            entropy_grad,
+            temperature,
+            inputs,
+            cp_group,
+            response_only,
+            loss_mask_only,
+        )
+        return self._call("packed_log_probs", call)
+
+    def policy_loss(
+        self,
+        logits,
+        inputs,
+        *,
+        advantages,
+        old_log_probs,
+        eps_clip,
+        eps_clip_high,
+        entropy_coef,
+        with_entropy,
+        tp_group,
+        cp_group,
+        chunk_size,
+        temperature,
+        response_only,
+        loss_mask_only,
+        options=None,
+    ):
+        call = calls.PolicyCall(
+            logits,
+            tp_group,
+            chunk_size,
+            with_entropy,
+            True,
+            temperature,
+            inputs,
+            cp_group,
+            response_only,
+            loss_mask_only,
+            advantages,
+            old_log_probs,
+            eps_clip,
+            eps_clip_high,
+            entropy_coef,
+            options,
+        )
+        return self._call("policy_loss", call)
+
+    def hidden_log_probs(
+        self, hidden, weight, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature
+    ):
+        call = calls.HiddenCall(hidden, weight, targets, tp_group, chunk_size, with_entropy, entropy_grad, temperature)
+        return self._call("hidden_log_probs", call)
+
+    def sampling_log_probs(
+        self, logits, targets, kept, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature, on_outside
+    ):
+        call = calls.SamplingCall(
+            logits,
+            tp_group,
+            chunk_size,
+            with_entropy,
+            entropy_grad,
+            temperature,
+            targets,
+            kept=kept,
+            on_outside=on_outside,
+        )
+        return self._call("sampling_log_probs", call)
+
+    def sampling_packed_log_probs(
+        self,
+        logits,
+        inputs,
+        kept,
+        *,
+        tp_group,
+        cp_group,
+        chunk_size,
+        with_entropy,
+        entropy_grad,
+        temperature,
+        on_outside,
+    ):
+        call = calls.SamplingPackedCall(
+            logits,
+            tp_group,
+            chunk_size,
+            with_entropy,
+            entropy_grad,
+            temperature,
+            inputs,
+            cp_group,
+            False,
+            False,
+            kept=kept,
+            on_outside=on_outside,
+        )
+        return self._call("sampling_packed_log_probs", call)
+
+    def token_policy_loss(
+        self,
+        log_probs,
+        *,
+        old_log_probs,
+        advantages,
+        loss_mask,
+        eps_clip,
+        eps_clip_high,
+        entropy,
+        entropy_coef,
+        options=None,
+    ):
+        call = calls.TokenPolicyCall(
+            log_probs, old_log_probs, advantages, loss_mask, eps_clip, eps_clip_high, entropy, entropy_coef, options
+        )
+        return self._call("token_policy_loss", call)

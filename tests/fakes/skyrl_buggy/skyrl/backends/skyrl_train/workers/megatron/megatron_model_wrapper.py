@@ -1,0 +1,1 @@
+../../../../../../skyrl_fixed/skyrl/backends/skyrl_train/workers/megatron/megatron_model_wrapper.py
