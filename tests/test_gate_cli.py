@@ -91,18 +91,25 @@ def test_single_mode_known_failures_from_an_updated_expectations_file(tmp_path):
     assert written and all(e.reason.startswith(expectations.TO_EXPLAIN) for e in written.values())
     run = Run.load(tmp_path / "mutant-inverted_no_grad_gate")
     decision = single.classify(run, written)
-    assert decision.exit_code == 0 and {e.id for e in decision.still_failing} == set(written)
+    # One entry per failing output, and each is what the run still fails with.
+    assert decision.exit_code == 0 and {(e.id, e.output) for e in decision.still_failing} == set(written)
 
 
 def test_a_known_wrong_value_that_now_hangs_is_red_base_vs_pr(tmp_path):
-    """Both sides fail the check, the base with a wrong value, the PR with a hang: FAILS DIFFERENTLY, red."""
+    """The base returns a wrong loss, the PR hangs on distributed examples: the check as a whole FAILS DIFFERENTLY, red.
+
+    The PR's loss itself is right wherever it returns (the stand-in is impl/ plus a hang), including on the base's
+    replayed counterexample, so the two loss outputs the base got wrong read FIXED, output by output.
+    """
     stand_ins = "tests/fakes/failure_targets.py"
     select = [GATE_FILE, "-k", "test_requires_grad_equals_gate_and_gradient_matches_oracle"]
     code, output = gate(f"{stand_ins}:HangForward", "--baseline", f"{stand_ins}:WrongValue", *select, reports=tmp_path)
     assert code == 1, output[-3000:]
     slug = stand_ins.replace("/", "_")
     decision = decision_of(tmp_path, f"{slug}_HangForward-vs-{slug}_WrongValue")
-    assert decision["counts"] == {"FAILS DIFFERENTLY": 1}, decision["counts"]
+    assert decision["counts"] == {"FAILS DIFFERENTLY": 1, "FIXED": 2}, decision["counts"]
+    assert {e["output"] for e in decision["fixed"]} == {"loss", "loss(log_probs)"}, decision["fixed"]
     (entry,) = decision["new_failures"]
-    assert entry["reason"].startswith("the base fails as value, the PR as hang")
+    assert entry["output"] == ""
+    assert entry["reason"].startswith("the base fails on its outputs, the PR as hang")
     assert (tmp_path / f"{slug}_HangForward-vs-{slug}_WrongValue" / "summary.md").read_text().count("### BLOCKING") == 1
