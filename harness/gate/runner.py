@@ -17,6 +17,7 @@ summary is appended to it.
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import subprocess
 import sys
@@ -185,6 +186,7 @@ def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> i
     decision.notes += unevaluated
     shown = ", ".join(str(p) for p in paths) if written else "none"
     decision.notes.append(f"expectations: {shown}; suite wall time {elapsed:.0f} s")
+    decision.about = _about(head, run, elapsed)
     if args.update_expectations:
         target_path = path or expectations.EXPECTATIONS_DIR / f"{head.family or head.slug}.toml"
         header = (
@@ -200,6 +202,29 @@ def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> i
         target_path.write_text(expectations.render(run, written, header))
         print(f"gate: wrote {target_path}")
     return _finish(decision, out)
+
+
+def _version(resolved: specs.ResolvedSpec) -> str:
+    """A release's version, a checkout's short commit, else empty (impl, a path.py:Class adapter)."""
+    if resolved.pip_requirement:
+        return resolved.pip_requirement.partition("==")[2]
+    if resolved.family and resolved.env:
+        return specs.git_revision(Path(next(iter(resolved.env.values()))))
+    return ""
+
+
+def _about(resolved: specs.ResolvedSpec, run: Run, elapsed: float) -> dict:
+    """What a record says of this run (harness/records/store.py): which code, when, with which harness."""
+    return {
+        "spec": resolved.spec,
+        "family": resolved.family or "",
+        "slug": resolved.slug,
+        "version": _version(resolved),
+        "date": datetime.datetime.now(datetime.UTC).date().isoformat(),
+        "harness": specs.git_revision(specs.ROOT),
+        "profile": run.meta.get("profile", ""),
+        "wall_s": round(elapsed),
+    }
 
 
 def _finish(decision, out: Path) -> int:
