@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.records import conformance, store
+from harness.records import conformance, history, store
 from harness.records.__main__ import pages, write
 
 
@@ -128,3 +128,37 @@ def test_the_conformance_page_renders_in_a_browser(tmp_path):
     assert 'id="conformance"' in dom and parsed.rows == sorted(
         store.load_all(store.GATES), key=lambda n: (n != "impl", n)
     )
+
+
+def _history_row(commit, new_fail=(), fixed=(), errors=()):
+    return {"commit": commit, "date": "2026-01-01", "title": commit, "new_fail": list(new_fail),
+            "fixed": list(fixed), "still_failing": 0, "errors": list(errors), "would_block": bool(new_fail)}  # fmt: skip
+
+
+def test_only_defect_rows_count_as_blocks_or_fixes(tmp_path):
+    rows = [
+        _history_row("a1", new_fail=["p.py::t [contract]"]),
+        _history_row("b2", new_fail=["p.py::u [contract]"]),
+        _history_row("c3", fixed=["p.py::t [contract]"]),
+        _history_row("d4", new_fail=["p.py::v [contract]"]),
+        _history_row("e5", errors=["adapter cannot load e5: no file"]),
+    ]
+    (tmp_path / "fam.toml").write_text(
+        '[[row]]\ncommit = "a1"\nattribution = "defect"\nwhy = "loss.py: the mask sum"\n'
+        '[[row]]\ncommit = "b2"\nattribution = "reachable"\nwhy = "chunking became declared"\n'
+        '[[row]]\ncommit = "c3"\nattribution = "defect"\nwhy = "loss.py: reverted"\n'
+    )
+    attributed = history.attributions("fam", tmp_path)
+    counts = history.summary(rows, attributed)
+    assert counts["defect blocks"] == 1 and counts["defect fixes"] == 1 and counts["reachable"] == 1
+    assert counts["unattributed"] == 1 and counts["ERROR"] == 1
+    about = {"date": "2026-11-27", "harness": "abc", "total": 5, "since": "2025-06-01", "selection": "all",
+             "keyed_by": ["p/loss.py"], "source": "/repo"}  # fmt: skip
+    page = history.render("fam", {"about": about, "rows": rows}, attributed)
+    assert "| `d4` |" in page and "unattributed" in page and "loss.py: the mask sum" in page
+
+
+def test_an_attribution_outside_the_four_kinds_is_an_error_naming_the_file(tmp_path):
+    (tmp_path / "fam.toml").write_text('[[row]]\ncommit = "a1"\nattribution = "bug"\nwhy = "x"\n')
+    with pytest.raises(ValueError, match="fam.toml: row 'a1' needs commit, attribution"):
+        history.attributions("fam", tmp_path)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.records import conformance, families, store
+from harness.records import conformance, families, history, store
 from harness.records.index import render_index
 from harness.targets import registry
 
-GENERATED = ("families/*.md", "conformance.html", "index.md")
+GENERATED = ("families/*.md", "history/*.md", "conformance.html", "index.md")
 
 
 def pages(out: Path) -> dict[Path, str]:
@@ -24,6 +24,8 @@ def pages(out: Path) -> dict[Path, str]:
     snapshots = store.load_all(store.GATES)
     names = registry.names()
     rendered = {out / "families" / f"{name}.md": families.render(name, snapshots.get(name)) for name in names}
+    for family, snapshot in store.load_all(store.HISTORIES).items():
+        rendered[out / "history" / f"{family}.md"] = history.render(family, snapshot, history.attributions(family))
     rendered[out / "conformance.html"] = conformance.render(snapshots, set(names))
     rendered[out / "index.md"] = render_index(snapshots, names)
     return rendered
