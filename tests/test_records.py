@@ -162,3 +162,21 @@ def test_an_attribution_outside_the_four_kinds_is_an_error_naming_the_file(tmp_p
     (tmp_path / "fam.toml").write_text('[[row]]\ncommit = "a1"\nattribution = "bug"\nwhy = "x"\n')
     with pytest.raises(ValueError, match="fam.toml: row 'a1' needs commit, attribution"):
         history.attributions("fam", tmp_path)
+
+
+def test_the_newest_blocking_base_vs_pr_run_is_the_readme_example(tmp_path, monkeypatch):
+    from harness.records.__main__ import example_page
+
+    monkeypatch.setattr(store, "GATES", tmp_path / "data" / "gates")
+    monkeypatch.setattr(store, "EXAMPLE", tmp_path / "data" / "example-summary.json")
+    for name, date, code in (("old-vs-base", "2026-11-01", 1), ("green-vs-base", "2026-11-03", 0)):
+        directory = tmp_path / "r" / name
+        directory.mkdir(parents=True)
+        about = {"spec": name, "baseline": "impl", "date": date, "harness": "abc"}
+        (directory / "gate.json").write_text(json.dumps({"mode": "compare", "exit_code": code, "about": about}))
+        (directory / "summary.md").write_text(f"## {name}\n")
+    assert "example comment:" in store.import_reports(tmp_path / "r")[-1]
+    example = json.loads(store.EXAMPLE.read_text())
+    assert example["about"]["spec"] == "old-vs-base"  # a green run posts nothing worth showing
+    assert example_page(example).endswith("## old-vs-base\n")
+    assert not [line for line in store.import_reports(tmp_path / "r") if line.startswith("example")]

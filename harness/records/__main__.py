@@ -10,13 +10,15 @@ generated page nothing produces any more is removed.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from harness.records import conformance, families, history, store
 from harness.records.index import render_index
+from harness.records.markdown import banner
 from harness.targets import registry
 
-GENERATED = ("families/*.md", "history/*.md", "conformance.html", "index.md")
+GENERATED = ("families/*.md", "history/*.md", "conformance.html", "index.md", "gate-comment.md")
 
 
 def pages(out: Path) -> dict[Path, str]:
@@ -27,8 +29,26 @@ def pages(out: Path) -> dict[Path, str]:
     for family, snapshot in store.load_all(store.HISTORIES).items():
         rendered[out / "history" / f"{family}.md"] = history.render(family, snapshot, history.attributions(family))
     rendered[out / "conformance.html"] = conformance.render(snapshots, set(names))
+    if store.EXAMPLE.is_file():
+        rendered[out / "gate-comment.md"] = example_page(json.loads(store.EXAMPLE.read_text()))
     rendered[out / "index.md"] = render_index(snapshots, names)
     return rendered
+
+
+def example_page(example: dict) -> str:
+    """What the workflow posts on a pull request the gate blocks: the newest such run's comment, verbatim."""
+    about = example["about"]
+    lines = banner("docs/records/data/example-summary.json")
+    lines += [
+        "# What the gate posts on a pull request it blocks",
+        "",
+        f"The comment of `python -m harness.gate {about['spec']} --baseline {about['baseline']}` "
+        f"({about['date']}, harness {about['harness']}), as `ci/upstream-gate.yml` posts it to the run's summary:",
+        "",
+        "---",
+        "",
+    ]
+    return "\n".join(lines) + example["summary"]
 
 
 def write(rendered: dict[Path, str], out: Path) -> list[str]:

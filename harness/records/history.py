@@ -4,7 +4,8 @@ The gate's decision on a commit says what changed between two verdict sets;
 whether the commit CHANGED THE CODE'S BEHAVIOUR is read from its diff by a
 person, and written as data beside the table
 (``docs/records/data/attribution/<family>.toml``: ``commit``,
-``attribution``, ``why``). An attribution is one of:
+``attribution``, ``why``; a row with both NEW FAIL and FIXED gives its FIXED
+side its own ``fixed_attribution`` and ``fixed_why``). An attribution is one of:
 
 * ``defect``: the code under test changed the behaviour (the why names the lines);
 * ``reachable``: a capability or check became runnable here; the behaviour predates it;
@@ -37,6 +38,9 @@ def attributions(family: str, folder: Path = ATTRIBUTION) -> dict[str, dict]:
         commit, kind = entry.get("commit"), entry.get("attribution")
         if not commit or kind not in ATTRIBUTIONS or not entry.get("why"):
             raise ValueError(f"{path}: row {commit!r} needs commit, attribution (one of {ATTRIBUTIONS}) and why")
+        fixed = entry.get("fixed_attribution")
+        if fixed is not None and (fixed not in ATTRIBUTIONS or not entry.get("fixed_why")):
+            raise ValueError(f"{path}: row {commit!r}: fixed_attribution must be one of {ATTRIBUTIONS}, with fixed_why")
         found[commit] = entry
     return found
 
@@ -57,12 +61,20 @@ def summary(rows: list[dict], attributed: dict[str, dict]) -> dict[str, int]:
         entry = attributed.get(row["commit"])
         if entry is None:
             counts["unattributed"] += 1
-        elif entry["attribution"] == "defect":
-            counts["defect blocks"] += 1 if row["new_fail"] else 0
-            counts["defect fixes"] += 1 if row["fixed"] else 0
-        else:
-            counts[entry["attribution"]] += 1
+            continue
+        for side, kind in _sides(row, entry):
+            if kind == "defect":
+                counts["defect blocks" if side == "new_fail" else "defect fixes"] += 1
+            else:
+                counts[kind] += 1
     return counts
+
+
+def _sides(row: dict, entry: dict) -> list[tuple[str, str]]:
+    """(side, attribution) for each side of a row that changed: its NEW FAIL and its FIXED."""
+    if row["new_fail"] and row["fixed"]:
+        return [("new_fail", entry["attribution"]), ("fixed", entry.get("fixed_attribution", entry["attribution"]))]
+    return [("new_fail" if row["new_fail"] else "fixed", entry["attribution"])]
 
 
 def render(family: str, snapshot: dict, attributed: dict[str, dict]) -> str:
@@ -89,6 +101,10 @@ def render(family: str, snapshot: dict, attributed: dict[str, dict]) -> str:
     for row in rows:
         entry = attributed.get(row["commit"], {})
         kind = entry.get("attribution", "unattributed" if _changed(row) else "")
+        why = entry.get("why", "")
+        if entry.get("fixed_attribution") and row["new_fail"] and row["fixed"]:
+            kind = f"{kind} / fixed: {entry['fixed_attribution']}"
+            why = f"{why} FIXED: {entry['fixed_why']}"
         body.append(
             (
                 code(row["commit"]),
@@ -98,7 +114,7 @@ def render(family: str, snapshot: dict, attributed: dict[str, dict]) -> str:
                 "<br>".join(code(x.split("::", 1)[-1]) for x in row["fixed"]) or "-",
                 "<br>".join(row.get("errors", [])) or "-",
                 kind or "-",
-                entry.get("why", ""),
+                why,
             )
         )
     lines += table(("commit", "date", "title", "NEW FAIL", "FIXED", "ERROR", "attribution", "why"), body)

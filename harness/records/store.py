@@ -25,7 +25,8 @@ RECORDS = ROOT / "docs" / "records"
 DATA = RECORDS / "data"
 GATES = DATA / "gates"
 HISTORIES = DATA / "history"
-GATE_FILE, HISTORY_FILE = "gate.json", "history.json"
+GATE_FILE, HISTORY_FILE, SUMMARY_FILE = "gate.json", "history.json", "summary.md"
+EXAMPLE = DATA / "example-summary.json"  # the newest blocking base-vs-PR run: what the workflow posts
 ROW_KEYS = ("id", "output", "tier", "outcome", "detail", "reproduce")
 NOT_RECORDED = "not recorded"
 RECLASSIFIED = (
@@ -109,6 +110,14 @@ def _reclassified(directory: Path) -> tuple[dict, list[dict], int]:
     return about, [asdict(row) for row in decision.rows], decision.exit_code
 
 
+def example_snapshot(directory: Path) -> dict:
+    """A blocking base-vs-PR run's comment (its ``summary.md``) and what it compared: the README's example."""
+    body = json.loads((Path(directory) / GATE_FILE).read_text())
+    if body.get("mode") == "single" or body.get("exit_code") != 1 or "about" not in body:
+        raise NotARecord(f"{directory}: not a blocking base-vs-PR run that recorded what it compared")
+    return {"about": body["about"], "summary": (Path(directory) / SUMMARY_FILE).read_text()}
+
+
 def history_snapshot(directory: Path) -> dict:
     """The snapshot of one history run (its ``history.json`` with its ``about``)."""
     path = Path(directory) / HISTORY_FILE
@@ -157,7 +166,18 @@ def import_reports(reports: Path) -> list[str]:
                 continue
             name = name_of(snapshot)
             stored = folder / f"{name}.json"
-            if newer(snapshot, json.loads(stored.read_text()) if stored.is_file() else None):
+            previous = json.loads(stored.read_text()) if stored.is_file() else None
+            if newer(snapshot, previous) and snapshot != previous:
                 save(folder, name, snapshot)
                 imported.append(f"{kind} {name}: {path.parent}")
+    for path in sorted(Path(reports).rglob(GATE_FILE)):
+        try:
+            example = example_snapshot(path.parent)
+        except NotARecord:
+            continue  # single-target runs are imported above; a green or older base-vs-PR run is no example
+        stored = json.loads(EXAMPLE.read_text()) if EXAMPLE.is_file() else None
+        if newer(example, stored) and example != stored:
+            EXAMPLE.parent.mkdir(parents=True, exist_ok=True)
+            EXAMPLE.write_text(json.dumps(example, indent=1, sort_keys=True) + "\n")
+            imported.append(f"example comment: {path.parent}")
     return imported
