@@ -1,12 +1,13 @@
-"""NeMo-RL's policy-loss adapter's seams, offline on the stand-in tree ``tests/fakes/nemo_rl/policy``.
+"""NeMo-RL's policy loss in the family record, offline on the stand-in tree ``tests/fakes/nemo_rl/policy``.
 
 The stand-in's ``ClippedPGLossFn`` imports absent packages (the trainer's
-stack, pydantic's config) as the real module does: the adapter must load the
-class alone, map the options NeMo-RL has, refuse the combinations it has no
-form for (UNSUPPORTED, not run as something else), pass the token-level
-checks, and a KL whose log-probs lost their gradient must fail the
-term-gradient check. The family target (the gate's ``nemo_rl=PATH``) carries
-the policy entry where the checkout has the loss package.
+stack, pydantic's config) as the real module does: the record must load the
+class alone, declare the options its ``ClippedPGLossConfig`` has (by its
+fields, never by its source text), refuse the combinations it has no form for
+(UNSUPPORTED, not run as something else) and pass the token-level checks; an
+option present but not passed through, a KL whose log-probs lost their
+gradient and an on-policy KL weight detached (NeMo-RL before #2506) FAIL,
+because the loss that runs is the stand-in's.
 """
 
 import shutil
@@ -16,34 +17,29 @@ import pytest
 from harness.cases import policy
 from harness.cases.case import Case
 from harness.checks.token_policy import check_token_kl_term_gradient, check_token_policy_loss
-from harness.targets.nemo_rl.policy import NemoRLPolicyTarget
-from harness.targets.nemo_rl.token import NemoRLTarget
-from tests.fakes.reach_targets import HERE
+from harness.targets import load_target
+from tests.fakes.nemo_rl import targets as stand_ins
 
-ROOT = HERE / "nemo_rl" / "policy"
+ROOT = stand_ins.HERE / "policy"
+LOSS = "nemo_rl/algorithms/loss/loss_functions.py"
 CASE = Case(seed=31, vocab=12, samples=((7, 4), (3, 0), (6, 5)), mask_mode="mixed")
+SPEC = f"{stand_ins.__file__}:policy"
 
 
-class _Fake(NemoRLPolicyTarget):
-    def __init__(self):
-        super().__init__(root=ROOT)
+def _edited(tmp_path, path: str, old: str, new: str) -> str:
+    """A copy of the stand-in tree with ``old`` replaced by ``new`` once in ``path``; its ``nemo_rl=`` spec."""
+    root = tmp_path / "nemo"
+    shutil.copytree(ROOT, root)
+    shutil.copytree(stand_ins.HERE / "fixed", tmp_path / "fixed")  # the tree's model_utils executes its sibling's
+    file = root / path
+    text = file.read_text()
+    assert old in text
+    file.write_text(text.replace(old, new, 1))
+    return f"nemo_rl={root}"
 
 
-SPEC = f"{__file__}:_Fake"
-
-
-def _adapter(tmp_path, root, cls="harness.targets.nemo_rl.policy:NemoRLPolicyTarget") -> str:
-    module, name = cls.split(":")
-    adapter = tmp_path / "adapter.py"
-    adapter.write_text(
-        f"from {module} import {name}\n\n"
-        f"class T({name}):\n    def __init__(self):\n        super().__init__({str(root)!r})\n"
-    )
-    return f"{adapter}:T"
-
-
-def test_declares_what_the_class_reads():
-    assert _Fake().capabilities == {
+def test_declares_what_the_config_has():
+    assert load_target(SPEC).capabilities >= {
         "token_policy_loss",
         "policy_agg_token-mean",
         "policy_agg_seq-mean-token-mean",
@@ -52,6 +48,11 @@ def test_declares_what_the_class_reads():
         *(f"policy_kl_{kind}" for kind in ("k1", "k2", "k3", "ratio_weighted")),
         *(f"policy_{mode}_{what}" for mode in ("tis", "mis") for what in ("token", "floor")),
     }
+
+
+def test_an_option_is_declared_by_its_config_field(tmp_path):
+    spec = _edited(tmp_path, LOSS, "    ratio_clip_c: float | None = None\n", "")
+    assert "policy_dual_clip" not in load_target(spec).capabilities
 
 
 @pytest.mark.parametrize(
@@ -94,42 +95,30 @@ def test_an_entropy_bonus_is_unsupported_the_loss_has_none():
 
 
 def test_a_detached_kl_fails_the_term_gradient(tmp_path):
-    root = tmp_path / "nemo"
-    shutil.copytree(ROOT, root)
-    utils = root / "nemo_rl" / "algorithms" / "utils.py"
-    text = utils.read_text()
-    assert "log_ratio = logprobs_reference - logprobs\n" in text
-    utils.write_text(text.replace("- logprobs\n", "- logprobs.detach()\n", 1))
+    spec = _edited(
+        tmp_path, "nemo_rl/algorithms/utils.py", "log_ratio = logprobs_reference - logprobs\n",
+        "log_ratio = logprobs_reference - logprobs.detach()\n",
+    )  # fmt: skip
     case = policy.with_options(CASE, kl_coef=0.5, kl_kind="k2", kl_ratio_weighted=True)
     with pytest.raises(AssertionError, match="grad"):
-        check_token_kl_term_gradient(case, _adapter(tmp_path, root))
+        check_token_kl_term_gradient(case, spec)
 
 
-def test_an_earlier_kl_weight_is_read_from_the_source(tmp_path):
-    """Before HEAD's score term, NeMo's KL weight was 1 (the plain KL) and the on-policy one detached."""
-    root = tmp_path / "nemo"
-    shutil.copytree(ROOT, root)
-    losses = root / "nemo_rl" / "algorithms" / "loss" / "loss_functions.py"
-    text = losses.read_text()
-    head = "torch.exp(logp - generation_logprobs) if self.on_policy_kl else torch.exp(logp - logp.detach())"
-    assert head in text
-    earlier = "torch.exp(logp - generation_logprobs).detach() if self.on_policy_kl else torch.ones_like(logp)"
-    losses.write_text(text.replace(head, earlier))
-    spec = _adapter(tmp_path, root)
-    case = policy.with_options(CASE, kl_coef=0.5, kl_kind="k3")
-    check_token_policy_loss(case, spec)
-    check_token_kl_term_gradient(case, spec)
-    with pytest.raises(pytest.skip.Exception, match="policy_kl_ratio_weighted"):
-        check_token_policy_loss(policy.with_options(case, kl_ratio_weighted=True), spec)
+def test_an_option_present_but_not_passed_through_fails(tmp_path):
+    """ratio_clip_c is read but never applied: declared (the field is there), so the check runs and FAILS."""
+    spec = _edited(tmp_path, LOSS, "if self.dual_c is not None:", "if False:")
+    case = policy.with_regime(policy.with_options(CASE, dual_clip_c=policy.DUAL_CLIP_C), ratio="far")
+    check_token_policy_loss(case, SPEC)
+    with pytest.raises(AssertionError):
+        check_token_policy_loss(case, spec)
 
 
-def test_the_family_target_carries_the_policy_loss(tmp_path):
-    """The gate's ``nemo_rl`` target: the log-prob Functions plus the loss where the checkout has it."""
-    root = tmp_path / "nemo"
-    shutil.copytree(ROOT, root)
-    shutil.copytree(HERE / "nemo_rl" / "fixed" / "nemo_rl" / "distributed", root / "nemo_rl" / "distributed")
-    spec = _adapter(tmp_path, root, "harness.targets.nemo_rl.sampling:NemoRLSamplingTarget")
-    check_token_policy_loss(policy.with_options(CASE, dual_clip_c=policy.DUAL_CLIP_C), spec)
-    with pytest.raises(pytest.skip.Exception, match="policy_cispo_agg_sum-of-sample-mean"):
-        check_token_policy_loss(policy.with_options(CASE, kind="cispo"), spec)
-    assert NemoRLTarget(HERE / "nemo_rl" / "fixed").policy is None
+def test_a_detached_on_policy_kl_weight_fails(tmp_path):
+    """NeMo-RL before #2506 detached the on-policy KL weight exp(logp - generation): the ratio-weighted KL is
+    declared by its config field, so that weight's missing gradient reads FAIL, not UNSUPPORTED."""
+    head = "torch.exp(logp - generation_logprobs) if self.on_policy_kl"
+    spec = _edited(tmp_path, LOSS, head, "torch.exp(logp - generation_logprobs).detach() if self.on_policy_kl")
+    case = policy.with_options(CASE, kl_coef=0.5, kl_kind="k3", kl_ratio_weighted=True)
+    check_token_kl_term_gradient(case, SPEC)
+    with pytest.raises(AssertionError, match="grad"):
+        check_token_kl_term_gradient(case, spec)

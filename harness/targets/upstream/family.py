@@ -120,6 +120,7 @@ class Family:
     deselect: tuple[Deselection, ...] = ()
     context: Callable | None = None  # (up, tp_group, cp_group) -> context manager: the family's own calling state
     prepare: Callable | None = None  # (up) -> None: facts read once per revision, after loading, before declaring
+    combinations: Callable | None = None  # (up, PolicyOptions) -> names of option combinations it has no form for
 
     def target(self, where=None) -> FamilyTarget:
         return FamilyTarget(self, where)
@@ -204,6 +205,10 @@ class FamilyTarget(Target):
                 files = " or ".join(f"{name.replace('.', '/')}.py" for name in modules)
                 tried.append(f"{'/'.join(symbol.names)} in {files} ({state})")
         raise MissingUpstream(f"{self.name} at {self.root}: nothing serves {serves}: {'; '.join(tried)}")
+
+    def combination_needs(self, options) -> set[str]:
+        """What a combination of policy options needs that the family has no form for (``Family.combinations``)."""
+        return set(self.family.combinations(self.up, options)) if self.family.combinations else set()
 
     def capabilities_for(self, needed) -> frozenset:
         """The family's capabilities less what the path serving ``needed`` lacks (``Entry.lacks``)."""

@@ -102,6 +102,10 @@ def _single_all_to_all_single(output, tensor, *args, **kwargs):
     output.copy_(tensor.reshape(output.shape))
 
 
+def _single_reduce_scatter(output, input_list, *args, **kwargs):
+    output.copy_(input_list[0])
+
+
 def _single_nn_all_reduce(tensor, *args, **kwargs):
     return tensor
 
@@ -117,6 +121,7 @@ _SINGLE_RANK_BEHAVIOUR = {
     (dist, "all_gather"): _single_all_gather,
     (dist, "all_gather_into_tensor"): _single_all_gather_into_tensor,
     (dist, "all_to_all_single"): _single_all_to_all_single,
+    (dist, "reduce_scatter"): _single_reduce_scatter,
     (dist, "get_world_size"): lambda *a, **k: 1,
     (dist, "get_rank"): lambda *a, **k: 0,
     (dist_nn, "all_reduce"): _single_nn_all_reduce,

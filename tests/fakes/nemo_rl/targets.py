@@ -1,24 +1,49 @@
-"""``NemoRLTarget`` on each stand-in checkout (specs such as ``tests/fakes/nemo_rl/targets.py:fixed``)."""
+"""The NeMo-RL family record on each stand-in checkout (specs such as ``tests/fakes/nemo_rl/targets.py:fixed``).
 
+``any_device`` is the record with ``cp_zigzag`` declared where the packed entry point takes a CP group, whatever
+the device: the stand-ins' CP all-gather backward runs on a CPU (NeMo-RL's moves its index to CUDA, so the
+record declares CP on CUDA only).
+"""
+
+from dataclasses import replace
 from pathlib import Path
 
-from harness.targets.nemo_rl.sampling import NemoRLSamplingTarget
-from harness.targets.nemo_rl.token import NemoRLTarget
+from harness.targets.nemo_rl.family import NEMO_RL, PACKED
+from harness.targets.upstream.family import Option
 
 HERE = Path(__file__).resolve().parent
+ANY_DEVICE = replace(
+    NEMO_RL,
+    options=tuple(
+        Option("cp_zigzag", (f"{PACKED}(cp_group)",), "packed") if option.capability == "cp_zigzag" else option
+        for option in NEMO_RL.options
+    ),
+)
 
 
-def fixed() -> NemoRLTarget:
-    return NemoRLTarget(HERE / "fixed")
+def any_device(root):
+    return ANY_DEVICE.target(root)
 
 
-def one_hot() -> NemoRLTarget:
-    return NemoRLTarget(HERE / "one_hot")
+def fixed():
+    return any_device(HERE / "fixed")
 
 
-def sampling() -> NemoRLSamplingTarget:
-    return NemoRLSamplingTarget(HERE / "sampling")
+def one_hot():
+    return any_device(HERE / "one_hot")
 
 
-def sampling_per_shard() -> NemoRLSamplingTarget:
-    return NemoRLSamplingTarget(HERE / "sampling_per_shard")
+def sampling():
+    return NEMO_RL.target(HERE / "sampling")
+
+
+def sampling_per_shard():
+    return NEMO_RL.target(HERE / "sampling_per_shard")
+
+
+def policy():
+    return NEMO_RL.target(HERE / "policy")
+
+
+def hidden():
+    return NEMO_RL.target(HERE / "hidden")
