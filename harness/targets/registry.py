@@ -24,6 +24,7 @@ ON_KERNEL = {
     "slime": "harness.targets.slime.family:SLIME",
     "miles": "harness.targets.slime.family:MILES",
     "skyrl": "harness.targets.skyrl.family:SKYRL",
+    "te": "harness.targets.transformer_engine.family:TE",
 }
 
 
@@ -56,8 +57,6 @@ _LEGACY_ROWS = (
     ("verl", "verl", "verl/utils/megatron/tensor_parallel.py", "verl.token:VerlTarget", "verl"),
     ("liger", "liger_kernel", "liger_kernel/ops/cross_entropy.py", "liger.family:LigerFamilyTarget", "liger-kernel"),
     ("trl", "trl", "trl/trainer/utils.py", "trl.family:TRLFamilyTarget", "trl"),
-    ("te", "transformer_engine", "transformer_engine/pytorch/triton/cross_entropy.py",
-     "transformer_engine.token:TECrossEntropyTarget", "transformer-engine"),
     ("ms_swift", "swift", "swift/megatron/trainers/vocab_parallel_utils.py",
      "ms_swift.token:MsSwiftTarget", "ms-swift"),
     ("vllm", "vllm", "vllm/v1/sample/ops/topk_topp_sampler.py", "vllm.sampler:VllmSamplerTarget", None),

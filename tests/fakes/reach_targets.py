@@ -5,7 +5,6 @@ from pathlib import Path
 from harness.targets.liger.family import LigerFamilyTarget
 from harness.targets.liger.token import LigerTokenTarget
 from harness.targets.ms_swift.token import MsSwiftTarget
-from harness.targets.transformer_engine.token import TECrossEntropyTarget
 from harness.targets.trl.family import TRLFamilyTarget
 from harness.targets.trl.token import TRLTritonTarget
 
@@ -30,11 +29,6 @@ class Liger(LigerFamilyTarget):
 class LigerOneRank(LigerTokenTarget):
     def __init__(self):
         super().__init__(root=HERE / "liger")
-
-
-class TE(TECrossEntropyTarget):
-    def __init__(self):
-        super().__init__(root=HERE / "transformer_engine")
 
 
 class MsSwift(MsSwiftTarget):
