@@ -25,6 +25,7 @@ ON_KERNEL = {
     "miles": "harness.targets.slime.family:MILES",
     "skyrl": "harness.targets.skyrl.family:SKYRL",
     "te": "harness.targets.transformer_engine.family:TE",
+    "liger": "harness.targets.liger.family:LIGER",
 }
 
 
@@ -55,7 +56,6 @@ class Legacy:
 _LEGACY_ROWS = (
     ("nemo_rl", "nemo_rl", "nemo_rl/distributed/model_utils.py", "nemo_rl.sampling:NemoRLSamplingTarget", None),
     ("verl", "verl", "verl/utils/megatron/tensor_parallel.py", "verl.token:VerlTarget", "verl"),
-    ("liger", "liger_kernel", "liger_kernel/ops/cross_entropy.py", "liger.family:LigerFamilyTarget", "liger-kernel"),
     ("trl", "trl", "trl/trainer/utils.py", "trl.family:TRLFamilyTarget", "trl"),
     ("ms_swift", "swift", "swift/megatron/trainers/vocab_parallel_utils.py",
      "ms_swift.token:MsSwiftTarget", "ms-swift"),

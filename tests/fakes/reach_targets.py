@@ -2,8 +2,7 @@
 
 from pathlib import Path
 
-from harness.targets.liger.family import LigerFamilyTarget
-from harness.targets.liger.token import LigerTokenTarget
+from harness.targets.liger.family import ONE_RANK
 from harness.targets.ms_swift.token import MsSwiftTarget
 from harness.targets.trl.family import TRLFamilyTarget
 from harness.targets.trl.token import TRLTritonTarget
@@ -21,14 +20,8 @@ class TRLTriton(TRLTritonTarget):
         super().__init__(root=HERE / "trl")
 
 
-class Liger(LigerFamilyTarget):
-    def __init__(self):
-        super().__init__(root=HERE / "liger")
-
-
-class LigerOneRank(LigerTokenTarget):
-    def __init__(self):
-        super().__init__(root=HERE / "liger")
+def LigerOneRank():  # noqa: N802  (a target factory, named as the targets are)
+    return ONE_RANK.target(HERE / "liger")
 
 
 class MsSwift(MsSwiftTarget):
