@@ -26,6 +26,7 @@ ON_KERNEL = {
     "skyrl": "harness.targets.skyrl.family:SKYRL",
     "te": "harness.targets.transformer_engine.family:TE",
     "liger": "harness.targets.liger.family:LIGER",
+    "trl": "harness.targets.trl.family:TRL",
 }
 
 
@@ -56,7 +57,6 @@ class Legacy:
 _LEGACY_ROWS = (
     ("nemo_rl", "nemo_rl", "nemo_rl/distributed/model_utils.py", "nemo_rl.sampling:NemoRLSamplingTarget", None),
     ("verl", "verl", "verl/utils/megatron/tensor_parallel.py", "verl.token:VerlTarget", "verl"),
-    ("trl", "trl", "trl/trainer/utils.py", "trl.family:TRLFamilyTarget", "trl"),
     ("ms_swift", "swift", "swift/megatron/trainers/vocab_parallel_utils.py",
      "ms_swift.token:MsSwiftTarget", "ms-swift"),
     ("vllm", "vllm", "vllm/v1/sample/ops/topk_topp_sampler.py", "vllm.sampler:VllmSamplerTarget", None),
