@@ -43,11 +43,11 @@ def _token_run(target) -> Callable:
 
 def token_peers() -> dict[str, Callable]:
     """``name -> run(logits, targets) -> (log_probs, entropy)`` for each token-level peer that loads."""
+    from harness.targets import registry
     from harness.targets.ms_swift.token import MsSwiftTarget
-    from harness.targets.trl.token import TRLTokenTarget
 
     table = {}
-    for label, build in (("trl", TRLTokenTarget), ("ms-swift", MsSwiftTarget)):
+    for label, build in (("trl", lambda: registry.target("trl")), ("ms-swift", MsSwiftTarget)):
         target = _loaded(label, build)
         if target is not None:
             table[target.name] = _token_run(target)
@@ -57,7 +57,7 @@ def token_peers() -> dict[str, Callable]:
 def hidden_peers(case) -> dict[str, Callable]:
     """``name -> run(hidden, weight, targets)`` for each hidden-state peer that loads (``case``: the call's options)."""
     from harness.memory.hidden import target_runner
-    from harness.targets.trl.hidden import TRLHiddenTarget
+    from harness.targets import registry
 
-    target = _loaded("trl-chunked", TRLHiddenTarget)
+    target = _loaded("trl-chunked", lambda: registry.target("trl"))
     return {} if target is None else {"trl-chunked": target_runner(target, case)}

@@ -15,6 +15,7 @@ import torch
 from harness.cases.case import Case
 from harness.checks.failure import ACCEPTED, UNCLEAR, CheckFailure, ensure
 from harness.checks.parity import require
+from harness.jobs.bad_inputs import asks_entropy
 from harness.jobs.logits import packed_inputs
 from harness.targets import load_target
 
@@ -40,7 +41,7 @@ def _token(target, *, logits=None, targets=None, chunk_size=None, temperature=1.
         targets,
         tp_group=None,
         chunk_size=chunk_size,
-        with_entropy=True,
+        with_entropy=asks_entropy(target),
         entropy_grad=True,
         temperature=temperature,
     )
@@ -55,7 +56,7 @@ def _packed(target, *, logits=None, response_only=False, loss_mask_only=False, *
         tp_group=None,
         cp_group=None,
         chunk_size=None,
-        with_entropy=True,
+        with_entropy=asks_entropy(target),
         entropy_grad=True,
         temperature=1.0,
         response_only=response_only,
@@ -74,7 +75,7 @@ def _policy(target, *, advantages):
         eps_clip=0.2,
         eps_clip_high=0.2,
         entropy_coef=0.0,
-        with_entropy=True,
+        with_entropy=asks_entropy(target),
         tp_group=None,
         cp_group=None,
         chunk_size=None,

@@ -1,10 +1,12 @@
-"""The Liger adapters' seams, on the stand-in package ``tests/fakes/liger`` (no network, no Liger, no Triton).
+"""The Liger record's seams, on the stand-in package ``tests/fakes/liger`` (no network, no Liger, no Triton).
 
 The stand-in has Liger's three Functions with their signatures and return
 tuples in plain torch; like Liger's, its one-rank cross entropy writes the
-logits' gradient into its input in forward. The family target must combine
-the vocab-parallel token path (Liger's own ``tp_group``) with the hidden path;
-the one-rank target must gather at TP > 1 and keep the caller's logits intact.
+logits' gradient into its input in forward. The family target must carry
+the vocab-parallel token path (Liger's own ``tp_group``) and the hidden path;
+the one-rank target must gather at TP > 1 and keep the caller's logits intact;
+a Function whose composition loses the rank's offset fails, because Liger's
+Function is what runs.
 """
 
 import shutil
@@ -14,12 +16,15 @@ import torch
 
 from harness.cases.case import Case
 from harness.cases.hidden import with_hidden_size
-from harness.checks.hidden import check_hidden_forward
+from harness.checks.forward_only import check_hidden_forward_only, check_token_forward_only
+from harness.checks.hidden import check_hidden_backward, check_hidden_forward
 from harness.checks.parity import check_token_backward, check_token_forward
 from harness.targets import load_target
+from harness.targets.upstream.loader import MissingUpstream
 from tests.fakes.reach_targets import HERE
 
-FAMILY, ONE_RANK = "tests/fakes/reach_targets.py:Liger", "tests/fakes/reach_targets.py:LigerOneRank"
+FAMILY, ONE_RANK = f"liger={HERE / 'liger'}", "tests/fakes/reach_targets.py:LigerOneRank"
+HIDDEN_CASE = with_hidden_size(Case(seed=3, vocab=10, samples=((5, 3),), with_entropy=False), 4)
 CASES = [
     Case(seed=1, vocab=12, samples=((6, 4),), with_entropy=False),
     Case(seed=2, vocab=16, tp=2, samples=((5, 3),), with_entropy=False),
@@ -27,9 +32,13 @@ CASES = [
 
 
 def test_declares_token_and_hidden_only():
-    assert load_target(FAMILY).name == "liger-kernel-0.0.0+stand-in"
+    assert load_target(FAMILY).name == "liger-0.0.0+stand-in"
     assert load_target(FAMILY).capabilities == {"token", "hidden"}
     assert load_target(ONE_RANK).capabilities == {"token"}
+    assert set(load_target(FAMILY).executed) == {
+        "liger_kernel/ops/vocab_parallel_cross_entropy.py",
+        "liger_kernel/ops/fused_linear_cross_entropy.py",
+    }
 
 
 @pytest.mark.parametrize("spec", [FAMILY, ONE_RANK], ids=("vocab-parallel", "one-rank"))
@@ -49,7 +58,22 @@ def test_one_rank_cross_entropy_leaves_the_callers_logits_alone():
 
 
 def test_family_hidden_path_is_the_fused_linear_function():
-    check_hidden_forward(with_hidden_size(Case(seed=3, vocab=10, samples=((5, 3),), with_entropy=False), 4), FAMILY)
+    check_hidden_forward(HIDDEN_CASE, FAMILY)
+    check_hidden_backward(HIDDEN_CASE, FAMILY)
+
+
+def test_forward_only_on_every_entry_point():
+    check_token_forward_only(CASES[1], FAMILY)
+    check_token_forward_only(CASES[1], ONE_RANK)
+    check_hidden_forward_only(HIDDEN_CASE, FAMILY)
+
+
+def test_a_revision_without_a_function_is_an_error_naming_it(tmp_path):
+    root = tmp_path / "liger"
+    shutil.copytree(HERE / "liger", root)
+    (root / "liger_kernel" / "ops" / "fused_linear_cross_entropy.py").unlink()
+    with pytest.raises(MissingUpstream, match="LigerFusedLinearCrossEntropyFunction in liger_kernel/ops/fused_linear"):
+        load_target(f"liger={root}")
 
 
 def test_a_shard_offset_bug_fails_parity(tmp_path):
@@ -60,15 +84,8 @@ def test_a_shard_offset_bug_fails_parity(tmp_path):
     text = ops.read_text()
     assert "local = target - rank * x.shape[-1]" in text
     ops.write_text(text.replace("local = target - rank * x.shape[-1]", "local = target"))
-    adapter = tmp_path / "liger_adapter.py"
-    adapter.write_text(
-        "import sys\n"
-        "for name in [n for n in sys.modules if n.startswith('liger_kernel')]:\n    del sys.modules[name]\n"
-        "from harness.targets.liger.token import LigerVocabParallelTarget\n\n"
-        f"class T(LigerVocabParallelTarget):\n    def __init__(self):\n        super().__init__(root={str(root)!r})\n"
-    )
     with pytest.raises(AssertionError, match="log_probs"):
-        check_token_forward(CASES[1], f"{adapter}:T")
+        check_token_forward(CASES[1], f"liger={root}")
 
 
 def test_spec_installs_the_pypi_distribution_and_names_its_directory():

@@ -1,10 +1,11 @@
-"""The TransformerEngine adapter's seams, on ``tests/fakes/transformer_engine`` (no TE, no CUDA, no Triton).
+"""The TransformerEngine record's seams, on ``tests/fakes/transformer_engine`` (no TE, no CUDA, no Triton).
 
 The stand-in keeps TE's three files, their imports (``transformer_engine.*``
 absolute imports, ``pytorch.jit.no_torch_dynamo``) and package ``__init__``
 files that raise if executed; its ``parallel_cross_entropy`` refuses CPU
-tensors as TE's does. The adapter must load the three files alone, pass the TP
-group as TE's ``dist_process_group`` and call the Function on the CPU.
+tensors as TE's does. The record must execute the three files alone, pass the
+TP group as TE's ``dist_process_group`` and call the Function on the CPU; a
+launcher that loses its rank's offset fails, because TE's launchers are what run.
 """
 
 import shutil
@@ -12,12 +13,14 @@ import shutil
 import pytest
 
 from harness.cases.case import Case
+from harness.checks.forward_only import check_token_forward_only
 from harness.checks.parity import check_token_backward, check_token_forward
 from harness.targets import load_target
-from harness.targets.transformer_engine import token as te_token
+from harness.targets.upstream.loader import MissingUpstream
 from tests.fakes.reach_targets import HERE
 
-SPEC = "tests/fakes/reach_targets.py:TE"
+SPEC = f"te={HERE / 'transformer_engine'}"
+LAUNCHERS = "transformer_engine/pytorch/triton/cross_entropy.py"
 CASES = [
     Case(seed=1, vocab=12, samples=((6, 4),), with_entropy=False),
     Case(seed=2, vocab=16, tp=2, samples=((5, 3),), with_entropy=False),
@@ -26,8 +29,10 @@ CASES = [
 
 
 def test_declares_token_only():
-    assert load_target(SPEC).name == "transformer-engine-0.0.0+stand-in"
-    assert load_target(SPEC).capabilities == {"token"}
+    target = load_target(SPEC)
+    assert target.name == "te-0.0.0+stand-in"
+    assert target.capabilities == {"token"}
+    assert "entropy" in target.not_declared and "temperature" in target.not_declared
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"tp{c.tp}-{c.dtype}")
@@ -36,22 +41,20 @@ def test_passes_parity_through_its_process_group(case):
     check_token_backward(case, SPEC)
 
 
+def test_forward_only():
+    check_token_forward_only(CASES[1], SPEC)
+
+
 def test_a_lost_rank_offset_fails_parity(tmp_path):
     """TE's launcher with every rank believing it holds the first shard: tp=2 parity must fail."""
     root = tmp_path / "te"
     shutil.copytree(HERE / "transformer_engine", root)
-    launchers = root / te_token.LAUNCHERS
+    launchers = root / LAUNCHERS
     text = launchers.read_text()
     assert "row_statistics(x, target.reshape(-1), rank * x.shape[-1])" in text
     launchers.write_text(text.replace("rank * x.shape[-1])", "0)"))
-    te_token.load.cache_clear()
-    adapter = tmp_path / "te_adapter.py"
-    adapter.write_text(
-        "from harness.targets.transformer_engine.token import TECrossEntropyTarget\n\n"
-        f"class T(TECrossEntropyTarget):\n    def __init__(self):\n        super().__init__(root={str(root)!r})\n"
-    )
     with pytest.raises(AssertionError, match="log_probs"):
-        check_token_forward(CASES[1], f"{adapter}:T")
+        check_token_forward(CASES[1], f"te={root}")
 
 
 def test_loads_the_layout_before_2_10(tmp_path):
@@ -60,7 +63,7 @@ def test_loads_the_layout_before_2_10(tmp_path):
     root = tmp_path / "te"
     shutil.copytree(HERE / "transformer_engine", root)
     kernels = root / "transformer_engine/common/triton/cross_entropy.py"
-    launchers = root / te_token.LAUNCHERS
+    launchers = root / LAUNCHERS
     imported = "from transformer_engine.common.triton.cross_entropy import row_statistics\n"
     assert imported in launchers.read_text()
     launchers.write_text(launchers.read_text().replace(imported, kernels.read_text().split('"""', 2)[2]))
@@ -70,25 +73,28 @@ def test_loads_the_layout_before_2_10(tmp_path):
     assert "ignore_idx=-100,\n                overwrite_input=False):" in text
     text = text.replace("ignore_idx=-100,\n                overwrite_input=False):", "ignore_idx=-100):")
     function.write_text(text.replace("ignore_idx, overwrite_input\n", "ignore_idx, False\n"))
-    te_token.load.cache_clear()
-    adapter = tmp_path / "te_old.py"
-    adapter.write_text(
-        "from harness.targets.transformer_engine.token import TECrossEntropyTarget\n\n"
-        f"class T(TECrossEntropyTarget):\n    def __init__(self):\n        super().__init__(root={str(root)!r})\n"
-    )
-    assert load_target(f"{adapter}:T")._arity == 6
-    check_token_forward(CASES[1], f"{adapter}:T")
-    check_token_backward(CASES[1], f"{adapter}:T")
+    old = load_target(f"te={root}")
+    assert "transformer_engine/common/triton/cross_entropy.py" not in old.executed
+    check_token_forward(CASES[1], f"te={root}")
+    check_token_backward(CASES[1], f"te={root}")
 
 
-def test_names_its_files_under_test():
-    from harness.targets import registry
-
-    assert registry.family("te").files == (
+def test_records_the_files_it_executed():
+    """What a history keys TE's revisions by: the three files, the kernels' found through the launchers' import."""
+    assert set(load_target(SPEC).executed) == {
         "transformer_engine/common/triton/cross_entropy.py",
         "transformer_engine/pytorch/triton/cross_entropy.py",
         "transformer_engine/pytorch/cross_entropy.py",
-    )
+    }
+
+
+def test_a_revision_without_the_function_is_an_error_naming_it(tmp_path):
+    root = tmp_path / "te"
+    shutil.copytree(HERE / "transformer_engine", root)
+    function = root / "transformer_engine/pytorch/cross_entropy.py"
+    function.write_text(function.read_text().replace("def parallel_cross_entropy(", "def renamed_cross_entropy("))
+    with pytest.raises(MissingUpstream, match="parallel_cross_entropy in transformer_engine/pytorch/cross_entropy.py"):
+        load_target(f"te={root}")
 
 
 def test_spec_installs_the_pypi_distribution_and_names_its_directory():

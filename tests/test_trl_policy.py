@@ -1,10 +1,11 @@
-"""The TRL GRPO-loss adapter's seams, offline on the stand-in tree ``tests/fakes/trl_grpo`` (no TRL, no transformers).
+"""The TRL record's GRPO loss, offline on the stand-in tree ``tests/fakes/trl`` (no TRL, no transformers).
 
 The stand-in's trainer derives from an absent ``transformers.Trainer`` and its
-module imports the absent package's names: the adapter must load the method
-alone, answer the model call with the harness's log-probs, declare exactly
-the options the method reads, pass the token-level checks on them, and a
-KL term that lost its gradient must fail the term-gradient check.
+module imports the absent package's names: the record must load the method
+alone, answer the model call with the harness's log-probs, declare the options
+whose ``GRPOConfig`` fields are present (never read from the method's text),
+pass the token-level checks on them, and a KL term that lost its gradient must
+fail the term-gradient check.
 """
 
 import shutil
@@ -14,33 +15,31 @@ import pytest
 from harness.cases import policy
 from harness.cases.case import Case
 from harness.checks.token_policy import check_token_kl_term_gradient, check_token_policy_loss
-from harness.targets.trl.policy import TRLPolicyTarget
+from harness.targets import load_target
 from tests.fakes.reach_targets import HERE
 
-ROOT = HERE / "trl_grpo"
+ROOT = HERE / "trl"
 CASE = Case(seed=31, vocab=12, samples=((7, 4), (3, 0), (6, 5)), mask_mode="mixed")
+SPEC = f"trl={ROOT}"
+OPTIONS = {
+    "policy_agg_seq-mean-token-mean",
+    "policy_agg_token-mean",
+    "policy_agg_seq-mean-token-sum-norm",
+    "policy_kl_k3",
+    "policy_kl_ratio_weighted",
+    "policy_dual_clip",
+}
 
 
-class _Fake(TRLPolicyTarget):
-    def __init__(self):
-        super().__init__(root=ROOT)
-
-
-SPEC = f"{__file__}:_Fake"
-
-
-def test_declares_what_the_method_reads():
-    target = _Fake()
-    assert target.name == "trl-1.0.0+grpo-stand-in"
-    assert target.capabilities == {
-        "token_policy_loss",
-        "policy_agg_seq-mean-token-mean",
-        "policy_agg_token-mean",
-        "policy_agg_seq-mean-token-sum-norm",
-        "policy_kl_k3",
-        "policy_kl_ratio_weighted",
-        "policy_dual_clip",
-    }
+def test_declares_the_options_whose_settings_grpo_config_has(tmp_path):
+    assert {"token_policy_loss", *OPTIONS} <= load_target(SPEC).capabilities
+    root = tmp_path / "trl"
+    shutil.copytree(ROOT, root)
+    config = root / "trl" / "trainer" / "grpo_config.py"
+    text = config.read_text()
+    assert "    use_bias_correction_kl: bool = False\n" in text
+    config.write_text(text.replace("    use_bias_correction_kl: bool = False\n", ""))
+    assert load_target(f"trl={root}").capabilities & OPTIONS == OPTIONS - {"policy_kl_ratio_weighted"}
 
 
 @pytest.mark.parametrize(
@@ -65,17 +64,12 @@ def test_an_entropy_bonus_is_unsupported_its_aggregation_is_trls_own():
 
 
 def test_a_detached_kl_fails_the_term_gradient(tmp_path):
-    root = tmp_path / "trl_grpo"
+    root = tmp_path / "trl"
     shutil.copytree(ROOT, root)
     trainer = root / "trl" / "trainer" / "grpo_trainer.py"
     text = trainer.read_text()
     assert 'd = inputs["ref_per_token_logps"] - logps\n' in text
     trainer.write_text(text.replace("- logps\n", "- logps.detach()\n", 1))
-    adapter = tmp_path / "adapter.py"
-    adapter.write_text(
-        "from harness.targets.trl.policy import TRLPolicyTarget\n\n"
-        f"class T(TRLPolicyTarget):\n    def __init__(self):\n        super().__init__(root={str(root)!r})\n"
-    )
     case = policy.with_options(CASE, kl_coef=0.5, kl_kind="k3")
     with pytest.raises(AssertionError, match="grad"):
-        check_token_kl_term_gradient(case, f"{adapter}:T")
+        check_token_kl_term_gradient(case, f"trl={root}")

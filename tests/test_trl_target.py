@@ -1,38 +1,70 @@
-"""The TRL adapters' seams, on the stand-in package ``tests/fakes/trl`` (no network, no TRL, no transformers).
+"""The TRL record's seams, on the stand-in package ``tests/fakes/trl`` (no network, no TRL, no transformers).
 
 The stand-in keeps TRL's file layout, names and imports (a ``trainer/utils.py``
 that imports pandas and transformers at its top, kernels that import
 ``transformers.utils`` and, in backward, ``..trainer.utils``) with plain torch
-arithmetic. The adapters must load only what they call, map targets,
-temperature and the entropy gate, gather the vocabulary at TP > 1, and pass
-parity; a stand-in with NeMo's entropy sign must fail it.
+arithmetic. The record must load only what it calls, map targets, temperature
+and the entropy gate, gather the vocabulary at TP > 1, and pass parity; a
+helper with NeMo's entropy sign, or a composition that leaves out its
+temperature division, must fail it, because TRL's composition is what runs.
 """
+
+import shutil
 
 import pytest
 import torch
 
 from harness.cases.case import Case
 from harness.cases.hidden import with_hidden_size
+from harness.checks.forward_only import check_hidden_forward_only, check_token_forward_only
 from harness.checks.hidden import check_hidden_backward, check_hidden_forward
 from harness.checks.parity import check_token_backward, check_token_forward
 from harness.targets import load_target
-from harness.targets.trl import loading
-from harness.targets.trl.token import TRLTokenTarget
+from harness.targets.upstream.loader import MissingUpstream
 from tests.fakes.reach_targets import HERE
 
-SPEC, TRITON = "tests/fakes/reach_targets.py:TRL", "tests/fakes/reach_targets.py:TRLTriton"
+ROOT = HERE / "trl"
+SPEC, TRITON = f"trl={ROOT}", "tests/fakes/reach_targets.py:TRLTriton"
 CASES = [
     Case(seed=1, vocab=12, samples=((6, 4),), temperature=0.7, with_entropy=True),
     Case(seed=2, vocab=16, tp=2, samples=((5, 3),), with_entropy=True),
     Case(seed=3, vocab=10, samples=((4, 2),), dtype="bfloat16", with_entropy=False),
 ]
+# The stand-in's vocabulary tile (5) is below V, so TRL's own chunk default is what tiles.
+HIDDEN_CASE = with_hidden_size(Case(seed=4, vocab=12, samples=((7, 4),), temperature=1.3, with_entropy=True), 5)
+POLICY = {
+    "token_policy_loss",
+    "policy_agg_seq-mean-token-mean",
+    "policy_agg_token-mean",
+    "policy_agg_seq-mean-token-sum-norm",
+    "policy_kl_k3",
+    "policy_kl_ratio_weighted",
+    "policy_dual_clip",
+}
+
+
+def _copy(tmp_path, name="trl"):
+    root = tmp_path / name
+    shutil.copytree(ROOT, root)
+    return root
 
 
 def test_declares_what_trl_has():
     target = load_target(SPEC)
     assert target.name == "trl-1.0.0+stand-in"
-    assert target.capabilities == {"token", "entropy", "temperature", "hidden"}  # entropy_gate: token path only
+    assert target.capabilities == {"token", "entropy", "entropy_gate", "temperature", "hidden", *POLICY}
+    assert "entropy_gate" not in target.capabilities_for({"hidden"})  # the chunked Function has no switch
     assert load_target(TRITON).capabilities == {"token", "entropy", "temperature"}
+
+
+def test_records_the_files_it_executed_or_read():
+    assert set(load_target(SPEC).executed) >= {
+        "trl/trainer/utils.py",
+        "trl/trainer/grpo_trainer.py",
+        "trl/trainer/grpo_config.py",
+        "trl/kernels/chunked_logprob.py",
+        "trl/kernels/logprob_entropy.py",
+    }
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"tp{c.tp}-{c.dtype}-t{c.temperature}")
@@ -45,61 +77,85 @@ def test_triton_kernel_module_passes_parity():
     check_token_forward(CASES[0], TRITON)
 
 
+def test_forward_only_on_every_entry_point():
+    check_token_forward_only(CASES[0], SPEC)
+    check_token_forward_only(CASES[1], SPEC)
+    check_hidden_forward_only(HIDDEN_CASE, SPEC)
+
+
 def test_entropy_gate_is_trls_entropy_requires_grad():
     logits, targets = torch.randn(4, 6, requires_grad=True), torch.tensor([0, 5, 2, 1])
     options = {"tp_group": None, "chunk_size": None, "with_entropy": True, "temperature": 1.0}
-    target = TRLTokenTarget(HERE / "trl")
-    assert "entropy_gate" in target.capabilities
+    target = load_target(SPEC)
     _, gated = target.token_log_probs(logits, targets, entropy_grad=False, **options)
     _, live = target.token_log_probs(logits, targets, entropy_grad=True, **options)
     assert not gated.requires_grad and live.requires_grad
 
 
 def test_chunked_lm_head_passes_parity_with_entropy_gradient():
-    """The stand-in's vocabulary tile (5) is below V, so TRL's chunk default read from utils.py is what tiles."""
-    case = with_hidden_size(Case(seed=4, vocab=12, samples=((7, 4),), temperature=1.3, with_entropy=True), 5)
-    assert loading.chunk_default(HERE / "trl") == 5
-    check_hidden_forward(case, SPEC)
-    check_hidden_backward(case, SPEC)
-
-
-def test_only_the_named_functions_are_taken_from_utils(tmp_path):
-    """utils.py imports pandas and transformers (absent here): only the defs run, and a missing one is named."""
-    namespace = loading.utils_functions(HERE / "trl")
-    assert namespace.selective_log_softmax.__code__.co_filename.endswith("trl/trainer/utils.py")
-    broken = tmp_path / "trl" / "trainer"
-    broken.mkdir(parents=True)
-    (broken / "utils.py").write_text("def selective_log_softmax(logits, index):\n    return logits\n")
-    with pytest.raises(AttributeError, match="entropy_from_logits"):
-        loading._run_definitions(broken / "utils.py", loading.UTILS_FUNCTIONS, {})
+    check_hidden_forward(HIDDEN_CASE, SPEC)
+    check_hidden_backward(HIDDEN_CASE, SPEC)
 
 
 def test_a_wrong_entropy_sign_fails_parity(tmp_path):
     """NeMo's convention (sum p log p) in TRL's entropy_from_logits: the forward check must catch it."""
-    import shutil
-
-    root = tmp_path / "trl_wrong_sign"
-    shutil.copytree(HERE / "trl", root)
+    root = _copy(tmp_path)
     utils = root / "trl" / "trainer" / "utils.py"
     text = utils.read_text()
     assert "return -(log_p.exp() * log_p).sum(-1)" in text
     utils.write_text(text.replace("return -(log_p.exp() * log_p).sum(-1)", "return (log_p.exp() * log_p).sum(-1)"))
-    adapter = tmp_path / "adapter.py"
-    adapter.write_text(
-        "from harness.targets.trl.token import TRLTokenTarget\n\n"
-        f"class T(TRLTokenTarget):\n    def __init__(self):\n        super().__init__(root={str(root)!r})\n"
-    )
     with pytest.raises(AssertionError, match="entropy"):
-        check_token_forward(CASES[0], f"{adapter}:T")
+        check_token_forward(CASES[0], f"trl={root}")
 
 
-OLD_UTILS = """import pandas  # noqa: F401  (never executed by the adapter)
+def test_a_composition_that_leaves_out_its_temperature_division_fails(tmp_path):
+    """The division is selective_log_softmax_and_entropy's step, never the record's: leaving it out fails."""
+    root = _copy(tmp_path)
+    utils = root / "trl" / "trainer" / "utils.py"
+    text = utils.read_text()
+    step = "    if temperature != 1.0:\n        logits = logits / temperature\n    logprobs = "
+    assert step in text
+    utils.write_text(text.replace(step, "    logprobs = "))
+    check_token_forward(CASES[0], SPEC)
+    with pytest.raises(AssertionError, match="log_probs|entropy"):
+        check_token_forward(CASES[0], f"trl={root}")
+
+
+def test_a_fused_forward_that_leaves_out_its_temperature_fails(tmp_path):
+    """The temperature reaches the chunked Function through add_fused_lm_head, never through the record."""
+    root = _copy(tmp_path)
+    utils = root / "trl" / "trainer" / "utils.py"
+    text = utils.read_text()
+    step = "                temperature,\n                _CHUNKED_LOGPROB_CHUNK_SIZE,\n"
+    assert step in text
+    utils.write_text(text.replace(step, "                1.0,\n                _CHUNKED_LOGPROB_CHUNK_SIZE,\n"))
+    with pytest.raises(AssertionError, match="log_probs|entropy"):
+        check_hidden_forward(HIDDEN_CASE, f"trl={root}")
+
+
+def test_a_revision_without_the_helpers_is_an_error_naming_them(tmp_path):
+    root = _copy(tmp_path)
+    utils = root / "trl" / "trainer" / "utils.py"
+    utils.write_text(utils.read_text().replace("def selective_log_softmax(", "def renamed_log_softmax("))
+    with pytest.raises(MissingUpstream, match="selective_log_softmax in trl/trainer/utils.py"):
+        load_target(f"trl={root}")
+
+
+OLD_UTILS = """import pandas  # noqa: F401  (never executed by the record)
 import torch
 import torch.nn.functional as F
 
 
 def selective_log_softmax(logits, index):
     return logits.log_softmax(-1).gather(-1, index.unsqueeze(-1)).squeeze(-1)
+
+
+def nanmin(tensor):
+    return tensor[~torch.isnan(tensor)].min()
+
+
+def nanmax(tensor):
+    return tensor[~torch.isnan(tensor)].max()
 """
 OLD_ENTROPY = """
 
@@ -114,26 +170,21 @@ def _older_release(tmp_path, *, entropy: bool):
     root = tmp_path / f"trl_old_{entropy}"
     (root / "trl" / "trainer").mkdir(parents=True)
     (root / "trl" / "trainer" / "utils.py").write_text(OLD_UTILS + (OLD_ENTROPY if entropy else ""))
+    shutil.copy(ROOT / "trl" / "trainer" / "grpo_trainer.py", root / "trl" / "trainer" / "grpo_trainer.py")
     return root
 
 
-def test_an_older_release_is_the_token_path_alone_composed_as_its_trainer_did(tmp_path):
-    """A release replay loads TRL < 1.15 (no chunked LM head) and < 1.14 (no fused helper): token path, no gate."""
-    old_root, older_root = _older_release(tmp_path, entropy=True), _older_release(tmp_path, entropy=False)
-    adapter = tmp_path / "adapter.py"
-    adapter.write_text(
-        "from harness.targets.trl.family import TRLFamilyTarget\n\n"
-        "class Old(TRLFamilyTarget):\n"
-        f"    def __init__(self):\n        super().__init__({str(old_root)!r})\n\n"
-        "class Older(TRLFamilyTarget):\n"
-        f"    def __init__(self):\n        super().__init__({str(older_root)!r})\n"
-    )
-    old = load_target(f"{adapter}:Old")
-    assert old.capabilities == {"token", "entropy", "temperature"} and old.hidden is None
-    assert load_target(f"{adapter}:Older").capabilities == {"token", "temperature"}
-    check_token_forward(CASES[0], f"{adapter}:Old")
-    check_token_backward(CASES[0], f"{adapter}:Old")
-    check_token_forward(CASES[2], f"{adapter}:Older")
+def test_an_older_release_is_its_helpers_each_as_it_is(tmp_path):
+    """TRL < 1.15 has no chunked LM head (not declared, with the reason), < 1.14 no fused helper: the older token
+    entry calls each helper as it is, so neither its trainer's temperature division nor its gate is declared."""
+    old, older = _older_release(tmp_path, entropy=True), _older_release(tmp_path, entropy=False)
+    target = load_target(f"trl={old}")
+    assert target.capabilities == {"token", "entropy", "token_policy_loss"}
+    assert "1.15" in target.not_declared["hidden_log_probs"]
+    assert load_target(f"trl={older}").capabilities == {"token", "token_policy_loss"}
+    check_token_forward(CASES[1], f"trl={old}")
+    check_token_backward(CASES[1], f"trl={old}")
+    check_token_forward(CASES[2], f"trl={older}")
 
 
 def test_spec_installs_the_pypi_distribution_and_names_its_directory():

@@ -30,14 +30,20 @@ def _logits(case: Case, ctx, *, drop_rows: int = 0, drop_columns: int = 0):
     return to_device(logits.contiguous()).requires_grad_()
 
 
-def _packed(target, case: Case, ctx, *, logits=None, inputs=None, cp_group="ctx", chunk_size=None, with_entropy=True):
+def asks_entropy(target) -> bool:
+    """A row asks for the entropy where the target returns one: a request for what a target does not declare is
+    refused as such (the family kernel's boundary), before the bad input the row is about could reach it."""
+    return "entropy" in target.capabilities
+
+
+def _packed(target, case: Case, ctx, *, logits=None, inputs=None, cp_group="ctx", chunk_size=None):
     return target.packed_log_probs(
         _logits(case, ctx) if logits is None else logits,
         packed_inputs(case, on_device=True) if inputs is None else inputs,
         tp_group=ctx.tp_group,
         cp_group=ctx.cp_group if cp_group == "ctx" else cp_group,
         chunk_size=chunk_size,
-        with_entropy=with_entropy,
+        with_entropy=asks_entropy(target),
         entropy_grad=True,
         temperature=1.0,
         response_only=False,
@@ -45,14 +51,14 @@ def _packed(target, case: Case, ctx, *, logits=None, inputs=None, cp_group="ctx"
     )
 
 
-def _token(target, case: Case, ctx, *, logits=None, with_entropy=True):
+def _token(target, case: Case, ctx, *, logits=None):
     logits = _logits(case, ctx) if logits is None else logits
     return target.token_log_probs(
         logits,
         to_device(case.row_targets()),
         tp_group=ctx.tp_group,
         chunk_size=None,
-        with_entropy=with_entropy,
+        with_entropy=asks_entropy(target),
         entropy_grad=True,
         temperature=1.0,
     )
@@ -85,7 +91,7 @@ def _policy(target, case: Case, ctx, *, short_advantages: bool):
         eps_clip=0.2,
         eps_clip_high=0.2,
         entropy_coef=0.0,
-        with_entropy=True,
+        with_entropy=asks_entropy(target),
         tp_group=ctx.tp_group,
         cp_group=ctx.cp_group,
         chunk_size=None,
@@ -120,6 +126,7 @@ def option_row_name(group: str, option: str) -> str:
 def _option_call(target, case: Case, ctx, *, group: str, option: str):
     """Every rank calls the target with the default options but ``option``, which the perturbed rank changes."""
     options = {name: agreed for name, (agreed, _) in CALL_OPTIONS.items()}
+    options["with_entropy"] = asks_entropy(target)  # the with_entropy row itself needs "entropy"
     if option == "loss_mask_only":
         options["response_only"] = True  # loss_mask_only needs it: the ranks then differ in loss_mask_only only
     if _odd(ctx):

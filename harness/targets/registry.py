@@ -25,6 +25,9 @@ ON_KERNEL = {
     "miles": "harness.targets.slime.family:MILES",
     "skyrl": "harness.targets.skyrl.family:SKYRL",
     "nemo_rl": "harness.targets.nemo_rl.family:NEMO_RL",
+    "te": "harness.targets.transformer_engine.family:TE",
+    "liger": "harness.targets.liger.family:LIGER",
+    "trl": "harness.targets.trl.family:TRL",
 }
 
 
@@ -54,10 +57,6 @@ class Legacy:
 # name, import name, marker file, adapter class, PyPI distribution (None: checkouts only)
 _LEGACY_ROWS = (
     ("verl", "verl", "verl/utils/megatron/tensor_parallel.py", "verl.token:VerlTarget", "verl"),
-    ("liger", "liger_kernel", "liger_kernel/ops/cross_entropy.py", "liger.family:LigerFamilyTarget", "liger-kernel"),
-    ("trl", "trl", "trl/trainer/utils.py", "trl.family:TRLFamilyTarget", "trl"),
-    ("te", "transformer_engine", "transformer_engine/pytorch/triton/cross_entropy.py",
-     "transformer_engine.token:TECrossEntropyTarget", "transformer-engine"),
     ("ms_swift", "swift", "swift/megatron/trainers/vocab_parallel_utils.py",
      "ms_swift.token:MsSwiftTarget", "ms-swift"),
     ("vllm", "vllm", "vllm/v1/sample/ops/topk_topp_sampler.py", "vllm.sampler:VllmSamplerTarget", None),

@@ -2,39 +2,19 @@
 
 from pathlib import Path
 
-from harness.targets.liger.family import LigerFamilyTarget
-from harness.targets.liger.token import LigerTokenTarget
+from harness.targets.liger.family import ONE_RANK
 from harness.targets.ms_swift.token import MsSwiftTarget
-from harness.targets.transformer_engine.token import TECrossEntropyTarget
-from harness.targets.trl.family import TRLFamilyTarget
-from harness.targets.trl.token import TRLTritonTarget
+from harness.targets.trl.family import TRL_TRITON
 
 HERE = Path(__file__).resolve().parent
 
 
-class TRL(TRLFamilyTarget):
-    def __init__(self):
-        super().__init__(root=HERE / "trl")
+def TRLTriton():  # noqa: N802  (a target factory, named as the targets are)
+    return TRL_TRITON.target(HERE / "trl")
 
 
-class TRLTriton(TRLTritonTarget):
-    def __init__(self):
-        super().__init__(root=HERE / "trl")
-
-
-class Liger(LigerFamilyTarget):
-    def __init__(self):
-        super().__init__(root=HERE / "liger")
-
-
-class LigerOneRank(LigerTokenTarget):
-    def __init__(self):
-        super().__init__(root=HERE / "liger")
-
-
-class TE(TECrossEntropyTarget):
-    def __init__(self):
-        super().__init__(root=HERE / "transformer_engine")
+def LigerOneRank():  # noqa: N802  (a target factory, named as the targets are)
+    return ONE_RANK.target(HERE / "liger")
 
 
 class MsSwift(MsSwiftTarget):

@@ -1,32 +1,110 @@
-"""The ``liger`` family's target (SPEC ``liger==X`` / ``liger=PATH``): Liger's token and hidden-state paths in one.
+"""Liger-Kernel (linkedin/Liger-Kernel) as a record on the upstream kernel: ``liger==X`` or ``liger=PATH``.
 
-Token level: ``LigerVocabParallelCEFunction`` (``harness.targets.liger.token``),
-the Function Liger ships for Megatron-style vocab-parallel logits, so TP > 1 runs
-Liger's own collectives. Hidden states: ``LigerFusedLinearCrossEntropyFunction``
-(``harness.targets.liger.hidden``, unchanged). Capabilities:
-``harness.targets.upstream.combined``. Liger's one-rank
-``LigerCrossEntropyFunction`` is ``harness.targets.liger.token:LigerTokenTarget``
-(a ``module:attr`` SPEC).
+What runs is the revision's own code: its autograd Functions, each the
+composition of its Triton kernels (the ``nn.Module`` and functional wrappers,
+``LigerVocabParallelCrossEntropy`` / ``LigerMegatronCrossEntropy`` and
+``liger_fused_linear_cross_entropy``, forward their arguments to them and
+live beside the package's ``__init__`` imports the loader never runs). On a
+CPU the kernels run under Triton's interpreter.
+
+* token level: ``LigerVocabParallelCEFunction``
+  (``ops/vocab_parallel_cross_entropy.py``), vocab-parallel through its own
+  ``tp_group`` argument: Megatron's ``[seq, batch, V_local]`` logits and
+  ``[seq, batch]`` targets as ``batch = 1`` (a view), its shard offset
+  ``rank * V_local`` (the harness's layout), no label smoothing (``0.0``;
+  formula and mode then do not matter);
+* hidden states: ``LigerFusedLinearCrossEntropyFunction``
+  (``ops/fused_linear_cross_entropy.py``) with ``reduction="none"``; since 0.8
+  its backward recomputes the chunked logits and folds the per-token upstream
+  gradient in before ``grad_weight`` is summed.
+
+Both return the per-token loss: ``log_probs = -loss``; targets are global
+ids, never Liger's ``ignore_index`` (``-100``, its default). Liger's one-rank
+``LigerCrossEntropyFunction`` (``ops/cross_entropy.py``) alone is
+``harness.targets.liger.family:one_rank`` (a ``module:attr`` SPEC): it writes
+the logits' gradient into its input during forward (its design: a trainer
+never reads the LM-head output again), so that entry hands it a tensor of its
+own, the gathered logits at TP > 1, a copy at one rank (charged to Liger by
+the memory checks).
 """
 
 from __future__ import annotations
 
-from harness.targets.liger.hidden import LigerTarget as LigerHiddenTarget
-from harness.targets.liger.token import LigerVocabParallelTarget
-from harness.targets.upstream.combined import TokenAndHidden
+from harness.targets.upstream import calls
+from harness.targets.upstream.family import Entry, Family, Module, Symbol
+from harness.targets.upstream.locate import Locate
+from harness.targets.upstream.whole_vocab import gather_vocabulary
+
+IGNORE_INDEX = -100  # Liger's default; never a valid vocabulary id
+# Under Triton's CPU interpreter the fused kernel costs about 3.2 ms per row (0.8.5, fp32, H 2, V 4: 3.3 s for
+# 1024 rows, 13.0 s for 4096): a thousand 256-row blocks would take a quarter of an hour per call.
+CPU_CASE_LIMITS = {"max_hidden_rows": 16_384}
 
 
-class LigerFamilyTarget(TokenAndHidden):
-    # what a history replay keys revisions by: the two Functions' files, the cross-entropy kernel and the helpers they
-    # import (paths in Liger's checkout, whose package is under src/); the package __init__ files are not keyed
-    files_under_test = (
-        "src/liger_kernel/ops/vocab_parallel_cross_entropy.py",
-        "src/liger_kernel/ops/fused_linear_cross_entropy.py",
-        "src/liger_kernel/ops/cross_entropy.py",
-        "src/liger_kernel/ops/utils.py",
-        "src/liger_kernel/utils.py",
+def token(up, call: calls.TokenCall):
+    batched, targets = call.logits.unsqueeze(1), call.targets.unsqueeze(1)  # Megatron's [seq, batch = 1, ...]
+    loss = up.LigerVocabParallelCEFunction.apply(
+        batched, targets, call.tp_group, IGNORE_INDEX, 0.0, "pytorch", "global"
     )
+    return -loss.squeeze(1), None
 
-    def __init__(self, root=None):
-        hidden = LigerHiddenTarget(root)
-        super().__init__(LigerVocabParallelTarget(root), hidden, hidden.name)
+
+def hidden(up, call: calls.HiddenCall):
+    loss = up.LigerFusedLinearCrossEntropyFunction.apply(
+        call.hidden, call.weight, call.targets, None, None, IGNORE_INDEX, 0.0, 0.0, "none"
+    )[0]
+    return -loss, None
+
+
+def one_rank_token(up, call: calls.TokenCall):
+    whole = gather_vocabulary(call.logits, call.tp_group)
+    if whole is call.logits:  # one rank: Liger would write its gradient into the caller's logits
+        whole = call.logits.clone()
+    loss = up.LigerCrossEntropyFunction.apply(whole, call.targets, None, IGNORE_INDEX, 0.0, 0.0, "none")[0]
+    return -loss, None
+
+
+NOT_DECLARED = {
+    "entropy": "none returned",
+    "temperature": "no such argument: Liger's callers divide the logits themselves (softcap is another transform)",
+    "chunking": "no chunk argument on the token path; the fused linear path picks its own chunk "
+    "(next_power_of_2(ceil(rows / ceil(V / H))) rows), not the caller's, and a Triton launch has no data to run on "
+    "under the fake tensors of the one_hot regression",
+    "packed": "Liger's cross entropy is token level",
+    "hidden_tp": "the fused linear cross entropy holds the whole vocabulary (the vocab-parallel one takes logits)",
+}
+_OPS = "liger_kernel.ops"
+LIGER = Family(
+    name="liger",
+    locate=Locate("liger_kernel", "liger_kernel/ops/cross_entropy.py", "LPH_LIGER_PATH", pypi="liger-kernel"),
+    modules={
+        "vocab_parallel": Module((f"{_OPS}.vocab_parallel_cross_entropy",)),
+        "fused_linear": Module((f"{_OPS}.fused_linear_cross_entropy",)),
+    },
+    symbols={
+        "LigerVocabParallelCEFunction": Symbol("vocab_parallel", ("LigerVocabParallelCEFunction",)),
+        "LigerFusedLinearCrossEntropyFunction": Symbol("fused_linear", ("LigerFusedLinearCrossEntropyFunction",)),
+    },
+    entries=(
+        Entry("token_log_probs", ("LigerVocabParallelCEFunction",), token, frozenset({"token"})),
+        Entry("hidden_log_probs", ("LigerFusedLinearCrossEntropyFunction",), hidden, frozenset({"hidden"})),
+    ),
+    not_declared=NOT_DECLARED,
+    expectations=("liger.toml",),
+    triton=True,
+    cpu_case_limits=CPU_CASE_LIMITS,
+)
+ONE_RANK = Family(
+    name="liger",
+    locate=LIGER.locate,
+    modules={"cross_entropy": Module((f"{_OPS}.cross_entropy",))},
+    symbols={"LigerCrossEntropyFunction": Symbol("cross_entropy", ("LigerCrossEntropyFunction",))},
+    entries=(Entry("token_log_probs", ("LigerCrossEntropyFunction",), one_rank_token, frozenset({"token"})),),
+    not_declared={key: why for key, why in NOT_DECLARED.items() if key != "hidden_tp"},
+    triton=True,
+)
+
+
+def one_rank(where=None):
+    """Liger's one-rank ``LigerCrossEntropyFunction`` alone (``harness.targets.liger.family:one_rank``)."""
+    return ONE_RANK.target(where)

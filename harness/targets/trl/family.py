@@ -1,44 +1,282 @@
-"""The ``trl`` family's target (SPEC ``trl==X`` / ``trl=PATH``): TRL's token helpers, chunked LM head and GRPO loss.
+"""TRL (huggingface/trl) as a record on the upstream kernel: ``trl==X`` or ``trl=PATH``.
 
-Token level: ``selective_log_softmax`` / ``selective_log_softmax_and_entropy``
-(``harness.targets.trl.token:TRLTokenTarget``); hidden states:
-``ChunkedLogProbFunction`` (``harness.targets.trl.hidden``). Capabilities:
-``harness.targets.upstream.combined`` (``entropy_gate`` is the token path's
-only, so the family leaves it out; ``TRLTokenTarget`` alone checks it); a release
-without ``trl/kernels/`` (before 1.15) is the token path alone. TRL's
-Triton kernel alone is ``harness.targets.trl.token:TRLTritonTarget``.
+What runs is the revision's own code. ``trl/trainer/utils.py`` imports the
+Hugging Face stack (transformers, accelerate, datasets, pandas), so the
+definitions under test are loaded alone from it (``Loader.symbol``: each
+with the module-level statements it needs), the kernels as modules:
+
+* token level: ``selective_log_softmax_and_entropy`` (TRL >= 1.14), the
+  composition TRL's trainers call on ``[..., V]`` logits: its temperature
+  division, ``selective_log_softmax``, ``entropy_from_logits`` and the entropy
+  gate (``entropy_requires_grad``); ``selective_log_softmax`` alone where no
+  entropy is asked for, as the trainers call it then. On CPU tensors both take
+  their torch path (``_supports_trl_loss_kernel`` asks for a CUDA/XPU device);
+  on CUDA they dispatch to the Triton kernel ``trl/kernels/logprob_entropy.py``,
+  bound as TRL binds it. Older releases (an alternative entry):
+  ``selective_log_softmax`` and, from 0.20, ``entropy_from_logits``, each called
+  as it is; their trainer divided by the temperature and gated the entropy in
+  its own method, so neither ``temperature`` nor ``entropy_gate`` is declared
+  there;
+* hidden states: the chunked LM head (``trl/kernels/chunked_logprob.py``,
+  TRL >= 1.15), called as TRL's fused forward calls it (below);
+* the GRPO loss: ``GRPOTrainer._compute_loss`` at token level (``policy.py``).
+
+Convention translations (what the record does, and only this): TRL does not
+shard the vocabulary, so at TP > 1 the token entry gathers the shards first
+(``upstream/whole_vocab.py``, what a trainer does before calling it); the
+protocol's targets are TRL's ``index`` (already shifted); entropy is TRL's
+``-sum p log p``. TRL's Triton kernel alone (what the helpers dispatch to on
+CUDA), under the interpreter on a CPU: ``harness.targets.trl.family:triton_kernel``.
 """
 
 from __future__ import annotations
 
-from harness.targets.trl import loading
-from harness.targets.trl.hidden import TRLHiddenTarget
-from harness.targets.trl.policy import GRPO_TRAINER, TRLPolicyTarget
-from harness.targets.trl.token import TRLTokenTarget
-from harness.targets.upstream.combined import TokenAndHidden
+import dataclasses
+import functools
+import importlib.util
+import sys
+import types
+
+from harness.targets.trl import policy
+from harness.targets.upstream import calls
+from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol
+from harness.targets.upstream.locate import Locate
+from harness.targets.upstream.placeholders import Placeholder
+from harness.targets.upstream.whole_vocab import gather_vocabulary
+
+UTILS = "trl/trainer/utils.py"
+GRPO_TRAINER = "trl/trainer/grpo_trainer.py"
+GRPO_CONFIG = "trl/trainer/grpo_config.py"
+TOKEN = ("selective_log_softmax", "selective_log_softmax_and_entropy", "entropy_from_logits")
+# On CPU tensors TRL's chunked LM head folds each tile with the torch twins of its kernels, about 3.5 ms per row
+# (fp32, H 2, V 4: 14.5 s for 4096 rows, 115 s for 32768, TRL 1.15.0): a thousand 256-row blocks would take a
+# quarter of an hour per call.
+CPU_CASE_LIMITS = {"max_hidden_rows": 16_384}
 
 
-class TRLFamilyTarget(TokenAndHidden):
-    files_under_test = (
-        "trl/trainer/utils.py",
-        "trl/kernels/chunked_logprob.py",
-        "trl/kernels/logprob_entropy.py",
-        str(GRPO_TRAINER),
+def _is_triton_available() -> bool:
+    """What ``transformers.utils.is_triton_available`` answers on a machine: whether triton imports."""
+    return importlib.util.find_spec("triton") is not None
+
+
+class _ModelOutput:
+    """transformers' ``ModelOutput`` as far as TRL's fused forward uses it: the base of its output dataclass."""
+
+
+def _transformers_utils(name: str) -> types.ModuleType:
+    """What TRL's files import from ``transformers.utils``: the Triton probe answered as on this machine, the
+    other availability probes (read only by module-level branches the loader never runs) False."""
+    module = types.ModuleType(name)
+    module.is_triton_available = _is_triton_available
+    module.is_peft_available = module.is_rich_available = lambda: False
+    module.ModelOutput = _ModelOutput
+    return module
+
+
+def _deepspeed(name: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.is_deepspeed_zero3_enabled = lambda: False  # the harness runs no DeepSpeed: ZeRO-3 off
+    return module
+
+
+PLACEHOLDERS = (
+    Placeholder("transformers", "imported by the kernels and the helpers for the names below", scope="call"),
+    Placeholder(
+        "transformers.utils",
+        "is_triton_available (whether triton imports) and the fused forward's ModelOutput",
+        _transformers_utils,
+        scope="call",
+    ),
+    Placeholder(
+        "transformers.integrations.deepspeed",
+        "is_deepspeed_zero3_enabled, asked by maybe_gather_lm_head_ctx: no DeepSpeed here",
+        _deepspeed,
+        scope="call",
+    ),
+)
+
+
+def _prepare(up) -> None:
+    """The definitions taken alone from the trainer's files (None where the revision lacks one), bound as TRL's own
+    module binds them: ``_fused_logprob_entropy`` and ``_ChunkedLogProbFunction`` from its kernels."""
+    up.read_from = {**dict.fromkeys(TOKEN, UTILS), "add_fused_lm_head": UTILS}
+    up.read_from["compute_loss"] = f"{GRPO_TRAINER} (GRPOTrainer._compute_loss)"
+    fused, chunked = up.modules["fused"], up.modules["chunked"]
+    kernels = {
+        "_fused_logprob_entropy": getattr(fused, "selective_log_softmax_and_entropy", None),
+        "_ChunkedLogProbFunction": up.ChunkedLogProbFunction,
+        "_use_triton": getattr(chunked, "_use_triton", None),
+    }
+    for name in TOKEN:
+        setattr(up, name, _alone(up, UTILS, name, kernels))
+    up.add_fused_lm_head = _alone(up, UTILS, "add_fused_lm_head", kernels) if chunked is not None else None
+    if chunked is not None:
+        _backward_import(up, _alone(up, UTILS, "maybe_gather_lm_head_ctx", {}))
+    helpers = {name: _alone(up, UTILS, name, {}) for name in ("nanmin", "nanmax")}  # its metrics' helpers
+    helpers = {name: helper for name, helper in helpers.items() if helper is not None}
+    up.compute_loss = None
+    if up.loader.read(GRPO_TRAINER) is not None:
+        try:
+            up.compute_loss = up.loader.method(GRPO_TRAINER, "GRPOTrainer", "_compute_loss", stand_ins=helpers)
+        except LookupError:
+            up.compute_loss = None
+    up.config_fields = _config_fields(up)
+
+
+def _backward_import(up, gather_context) -> None:
+    """The chunked Function's backward imports ``maybe_gather_lm_head_ctx`` from ``..trainer.utils`` when autograd
+    runs it, after the family call returned: that name is TRL's own function (its DeepSpeed probe answered by the
+    placeholder), run in the calling context, in a module the import finds then too (``sys.modules``; the loader
+    saves and restores it around its own view)."""
+
+    @functools.wraps(gather_context)
+    def in_context(*params):
+        with up.loader.present():
+            return gather_context(*params)
+
+    view = types.ModuleType("trl.trainer.utils")
+    view.maybe_gather_lm_head_ctx = in_context
+    up.loader.modules[view.__name__] = sys.modules[view.__name__] = view
+
+
+def _alone(up, path, name, stand_ins):
+    if up.loader.read(path) is None:
+        return None
+    try:
+        return up.loader.symbol(path, name, stand_ins=stand_ins)
+    except LookupError:  # the revision has no such definition
+        return None
+
+
+def _config_fields(up) -> frozenset:
+    """The fields of TRL's ``GRPOConfig`` (its base, transformers' ``TrainingArguments``, stood in)."""
+    config = _alone(up, GRPO_CONFIG, "GRPOConfig", {"_BaseConfig": _BaseConfig, "TrainingArguments": _BaseConfig})
+    return frozenset(f.name for f in dataclasses.fields(config)) if config is not None else frozenset()
+
+
+class _BaseConfig:
+    """transformers' ``TrainingArguments`` as far as a TRL config's class body reads it."""
+
+    _VALID_DICT_FIELDS: list = []
+
+
+# ---- the entries ---------------------------------------------------------------------------------
+
+
+def token(up, call: calls.TokenCall):
+    whole = gather_vocabulary(call.logits, call.tp_group)
+    if not call.with_entropy:
+        return up.selective_log_softmax(whole, call.targets, temperature=call.temperature), None
+    return up.selective_log_softmax_and_entropy(
+        whole, call.targets, entropy_requires_grad=call.entropy_grad, temperature=call.temperature
     )
 
-    def __init__(self, root=None):
-        token = TRLTokenTarget(root)
-        chunked = loading.kernels(token.root).chunked is not None  # TRL < 1.15: no chunked LM head
-        super().__init__(token, TRLHiddenTarget(token.root) if chunked else None, token.name)
-        self.policy = None
-        if not chunked:  # the releases a history replay reaches before 1.15: their token path alone
-            return
-        try:
-            self.policy = TRLPolicyTarget(token.root)
-        except (FileNotFoundError, LookupError):  # a tree without GRPOTrainer._compute_loss: no policy loss
-            self.policy = None
-        else:
-            self.capabilities = self.capabilities | self.policy.capabilities
 
-    def token_policy_loss(self, log_probs, **arguments):
-        return self.policy.token_policy_loss(log_probs, **arguments)
+def token_before_1_14(up, call: calls.TokenCall):
+    """TRL < 1.14: the two helpers, each as it is (their trainer's division and gate are not the helpers')."""
+    whole = gather_vocabulary(call.logits, call.tp_group)
+    log_probs = up.selective_log_softmax(whole, call.targets)
+    return log_probs, (up.entropy_from_logits(whole) if call.with_entropy else None)
+
+
+class _LanguageModel:
+    """The model ``add_fused_lm_head`` patches: its backbone answers with the protocol's ``hidden`` as the last
+    hidden state ``[1, rows, H]`` (a view), its output embedding is the head (no bias), its config has no softcap
+    and no logit scale."""
+
+    def __init__(self, hidden, weight):
+        self.config = types.SimpleNamespace()
+        self.config.get_text_config = lambda: self.config
+        self._hidden, self._head = hidden, types.SimpleNamespace(weight=weight, bias=None)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("the harness calls the fused forward only (fused_lm_head=True)")
+
+    def base_model(self, *args, **kwargs):
+        return types.SimpleNamespace(last_hidden_state=self._hidden.unsqueeze(0))
+
+    def get_output_embeddings(self):
+        return self._head
+
+
+def hidden(up, call: calls.HiddenCall):
+    """TRL's fused forward: ``add_fused_lm_head(model, temperature, outputs=...)``, then ``model(fused_lm_head=True,
+    shift_labels=...)``: the protocol's targets are already shifted, which is what ``shift_labels`` means to it."""
+    model = _LanguageModel(call.hidden, call.weight)
+    outputs = ("log_probs", "entropy") if call.with_entropy else ("log_probs",)
+    up.add_fused_lm_head(model, temperature=call.temperature, outputs=outputs)
+    out = model.forward(fused_lm_head=True, shift_labels=call.targets.unsqueeze(0))
+    return out.log_probs.squeeze(0), (out.entropy.squeeze(0) if call.with_entropy else None)
+
+
+TRL = Family(
+    name="trl",
+    locate=Locate("trl", UTILS, "LPH_TRL_PATH", pypi="trl"),
+    modules={
+        "fused": Module(("trl.kernels.logprob_entropy",)),
+        "chunked": Module(("trl.kernels.chunked_logprob",)),
+    },
+    symbols={"ChunkedLogProbFunction": Symbol("chunked", ("ChunkedLogProbFunction",))},
+    entries=(
+        Entry(
+            "token_log_probs",
+            ("selective_log_softmax_and_entropy", "selective_log_softmax"),
+            token,
+            frozenset({"token", "entropy", "entropy_gate", "temperature"}),
+        ),
+        Entry("token_log_probs", ("selective_log_softmax",), token_before_1_14, frozenset({"token"})),
+        Entry(
+            "hidden_log_probs",
+            ("add_fused_lm_head", "ChunkedLogProbFunction"),
+            hidden,
+            frozenset({"hidden", "entropy", "temperature"}),
+            since="the fused LM head (add_fused_lm_head, trl/kernels/chunked_logprob.py) arrived in TRL 1.15",
+            lacks={
+                "entropy_gate": "ChunkedLogProbFunction has no switch: a trainer that wants a graph-free entropy "
+                "detaches it itself",
+            },
+        ),
+        Entry("token_policy_loss", ("compute_loss",), policy.token_policy_loss, frozenset({"token_policy_loss"})),
+    ),
+    options=(Option("entropy", ("entropy_from_logits",), "token"), *policy.OPTIONS),
+    placeholders=PLACEHOLDERS,
+    not_declared={
+        "chunking": "selective_log_softmax_and_entropy fixes entropy_from_logits' row chunk at its default and "
+        "selective_log_softmax has none; the chunked LM head's chunk is a vocabulary width, not rows",
+        "packed": "TRL's trainers pad to [B, T] and mask; the protocol's packed layouts are Megatron's",
+        "hidden_tp": "TRL never shards the LM head by vocabulary (FSDP's DTensor head is gathered whole first)",
+        **policy.NOT_DECLARED,
+    },
+    expectations=("trl.toml",),
+    prepare=_prepare,
+    triton=True,
+    cpu_case_limits=CPU_CASE_LIMITS,
+)
+
+
+def kernel_token(up, call: calls.TokenCall):
+    log_probs, entropy = up.kernel(
+        gather_vocabulary(call.logits, call.tp_group), call.targets, temperature=call.temperature
+    )
+    return log_probs, entropy if call.with_entropy else None
+
+
+TRL_TRITON = Family(
+    name="trl",
+    locate=TRL.locate,
+    modules={"fused": Module(("trl.kernels.logprob_entropy",))},
+    symbols={"kernel": Symbol("fused", ("selective_log_softmax_and_entropy",))},
+    entries=(Entry("token_log_probs", ("kernel",), kernel_token, frozenset({"token", "entropy", "temperature"})),),
+    placeholders=PLACEHOLDERS,
+    not_declared={
+        "entropy_gate": "the kernel always builds the entropy's graph; the detach is the utils wrapper's",
+        "chunking": "no chunk argument",
+    },
+    triton=True,
+)
+
+
+def triton_kernel(where=None):
+    """TRL's Triton kernel alone (``harness.targets.trl.family:triton_kernel``): what the helpers dispatch to on
+    CUDA, under Triton's interpreter on a CPU."""
+    return TRL_TRITON.target(where)

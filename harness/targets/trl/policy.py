@@ -1,55 +1,41 @@
-"""TRL's GRPO loss (``GRPOTrainer._compute_loss``, ``trl/trainer/grpo_trainer.py``) at token level.
+"""TRL's GRPO loss (``GRPOTrainer._compute_loss``) at token level: the stand-in trainer and the options' settings.
 
-The method under test is loaded alone (``harness.targets.upstream.symbols.load_method``:
-its class derives from transformers' ``Trainer``, which is never built) with
-TRL's own ``nanmin`` / ``nanmax`` (metrics only) from ``trl/trainer/utils.py``,
-and runs with a stand-in ``self`` (``TrainerSettings``, strict: a setting the
-method reads that the adapter does not map is an error naming it). The one
-call it makes into the model, ``_get_per_token_logps_and_entropies``, returns
-the harness's ``[B, R]`` log-probs and entropy, so everything after it, the
-loss, is TRL's: ratio, clip, KL, aggregation, entropy bonus.
+The method is loaded alone (``Loader.method``: its class derives from
+transformers' ``Trainer``, which is never built) with TRL's own ``nanmin`` /
+``nanmax`` (metrics only), and runs with a stand-in ``self``
+(``TrainerSettings``, strict: a setting the method reads that is not mapped
+here is an error naming it). Its one call into the model,
+``_get_per_token_logps_and_entropies``, returns the harness's ``[B, R]``
+log-probs and entropy, so everything after it, the loss, is TRL's: ratio,
+clip, KL, aggregation, entropy bonus.
 
-Mapping (docs/policy-losses.md), declared where the loaded method has it:
+Mapping (docs/policy-losses.md), each option declared where the ``GRPOConfig``
+field it sets is present (``OPTIONS``):
 
 * aggregation by ``loss_type``: ``grpo`` is ``seq-mean-token-mean`` (the
   harness's ``sum-of-sample-mean`` is it times ``B``, the adapter's
   arithmetic), ``dapo`` ``token-mean`` (``num_items_in_batch`` = the batch's
   kept tokens, one process, one accumulation step, one step per generation),
   ``dr_grpo`` ``seq-mean-token-sum-norm`` (``max_completion_length`` = the
-  constant horizon); ``bnpo`` is token-mean too (not used); no token-sum or
-  seq-mean-token-sum;
+  constant horizon). A ``loss_type`` value a revision does not know FAILS;
 * KL: ``beta`` with TRL's k3 (unclamped), added per token before the
   aggregation; ``use_bias_correction_kl``: the ratio-weighted KL;
-* ``args.delta`` (two-sided clip) as the dual clip, which it equals when
+* ``delta`` (two-sided clip) as the dual clip, which it equals when
   ``delta >= 1 + epsilon_high`` (docs/policy-losses.md); a smaller ``c`` is
   refused by name.
-
-Not declared, and why: ``token_policy_entropy`` (TRL's bonus is a token mean of the
-micro-batch whatever ``loss_type``, the protocol's follows the loss's
-aggregation, and a capability cannot be declared for one aggregation only:
-Cases with a non-zero entropy coefficient are UNSUPPORTED, those with 0 still
-check that the entropy moves nothing); ``cispo`` (TRL's weight is
-``min(r, epsilon_high)``, an absolute cap and no lower bound, the protocol's
-``clip(r, 1 - eps, 1 + eps_high)``); GSPO (``importance_sampling_level=
-"sequence"`` is the sequence form, whose gradient differs from GSPO-token's
-under per-token advantages); rollout corrections (TRL computes
-``importance_sampling_ratio`` when generating, outside the loss).
 """
 
 from __future__ import annotations
 
 import collections
-import os
-from pathlib import Path
 
 import torch
 
-from harness.targets.protocol import PolicyOptions, Target
-from harness.targets.trl import loading
+from harness.targets.protocol import PolicyOptions
+from harness.targets.upstream import calls
+from harness.targets.upstream.family import Option
 from harness.targets.upstream.settings import OneProcessAccelerator, StrictSettings
-from harness.targets.upstream.symbols import load_method, load_symbol
 
-GRPO_TRAINER = Path("trl/trainer/grpo_trainer.py")
 LOSS_TYPES = {  # the harness's aggregation -> TRL's loss_type
     "sum-of-sample-mean": "grpo",  # times B
     "seq-mean-token-mean": "grpo",
@@ -59,24 +45,41 @@ LOSS_TYPES = {  # the harness's aggregation -> TRL's loss_type
 
 
 class TrainerSettings(StrictSettings):
-    """The ``GRPOTrainer`` (``self``) and ``GRPOConfig`` (``self.args``) the method reads, as the adapter fills them."""
+    """The ``GRPOTrainer`` (``self``) and ``GRPOConfig`` (``self.args``) the method reads, as mapped here."""
 
     READ_AS = "GRPOTrainer"
     MAPPED_IN = "harness/targets/trl/policy.py (trainer_settings)"
 
 
-def capabilities(source: str) -> set[str]:
-    """The options the loaded ``_compute_loss`` has, read from its source text."""
-    caps = {"token_policy_loss"}
-    caps |= {f"policy_agg_{mode}" for mode, loss_type in LOSS_TYPES.items() if f'"{loss_type}"' in source}
-    caps.discard("policy_agg_sum-of-sample-mean")
-    if "self.beta" in source and "ref_per_token_logps" in source:
-        caps.add("policy_kl_k3")
-        if "use_bias_correction_kl" in source:
-            caps.add("policy_kl_ratio_weighted")
-    if "self.args.delta" in source:
-        caps.add("policy_dual_clip")
-    return caps
+def _configured(*fields):
+    """Declared where TRL's ``GRPOConfig`` has every one of ``fields`` (the settings the option sets)."""
+
+    def holds(up) -> bool:
+        return set(fields) <= up.config_fields
+
+    holds.__doc__ = f"GRPOConfig has {', '.join(fields)}"
+    return holds
+
+
+OPTIONS = (
+    Option("policy_agg_seq-mean-token-mean", (_configured("loss_type"),), "token_policy_loss"),
+    Option("policy_agg_token-mean", (_configured("loss_type"),), "token_policy_loss"),
+    Option(
+        "policy_agg_seq-mean-token-sum-norm", (_configured("loss_type", "max_completion_length"),), "token_policy_loss"
+    ),
+    Option("policy_kl_k3", (_configured("beta"),), "token_policy_loss"),
+    Option("policy_kl_ratio_weighted", (_configured("beta", "use_bias_correction_kl"),), "token_policy_loss"),
+    Option("policy_dual_clip", (_configured("delta"),), "token_policy_loss"),
+)
+NOT_DECLARED = {
+    "token_policy_entropy": "TRL's bonus is a token mean of the micro-batch whatever loss_type, the protocol's "
+    "follows the loss's aggregation (Cases with a coefficient of 0 still check that the entropy moves nothing)",
+    "policy_cispo": "TRL's weight is min(r, epsilon_high), an absolute cap with no lower bound, the protocol's "
+    "clip(r, 1 - eps, 1 + eps_high)",
+    "policy_gspo": "importance_sampling_level='sequence' is the sequence form, whose gradient differs from "
+    "GSPO-token's under per-token advantages",
+    "policy_tis_token": "TRL computes importance_sampling_ratio when generating, outside the loss",
+}
 
 
 def trainer_settings(log_probs, entropy, *, eps_clip, eps_clip_high, entropy_coef, options) -> TrainerSettings:
@@ -115,52 +118,30 @@ def trainer_settings(log_probs, entropy, *, eps_clip, eps_clip_high, entropy_coe
     )
 
 
-class TRLPolicyTarget(Target):
-    """``GRPOTrainer._compute_loss`` of the TRL tree ``root`` (``LPH_TRL_PATH`` or installed) at token level."""
-
-    def __init__(self, root: str | os.PathLike | None = None):
-        self.root = Path(root) if root is not None else loading.trl_root()
-        self.name = f"trl-{loading.trl_version(self.root)}"
-        if not (self.root / GRPO_TRAINER).is_file():
-            raise FileNotFoundError(f"{self.root / GRPO_TRAINER}: this TRL has no GRPO trainer")
-        utils = self.root / loading.UTILS
-        helpers = {name: load_symbol(utils, name) for name in ("nanmin", "nanmax")}
-        self.compute_loss = load_method(self.root / GRPO_TRAINER, "GRPOTrainer", "_compute_loss", stand_ins=helpers)
-        self.capabilities = frozenset(capabilities((self.root / GRPO_TRAINER).read_text()))
-
-    def token_policy_loss(
-        self,
-        log_probs,
-        *,
-        old_log_probs,
-        advantages,
-        loss_mask,
-        eps_clip,
-        eps_clip_high,
-        entropy,
-        entropy_coef,
-        options=None,
-    ):
-        options = options if options is not None else PolicyOptions()
-        trainer = trainer_settings(
-            log_probs,
-            entropy,
-            eps_clip=eps_clip,
-            eps_clip_high=eps_clip_high,
-            entropy_coef=entropy_coef,
-            options=options,
-        )
-        rows, width = log_probs.shape
-        inputs = {
-            "prompt_ids": torch.zeros(rows, 0, dtype=torch.long, device=log_probs.device),
-            "prompt_mask": torch.zeros(rows, 0, dtype=torch.long, device=log_probs.device),
-            "completion_ids": torch.zeros(rows, width, dtype=torch.long, device=log_probs.device),
-            "completion_mask": loss_mask,
-            "advantages": advantages,
-            "old_per_token_logps": old_log_probs,
-            "num_items_in_batch": loss_mask.sum(),
-        }
-        if options.kl_coef != 0:
-            inputs["ref_per_token_logps"] = options.ref_log_probs
-        loss = self.compute_loss(trainer, None, inputs)
-        return loss * rows if options.aggregation == "sum-of-sample-mean" else loss
+def token_policy_loss(up, call: calls.TokenPolicyCall):
+    """``_compute_loss(trainer, model, inputs)`` on the harness's ``[B, R]`` matrices."""
+    options = call.options if call.options is not None else PolicyOptions()
+    eps_clip_high = call.eps_clip if call.eps_clip_high is None else call.eps_clip_high
+    trainer = trainer_settings(
+        call.log_probs,
+        call.entropy,
+        eps_clip=call.eps_clip,
+        eps_clip_high=eps_clip_high,
+        entropy_coef=call.entropy_coef,
+        options=options,
+    )
+    rows, width = call.log_probs.shape
+    device = call.log_probs.device
+    inputs = {
+        "prompt_ids": torch.zeros(rows, 0, dtype=torch.long, device=device),
+        "prompt_mask": torch.zeros(rows, 0, dtype=torch.long, device=device),
+        "completion_ids": torch.zeros(rows, width, dtype=torch.long, device=device),
+        "completion_mask": call.loss_mask,
+        "advantages": call.advantages,
+        "old_per_token_logps": call.old_log_probs,
+        "num_items_in_batch": call.loss_mask.sum(),
+    }
+    if options.kl_coef != 0:
+        inputs["ref_per_token_logps"] = options.ref_log_probs
+    loss = up.compute_loss(trainer, None, inputs)
+    return loss * rows if options.aggregation == "sum-of-sample-mean" else loss

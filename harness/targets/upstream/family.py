@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from harness.ranks.device import device_type
 from harness.targets.protocol import Target
 from harness.targets.upstream import calls, megatron_stand_in
 from harness.targets.upstream.loader import Loader, MissingUpstream
@@ -121,6 +123,8 @@ class Family:
     context: Callable | None = None  # (up, tp_group, cp_group) -> context manager: the family's own calling state
     prepare: Callable | None = None  # (up) -> None: facts read once per revision, after loading, before declaring
     combinations: Callable | None = None  # (up, PolicyOptions) -> names of option combinations it has no form for
+    triton: bool = False  # its files decorate Triton kernels as they execute: on a CPU, the interpreter first
+    cpu_case_limits: dict | None = None  # on a CPU, the largest case it is checked on (harness/cases/limits.py)
 
     def target(self, where=None) -> FamilyTarget:
         return FamilyTarget(self, where)
@@ -148,7 +152,10 @@ class FamilyTarget(Target):
 
     def __init__(self, family: Family, where=None):
         located = find(family.name, family.locate, where)
+        if family.triton and device_type() == "cpu":
+            os.environ.setdefault("TRITON_INTERPRET", "1")  # read by triton.jit when a kernel is decorated
         self.family, self.root = family, located.root
+        self.case_limits = family.cpu_case_limits if device_type() == "cpu" else None
         self.name = f"{family.name}@{located.revision}" if located.revision else f"{family.name}-{located.version}"
         if located.version == "unknown":
             self.name = family.name
@@ -199,7 +206,10 @@ class FamilyTarget(Target):
                 state = "absent" if getattr(self.up, key) is None else "present"
                 symbol = self.family.symbols.get(key)
                 if symbol is None:
-                    tried.append(f"{key}, read by the record's prepare ({state})")
+                    where = getattr(self.up, "read_from", {}).get(key)  # the file a record's prepare read it from
+                    tried.append(
+                        f"{key} in {where} ({state})" if where else f"{key}, read by the record's prepare ({state})"
+                    )
                     continue
                 modules = [name for m in symbol.modules for name in self.family.modules[m].names]
                 files = " or ".join(f"{name.replace('.', '/')}.py" for name in modules)

@@ -31,6 +31,7 @@ Limits (what ``load_symbol`` cannot see, so an adapter must stand it in):
 from __future__ import annotations
 
 import ast
+import sys
 import types
 from pathlib import Path
 
@@ -150,18 +151,24 @@ def _execute_needed(path: Path, tree: ast.Module, name: str, stand_ins: dict, pa
     module = types.ModuleType(f"lph_symbol_{path.stem}_{name}")
     module.__file__, module.__package__ = str(path), package
     module.__dict__.update(stand_ins)
-    for node in needed_statements(tree, name, stand_ins):
-        if set(_bound_names(node)) <= set(stand_ins) and _bound_names(node):
-            continue
-        code = compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec")
-        try:
-            exec(code, module.__dict__)
-        except ModuleNotFoundError as exc:
-            missing = exc.name or str(exc)
-            bound = ", ".join(f"{b!r}" for b in _bound_names(node))
-            raise MissingUpstreamImport(
-                missing,
-                f"{path}:{node.lineno} (needed by {name!r})",
-                f"Install it, or stand it in: load_symbol(..., stand_ins={{{bound}: <object>}}).",
-            ) from exc
+    # While it executes the module is in sys.modules, as an imported one is: a dataclass with string annotations
+    # looks its module up there (TRL's GRPOConfig).
+    sys.modules[module.__name__] = module
+    try:
+        for node in needed_statements(tree, name, stand_ins):
+            if set(_bound_names(node)) <= set(stand_ins) and _bound_names(node):
+                continue
+            code = compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec")
+            try:
+                exec(code, module.__dict__)
+            except ModuleNotFoundError as exc:
+                missing = exc.name or str(exc)
+                bound = ", ".join(f"{b!r}" for b in _bound_names(node))
+                raise MissingUpstreamImport(
+                    missing,
+                    f"{path}:{node.lineno} (needed by {name!r})",
+                    f"Install it, or stand it in: load_symbol(..., stand_ins={{{bound}: <object>}}).",
+                ) from exc
+    finally:
+        sys.modules.pop(module.__name__, None)
     return module.__dict__[name]
