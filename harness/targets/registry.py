@@ -24,6 +24,7 @@ ON_KERNEL = {
     "slime": "harness.targets.slime.family:SLIME",
     "miles": "harness.targets.slime.family:MILES",
     "skyrl": "harness.targets.skyrl.family:SKYRL",
+    "verl": "harness.targets.verl.family:VERL",
 }
 
 
@@ -53,7 +54,6 @@ class Legacy:
 # name, import name, marker file, adapter class, PyPI distribution (None: checkouts only)
 _LEGACY_ROWS = (
     ("nemo_rl", "nemo_rl", "nemo_rl/distributed/model_utils.py", "nemo_rl.sampling:NemoRLSamplingTarget", None),
-    ("verl", "verl", "verl/utils/megatron/tensor_parallel.py", "verl.token:VerlTarget", "verl"),
     ("liger", "liger_kernel", "liger_kernel/ops/cross_entropy.py", "liger.family:LigerFamilyTarget", "liger-kernel"),
     ("trl", "trl", "trl/trainer/utils.py", "trl.family:TRLFamilyTarget", "trl"),
     ("te", "transformer_engine", "transformer_engine/pytorch/triton/cross_entropy.py",
@@ -64,7 +64,6 @@ _LEGACY_ROWS = (
 )  # fmt: skip
 # The hidden-state paths of families on their old adapters, and the expectations those paths add.
 _HIDDEN = {
-    "verl": ("harness.targets.verl.hidden:VerlFusedTorchTarget", ("verl-hidden.toml",)),
     "nemo_rl": ("harness.targets.nemo_rl.hidden:NemoRLHiddenTarget", ()),
 }
 LEGACY = {
