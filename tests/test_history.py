@@ -1,11 +1,11 @@
 """The history replay (harness/gate/history.py) for any family, on throwaway git repositories: offline, fast.
 
-A tiny repository holding the verl stand-in tree (a family on its old adapter)
-is committed three times (the correct tree, a revision that touches no file
-under test, a revision whose ``tensor_parallel.py`` lacks what the adapter
-needs). The replay must pick only the commits touching the adapter's files,
-key revisions by those files' blobs, and give the unloadable revision an ERROR
-row with the adapter's reason, never a verdict (the suite is not run for it).
+A tiny repository holding the verl stand-in tree is committed three times
+(the correct tree, a revision that touches no file the loader executed, a
+revision whose ``tensor_parallel.py`` lacks what verl's engine imports from
+it). The replay must pick only the commits touching the executed files, key
+revisions by those files' blobs, and give the unloadable revision an ERROR row
+with the reason, never a verdict (the suite is not run for it).
 
 A slime stand-in repository shows the keys coming from what the loader
 executed: a defect in a helper module the loss module imports (no list names
@@ -22,11 +22,11 @@ from harness.checks.parity import check_packed_forward
 from harness.gate import history
 from harness.gate.verdicts import FAIL, PASS, Run, Verdict
 from harness.targets import registry
-from harness.targets.verl import source
 from tests.fakes.slime import targets as slime_fakes
 from tests.fakes.verl import targets as fakes
 
-TENSOR_PARALLEL = source.TENSOR_PARALLEL
+TENSOR_PARALLEL = "verl/utils/megatron/tensor_parallel.py"
+MISSING = "cannot import name 'vocab_parallel_entropy'"  # verl's engine imports it from tensor_parallel.py
 
 
 def _git(repo, *args):
@@ -55,8 +55,8 @@ def repo(tmp_path):
     return root
 
 
-def test_only_commits_touching_the_adapters_files_are_replayed(repo):
-    paths = registry.family("verl").files
+def test_only_commits_touching_the_executed_files_are_replayed(repo):
+    paths = fakes.correct().executed
     found = history.commits(repo, paths, "2025-01-01", "HEAD")
     assert [c.subject for c in found] == ["drop the entropy"]  # the first commit has no parent to compare with
     assert history.content_key(repo, "HEAD~1", paths) == history.content_key(repo, "HEAD~2", paths)
@@ -73,7 +73,7 @@ def test_a_revision_the_adapter_cannot_load_is_an_error_row_with_its_reason(repo
     (row,) = history.json.loads((reports / "verl" / "history.json").read_text())["rows"]
     assert row["title"] == "drop the entropy" and not row["would_block"] and not row["new_fail"]
     (error,) = row["errors"]
-    assert error.startswith("adapter cannot load") and "defines no vocab_parallel_entropy" in error
+    assert error.startswith("adapter cannot load") and MISSING in error
     assert "adapter cannot load" in (reports / "verl" / "history.md").read_text()
 
 
@@ -157,7 +157,7 @@ def test_pypi_releases_replay_each_release_against_the_one_before(tmp_path, monk
     (row,) = history.json.loads((reports / "verl" / "history.json").read_text())["rows"]
     assert (row["commit"], row["title"], row["date"]) == ("1.11", "1.10 -> 1.11", "2026-03-02")
     assert (
-        row["errors"][0].startswith("adapter cannot load") and "defines no vocab_parallel_entropy" in row["errors"][0]
+        row["errors"][0].startswith("adapter cannot load") and MISSING in row["errors"][0]
     )
     assert history.main(["slime==pypi", "--reports", str(reports)]) == 2  # slime publishes no releases here
 

@@ -69,3 +69,15 @@ def test_a_method_loads_without_its_class_and_runs_with_a_stand_in_self():
     assert loss.__name__ == "loss" and inspect.getsourcefile(loss) == str(HEAVY)
     with pytest.raises(LookupError, match="HeavyTrainer.missing"):
         load_method(HEAVY, "HeavyTrainer", "missing")
+
+
+def test_a_closure_inside_a_method_loads_as_a_factory_of_its_free_variables():
+    from types import SimpleNamespace
+
+    from harness.targets.upstream.symbols import load_inner
+
+    factory = load_inner(HEAVY, "HeavyTrainer", "step", "processor")
+    assert factory.free == ("scale", "self")  # the method's locals it reads; nothing else of the method runs
+    assert factory(scale=2.0, self=SimpleNamespace(offset=1.0))(3.0) == 13.0
+    with pytest.raises(LookupError, match="no function processor inside HeavyTrainer.loss"):
+        load_inner(HEAVY, "HeavyTrainer", "loss", "processor")

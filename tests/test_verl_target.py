@@ -1,113 +1,41 @@
-"""Self-tests of the verl adapters (harness/targets/verl/) on stand-in trees: no network, no verl.
+"""Self-tests of the verl record (harness/targets/verl/family.py) on stand-in trees: no network, no verl.
 
 The stand-ins under tests/fakes/verl/ follow the signatures of the verl
-functions the adapters call, with plain torch arithmetic. These tests exercise
-the seams: finding the tree, executing the files under test as private modules
-with Megatron and verl's trainer imports stood in, the composition of verl's
-Megatron logits processor (temperature in the logits' dtype, entropy on the
-divided logits, log-probs on their backup), the PPO loss through verl's
-registry and aggregation, the fused torch LM-head path, the chunked-entropy
-backward defect of verl 0.9.1 failing the checks while the correct one passes,
-and the packed level: verl's thd helpers (a stand-in padding to ``tp·cp·2``,
-not the harness's ``2·cp``) run on the harness's rows re-laid out across CP
-ranks, and a label roll done per CP chunk fails the packed check.
+definitions the record calls, with plain torch arithmetic: the engine's
+logits processor (a method whose class and module never run), the engine
+forward with verl's thd helpers, the loss registry, the fused LM head. These
+tests exercise the seams: what is declared and recorded, what is an ERROR,
+the translation (the logits the engine owns, the rows the harness's model
+returns across CP ranks), and that the composition that runs is the tree's:
+a processor that leaves out its temperature division and an engine forward
+that leaves out the label roll FAIL, and so does a ppo_loss without its entropy
+term; a label roll per CP chunk FAILS under CP only; the chunked-entropy backward of verl 0.9.1 (a saved view written in
+backward) crashes the backward check.
 """
 
+import shutil
 import sys
 
 import pytest
 import torch
 
 from harness.cases.case import Case
+from harness.cases.hidden import with_hidden_size
+from harness.checks.forward_only import check_hidden_forward_only, check_packed_forward_only, check_token_forward_only
 from harness.checks.hidden import check_hidden_backward, check_hidden_forward
 from harness.checks.parity import check_packed_backward, check_packed_forward, check_token_backward, check_token_forward
 from harness.checks.policy import check_policy_loss
 from harness.gate import specs
-from harness.targets import PackedInputs, registry
-from harness.targets.verl import source
-from harness.targets.verl.token import VerlTarget, divided
+from harness.targets import PackedInputs, load_target, registry
+from harness.targets.upstream.loader import MissingUpstream
+from harness.targets.verl.family import VERL
 from tests.fakes.verl import targets as fakes
 
-CORRECT = f"{fakes.__file__}:correct"
-VIEW_WRITING = f"{fakes.__file__}:view_writing"
-FUSED = f"{fakes.__file__}:fused_torch"
-CHUNK_ROLLED = f"{fakes.__file__}:chunk_rolled"
+CORRECT = f"verl={fakes.HERE / 'correct'}"
+VIEW_WRITING = f"verl={fakes.HERE / 'view_writing'}"
+CHUNK_ROLLED = f"verl={fakes.HERE / 'chunk_rolled'}"
 TOKEN_CASE = Case(seed=7, vocab=10, samples=((9, 4),), temperature=2.5, with_entropy=True)
 POLICY_CASE = Case(seed=5, vocab=12, samples=((7, 4), (3, 0), (5, 4)), pad_multiple=3, mask_mode="mixed")
-
-
-def test_tree_comes_from_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv(source.PATH_VARIABLE, str(fakes.HERE / "correct"))
-    assert VerlTarget().root == (fakes.HERE / "correct").resolve()
-    monkeypatch.setenv(source.PATH_VARIABLE, str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="verl/utils/megatron/tensor_parallel.py"):
-        source.verl_root()
-
-
-def test_loading_stands_in_only_while_loading():
-    target = fakes.correct()
-    options = {
-        "token_policy_loss",
-        "token_policy_entropy",
-        "policy_dual_clip",
-        "policy_agg_seq-mean-token-mean",
-    }  # what the fake's loss has
-    packed = {"packed", "cp_zigzag", "cp_allgather"}
-    assert target.capabilities == {"token", "entropy", "chunking", "temperature", "policy_loss"} | options | packed
-    assert not [name for name in sys.modules if name == "verl" or name.startswith("verl.")]
-    assert "tensordict" not in sys.modules, "import-only placeholders must not outlive the load"
-    assert "megatron.core.packed_seq_params" not in sys.modules, "the PackedSeqParams stand-in is for loading only"
-    # A verl tree without core_algos has no policy loss; one without models/mcore/util.py no packed level.
-    assert not fakes.view_writing().capabilities & ({"policy_loss"} | packed)
-
-
-def test_temperature_is_rounded_to_the_logits_dtype_as_verl_divides():
-    logits = torch.randn(3, 5).to(torch.bfloat16)
-    expected = logits / torch.tensor(0.7).to(torch.bfloat16)
-    assert torch.equal(divided(logits, 0.7), expected)
-    assert torch.tensor(0.7).to(torch.bfloat16).item() == 0.69921875  # the divisor verl uses in bf16
-
-
-@pytest.mark.parametrize("chunk_size", [None, 2])
-def test_token_level_matches_the_oracle(chunk_size):
-    case = TOKEN_CASE.with_(chunk_size=chunk_size)
-    check_token_forward(case, CORRECT)
-    check_token_backward(case, CORRECT)
-
-
-def test_chunked_entropy_writing_its_saved_view_fails_the_backward():
-    check_token_backward(TOKEN_CASE, VIEW_WRITING)  # one chunk: the write is undone before anything reads it
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        check_token_backward(TOKEN_CASE.with_(chunk_size=2), VIEW_WRITING)
-
-
-@pytest.mark.parametrize("coef", [0.0, -0.5])
-def test_policy_loss_through_verls_registry(coef):
-    check_policy_loss(POLICY_CASE.with_(entropy_coef=coef, with_entropy=True), CORRECT)
-    check_policy_loss(POLICY_CASE.with_(with_entropy=False), CORRECT)
-
-
-def test_cp_mode_without_a_cp_group_is_refused_clearly():
-    inputs = PackedInputs([torch.tensor([1, 2, 3])], [3], [2], [torch.ones(2)], "thd", 1, cp_mode="zigzag")
-    with pytest.raises(ValueError, match="cp_group"):
-        fakes.correct().policy_loss(
-            torch.zeros(3, 4),
-            inputs,
-            advantages=[torch.zeros(2)],
-            old_log_probs=[torch.zeros(2)],
-            eps_clip=0.2,
-            eps_clip_high=0.2,
-            entropy_coef=0.0,
-            with_entropy=False,
-            tp_group=None,
-            cp_group=None,
-            chunk_size=None,
-            temperature=1.0,
-            response_only=False,
-            loss_mask_only=False,
-        )
-
-
 PACKED_CASES = [
     # tp 2 without CP: verl pads every sequence to a multiple of tp, the harness not at all
     Case(seed=4, vocab=16, tp=2, samples=((9, 5), (4, 3)), pad_multiple=3, temperature=0.7, with_entropy=True),
@@ -117,15 +45,195 @@ PACKED_CASES = [
 ]
 
 
+def _edited(tmp_path, name: str, path: str, old: str, new: str) -> str:
+    """A copy of the correct tree with one line of ``path`` changed: the spec of that tree."""
+    tree = tmp_path / name
+    shutil.copytree(fakes.HERE / "correct", tree)
+    file = tree / path
+    assert old in file.read_text()
+    file.write_text(file.read_text().replace(old, new))
+    return f"verl={tree}"
+
+
+# ---- the record: declared, recorded, missing ------------------------------------------------------
+
+
+def test_declared_where_the_revision_has_it():
+    target = fakes.correct()
+    policy = {"token_policy_loss", "token_policy_entropy", "policy_dual_clip", "policy_agg_seq-mean-token-mean"}
+    assert target.capabilities == {
+        "token", "entropy", "chunking", "temperature", "packed", "cp_zigzag", "cp_allgather", "policy_loss",
+        "hidden",
+    } | policy  # fmt: skip
+    # a tree without the engine forward (models/mcore/model_forward.py): no packed level, no loss from logits
+    view_writing = fakes.view_writing()
+    assert not view_writing.capabilities & {"packed", "policy_loss", "cp_zigzag"}
+    assert "engine forward" in view_writing.not_declared["packed_log_probs"]
+    assert "#6848" in view_writing.not_declared["policy_loss"]
+    assert not [name for name in sys.modules if name == "verl" or name.startswith("verl.")]
+    assert "tensordict" not in sys.modules, "import-only placeholders must not outlive the load"
+    assert "megatron.core.packed_seq_params" not in sys.modules, "the PackedSeqParams stand-in is for loading only"
+
+
+def test_every_file_the_family_executed_is_recorded():
+    """What a history keys verl's revisions by: the modules executed and the engine file the method came from;
+    the engine module's own imports (Megatron's pipeline schedule, the engine base) never ran."""
+    assert set(fakes.correct().executed) == {
+        "verl/utils/megatron/tensor_parallel.py",
+        "verl/models/mcore/util.py",
+        "verl/models/mcore/model_forward.py",
+        "verl/utils/torch_functional.py",
+        "verl/trainer/ppo/core_algos.py",
+        "verl/workers/utils/losses.py",
+        "verl/utils/experimental/torch_functional.py",
+        "verl/workers/engine/megatron/transformer_impl.py",
+    }
+
+
+def test_a_missing_path_is_an_error_naming_it(tmp_path):
+    tree = tmp_path / "no-fused"
+    shutil.copytree(fakes.HERE / "correct", tree)
+    (tree / "verl/utils/experimental/torch_functional.py").unlink()
+    with pytest.raises(MissingUpstream, match=r"hidden_log_probs: FusedLinearForPPO in verl/utils/experimental/"):
+        VERL.target(tree)
+
+
+def test_the_engine_method_missing_from_its_file_is_not_declared_with_the_reason(tmp_path):
+    spec = _edited(
+        tmp_path, "closure", "verl/workers/engine/megatron/transformer_impl.py", "def _lm_head_logits", "def _renamed"
+    )
+    target = load_target(spec)
+    assert "token" not in target.capabilities
+    assert "a closure in forward_step" in target.not_declared["token_log_probs"]
+
+
+# verl before #6848: the processor is a closure inside forward_step over its locals (written here, not copied)
+CLOSURE_ENGINE = """
+import torch
+from verl.utils.megatron.tensor_parallel import vocab_parallel_entropy, vocab_parallel_log_probs_from_logits
+
+
+class MegatronEngineWithLMHead:
+    def forward_step(self, batch, model):
+        calculate_entropy = batch["calculate_entropy"]
+
+        def logits_processor(logits, label, temperature):
+            temperature[temperature <= 0] = 1e-8
+            logits.div_(temperature.unsqueeze(-1).to(logits.dtype))
+            result, backup = {}, logits
+            if calculate_entropy:
+                backup = logits.clone()
+                result["entropy"] = vocab_parallel_entropy(logits)
+            result["log_probs"] = vocab_parallel_log_probs_from_logits(backup, label)
+            return result
+
+        return model(logits_processor)
+"""
+
+
+def test_an_older_revisions_closure_serves_the_token_and_packed_levels(tmp_path):
+    """The older form of the processor is an alternative in the record, so a history reaches it: the closure runs
+    with forward_step's locals bound by name, and one the record does not map is a load ERROR naming it."""
+    tree = tmp_path / "closure"
+    shutil.copytree(fakes.HERE / "correct", tree)
+    engine = tree / "verl/workers/engine/megatron/transformer_impl.py"
+    engine.write_text(CLOSURE_ENGINE)
+    spec = f"verl={tree}"
+    assert {"token", "packed", "temperature", "policy_loss"} <= load_target(spec).capabilities
+    check_token_forward(TOKEN_CASE, spec)
+    check_packed_forward(PACKED_CASES[0], spec)
+    local = 'calculate_entropy = batch["calculate_entropy"]'
+    engine.write_text(
+        CLOSURE_ENGINE.replace(local, f'{local}\n        model_dtype = batch["dtype"]').replace(
+            "if calculate_entropy:", "if calculate_entropy and model_dtype:"
+        )
+    )
+    with pytest.raises(MissingUpstream, match=r"reads \['model_dtype'\]"):
+        VERL.target(tree)
+
+
+def test_the_tree_comes_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(VERL.locate.variable, str(fakes.HERE / "correct"))
+    assert VERL.target().root == (fakes.HERE / "correct").resolve()
+    monkeypatch.setenv(VERL.locate.variable, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="verl/utils/megatron/tensor_parallel.py"):
+        VERL.target()
+
+
+def test_gate_and_history_know_the_family():
+    resolved = specs.resolve("verl==0.9.1")
+    assert resolved.family == "verl" and resolved.pip_requirement == "verl==0.9.1"
+    assert resolved.env == {"LPH_VERL_PATH": str(specs.PACKAGES / "verl-0.9.1")}
+    assert registry.family("verl") is VERL and VERL.expectations == ("verl.toml", "verl-hidden.toml")
+
+
+# ---- token level: verl's processor ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk_size", [None, 2])
+def test_token_level_matches_the_oracle(chunk_size):
+    case = TOKEN_CASE.with_(chunk_size=chunk_size)
+    check_token_forward(case, CORRECT)
+    check_token_backward(case, CORRECT)
+    check_token_forward_only(case, CORRECT)
+
+
+def test_the_processor_divides_a_tensor_the_engine_owns():
+    """verl divides the model output in place; the harness's logits are the caller's and stay as given."""
+    logits = torch.randn(5, 7, dtype=torch.bfloat16, requires_grad=True)
+    before = logits.detach().clone()
+    target = fakes.correct()
+    options = dict(tp_group=None, chunk_size=None, with_entropy=False, entropy_grad=False, temperature=0.7)
+    log_probs, _ = target.token_log_probs(logits, torch.arange(5), **options)
+    assert torch.equal(logits.detach(), before)
+    # verl divides by the temperature cast to the logits' dtype: a bf16 run divides by 0.69921875
+    want = torch.log_softmax((before / torch.tensor(0.7).to(torch.bfloat16)).float(), -1)[
+        torch.arange(5), torch.arange(5)
+    ]
+    assert torch.allclose(log_probs, want, atol=1e-6)
+
+
+def test_a_processor_that_leaves_out_its_temperature_step_fails(tmp_path):
+    """The composition that runs is the tree's: its processor takes a temperature and never divides by it."""
+    spec = _edited(
+        tmp_path, "undivided", "verl/workers/engine/megatron/transformer_impl.py", "DIVIDE = True", "DIVIDE = False"
+    )
+    check_token_forward(TOKEN_CASE, CORRECT)
+    assert "temperature" in load_target(spec).capabilities
+    with pytest.raises(AssertionError):
+        check_token_forward(TOKEN_CASE, spec)
+    with pytest.raises(AssertionError):
+        check_packed_forward(PACKED_CASES[0], spec)
+
+
+def test_chunked_entropy_writing_its_saved_view_fails_the_backward():
+    check_token_backward(TOKEN_CASE, VIEW_WRITING)  # one chunk: the write is undone before anything reads it
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        check_token_backward(TOKEN_CASE.with_(chunk_size=2), VIEW_WRITING)
+
+
+# ---- packed level: verl's engine forward on the harness's rows ------------------------------------------
+
+
 @pytest.mark.parametrize("case", PACKED_CASES, ids=lambda c: f"tp{c.tp}-cp{c.cp}-{c.cp_mode}")
-def test_packed_level_runs_verls_thd_helpers_on_the_harness_rows(case):
+def test_packed_level_runs_verls_engine_forward_on_the_harness_rows(case):
     check_packed_forward(case, CORRECT)
     check_packed_backward(case, CORRECT)
 
 
-def test_policy_loss_under_cp_reads_verls_whole_batch_loss_as_each_ranks_share():
-    case = PACKED_CASES[1].with_(tp=1, mask_mode="mixed", entropy_coef=0.1)
-    check_policy_loss(case, CORRECT)
+def test_packed_forward_only():
+    check_packed_forward_only(PACKED_CASES[1], CORRECT)
+
+
+def test_an_engine_forward_that_leaves_out_the_label_roll_fails(tmp_path):
+    """verl decides the roll (``need_roll``) in its engine forward; a tree whose forward leaves it out FAILS."""
+    spec = _edited(
+        tmp_path, "unrolled", "verl/models/mcore/model_forward.py", "ROLL_LABEL = True", "ROLL_LABEL = False"
+    )
+    case = PACKED_CASES[0].with_(tp=1)
+    check_packed_forward(case, CORRECT)
+    with pytest.raises(AssertionError):
+        check_packed_forward(case, spec)
 
 
 def test_label_roll_per_cp_chunk_fails_the_packed_check():
@@ -135,31 +243,59 @@ def test_label_roll_per_cp_chunk_fails_the_packed_check():
         check_packed_forward(case, CHUNK_ROLLED)
 
 
+# ---- policy loss ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("coef", [0.0, -0.5])
+def test_policy_loss_through_verls_registry(coef):
+    check_policy_loss(POLICY_CASE.with_(entropy_coef=coef, with_entropy=True), CORRECT)
+    check_policy_loss(POLICY_CASE.with_(with_entropy=False), CORRECT)
+
+
+def test_a_loss_that_leaves_out_its_entropy_term_fails(tmp_path):
+    """The policy loss that runs is verl's ppo_loss: a tree whose ppo_loss drops the entropy term FAILS."""
+    spec = _edited(
+        tmp_path, "no-entropy-term", "verl/workers/utils/losses.py", "ENTROPY_TERM = True", "ENTROPY_TERM = False"
+    )
+    case = POLICY_CASE.with_(entropy_coef=-0.5, with_entropy=True)
+    check_policy_loss(case, CORRECT)
+    with pytest.raises(AssertionError):
+        check_policy_loss(case, spec)
+
+
+def test_policy_loss_under_cp_reads_verls_whole_batch_loss_as_each_ranks_share():
+    check_policy_loss(PACKED_CASES[1].with_(tp=1, mask_mode="mixed", entropy_coef=0.1), CORRECT)
+
+
+def test_cp_mode_without_a_cp_group_is_refused_clearly():
+    inputs = PackedInputs([torch.tensor([1, 2, 3])], [3], [2], [torch.ones(2)], "thd", 1, cp_mode="zigzag")
+    with pytest.raises(ValueError, match="cp_group"):
+        fakes.correct().packed_log_probs(
+            torch.zeros(3, 4),
+            inputs,
+            tp_group=None,
+            cp_group=None,
+            chunk_size=None,
+            with_entropy=False,
+            entropy_grad=False,
+            temperature=1.0,
+            response_only=False,
+            loss_mask_only=False,
+        )
+
+
+# ---- hidden states: verl's fused LM head ------------------------------------------------------------------
+
+
 @pytest.mark.parametrize("chunk_size", [None, 3])
 def test_fused_torch_path_matches_the_oracle(chunk_size):
-    case = Case(seed=3, vocab=11, samples=((8, 7),), chunk_size=chunk_size, temperature=0.7, extra={"hidden_size": 5})
-    check_hidden_forward(case, FUSED)
-    check_hidden_backward(case, FUSED)
+    case = with_hidden_size(Case(seed=3, vocab=11, samples=((8, 7),), chunk_size=chunk_size, temperature=0.7), 5)
+    check_hidden_forward(case, CORRECT)
+    check_hidden_backward(case, CORRECT)
+    check_hidden_forward_only(case, CORRECT)
 
 
-def test_gate_and_history_know_the_family():
-    resolved = specs.resolve("verl==0.9.1")
-    assert resolved.family == "verl" and resolved.pip_requirement == "verl==0.9.1"
-    assert resolved.env == {"LPH_VERL_PATH": str(specs.PACKAGES / "verl-0.9.1")}
-    assert registry.family("verl").files == (*source.FILES_UNDER_TEST, source.FUSED_TORCH)
-
-
-def test_the_family_target_carries_the_hidden_state_path():
-    """``verl=PATH`` / ``verl==X`` is one target for every path verl ships: its fused LM head is the family's
-    ``hidden_log_probs``, judged by that path's own options (one rank: ``hidden_tp`` is not among them)."""
-    from harness.cases.hidden import with_hidden_size
-    from harness.checks.hidden import check_hidden_backward, check_hidden_forward
-
-    target = registry.target("verl", fakes.HERE / "correct")
-    assert {"hidden", "packed", "token"} <= target.capabilities
-    assert target.capabilities_for({"hidden"}) == {"hidden", "entropy", "chunking", "temperature"}
-    case = with_hidden_size(Case(seed=3, vocab=12, samples=((7, 4),), chunk_size=3, temperature=0.7), 5)
-    spec = f"verl={fakes.HERE / 'correct'}"
-    check_hidden_forward(case, spec)
-    check_hidden_backward(case, spec)
-    assert registry.family("verl").expectations == ("verl.toml", "verl-hidden.toml")
+def test_the_hidden_path_is_judged_by_its_own_options():
+    target = fakes.correct()
+    assert target.capabilities_for({"hidden"}) == target.capabilities
+    assert "hidden_tp" in target.not_declared

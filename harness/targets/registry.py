@@ -28,6 +28,7 @@ ON_KERNEL = {
     "te": "harness.targets.transformer_engine.family:TE",
     "liger": "harness.targets.liger.family:LIGER",
     "trl": "harness.targets.trl.family:TRL",
+    "verl": "harness.targets.verl.family:VERL",
 }
 
 
@@ -56,15 +57,12 @@ class Legacy:
 
 # name, import name, marker file, adapter class, PyPI distribution (None: checkouts only)
 _LEGACY_ROWS = (
-    ("verl", "verl", "verl/utils/megatron/tensor_parallel.py", "verl.token:VerlTarget", "verl"),
     ("ms_swift", "swift", "swift/megatron/trainers/vocab_parallel_utils.py",
      "ms_swift.token:MsSwiftTarget", "ms-swift"),
     ("vllm", "vllm", "vllm/v1/sample/ops/topk_topp_sampler.py", "vllm.sampler:VllmSamplerTarget", None),
 )  # fmt: skip
 # The hidden-state paths of families on their old adapters, and the expectations those paths add.
-_HIDDEN = {
-    "verl": ("harness.targets.verl.hidden:VerlFusedTorchTarget", ("verl-hidden.toml",)),
-}
+_HIDDEN: dict = {}
 LEGACY = {
     name: Legacy(
         name,

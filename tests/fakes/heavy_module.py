@@ -46,3 +46,12 @@ class HeavyTrainer(registry.Trainer):
 
     def loss(self, x):
         return _helper(x) + self.offset
+
+    def step(self, batch):
+        """An older revision's form: the composition a closure over the method's locals (load_inner)."""
+        scale = batch["scale"]
+
+        def processor(x):
+            return _helper(x) * scale + self.offset
+
+        return processor

@@ -2,10 +2,11 @@
 
 A record says where the family is (``Locate``), which upstream files it
 executes (``Module``: the current dotted name first, then older forms), which
-definitions it calls (``Symbol``), and, per protocol method, the ``Entry``
-that serves it: the symbols it calls, the capabilities it brings, and the
-convention translation (``translate(up, call)``: argument layout and units,
-never a step upstream's own composition performs). Alternatives for one
+definitions it calls (``Symbol``; ``Method``: an engine method, its class never
+built), and, per protocol method, the ``Entry`` that serves it: the symbols it
+calls, the capabilities it brings, and the convention translation
+(``translate(up, call)``: argument layout and units, never a step upstream's
+own composition performs). Alternatives for one
 method are several entries, the first whose symbols are all present serving.
 
 Declared means present. An entry or option is declared when the symbols it
@@ -62,6 +63,24 @@ class Symbol:
     @property
     def modules(self) -> tuple[str, ...]:
         return (self.module,) if isinstance(self.module, str) else self.module
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method the family calls as a plain function, its class never built (``Loader.method``): an engine or
+    trainer method whose module imports the whole framework. The file (current path first, then older forms),
+    the class, the method; ``self`` is the translation's stand-in. With ``inner``: the function of that name
+    defined inside the method (an older revision's closure), as a factory binding its free variables by name
+    (``Loader.inner``)."""
+
+    paths: tuple[str, ...]
+    owner: str
+    name: str
+    inner: str | None = None
+
+    def describe(self) -> str:
+        inside = f"'s {self.inner}" if self.inner else ""
+        return f"{self.owner}.{self.name}{inside} in {' or '.join(self.paths)}"
 
 
 @dataclass(frozen=True)
@@ -190,9 +209,24 @@ class FamilyTarget(Target):
         for key, module in self.family.modules.items():
             up.modules[key] = self.loader.find(*module.names)
         for key, symbol in self.family.symbols.items():
+            if isinstance(symbol, Method):
+                setattr(up, key, self._method(symbol))
+                continue
             found = (getattr(up.modules[m], n, None) for m in symbol.modules for n in symbol.names)
             setattr(up, key, next((f for f in found if f is not None), None))
         return up
+
+    def _method(self, method: Method):
+        """The method of the first of its files present, None where none is or it lacks the method."""
+        path = next((p for p in method.paths if (self.root / p).is_file()), None)
+        try:
+            if path is None:
+                return None
+            if method.inner:
+                return self.loader.inner(path, method.owner, method.name, method.inner)
+            return self.loader.method(path, method.owner, method.name)
+        except LookupError:
+            return None
 
     def _absent(self, serves: str, candidates) -> None:
         """No entry for ``serves``: not declared with the record's reason, else an ERROR naming what was tried."""
@@ -210,6 +244,9 @@ class FamilyTarget(Target):
                     tried.append(
                         f"{key} in {where} ({state})" if where else f"{key}, read by the record's prepare ({state})"
                     )
+                    continue
+                if isinstance(symbol, Method):
+                    tried.append(f"{symbol.describe()} ({state})")
                     continue
                 modules = [name for m in symbol.modules for name in self.family.modules[m].names]
                 files = " or ".join(f"{name.replace('.', '/')}.py" for name in modules)

@@ -14,10 +14,10 @@ Every upstream file executed, at load time and at call time (an import
 inside an upstream function), is recorded in ``executed``: what a history
 replay keys revisions by, and replays commits of (no hand-written list).
 
-``symbol`` / ``method`` load one definition of a file without the rest of the
-module (``symbols.py``: the statements it needs, executed from the file's own
-syntax tree) for a file whose module-level imports pull a whole trainer; the
-file is recorded too.
+``symbol`` / ``method`` / ``inner`` load one definition of a file (a method's
+closure, for ``inner``) without the rest of the module (``symbols.py``: the
+statements it needs, executed from the file's own syntax tree) for a file
+whose module-level imports pull a whole trainer; the file is recorded too.
 
 A module none of whose named files exists is ``MissingUpstream``: an ERROR of
 the run naming every file tried, never a skip.
@@ -143,6 +143,12 @@ class Loader:
         """``class_name.method`` of the file ``path`` as a plain function, its class never built (``symbols.py``)."""
         with self.present(scopes=("load", "call")):
             found = symbols.load_method(self._file(path), class_name, method, stand_ins=stand_ins)
+        return found
+
+    def inner(self, path: str, class_name: str, method: str, inner: str):
+        """The function ``inner`` defined inside ``class_name.method``, as a factory of its closure (``symbols.py``)."""
+        with self.present(scopes=("load", "call")):
+            found = symbols.load_inner(self._file(path), class_name, method, inner)
         return found
 
     def read(self, path: str) -> str | None:

@@ -146,6 +146,44 @@ def load_method(path, class_name: str, method: str, *, stand_ins: dict | None = 
     return loaded
 
 
+def _stored(node: ast.AST) -> set[str]:
+    """Names ``node`` binds in its own scope: its arguments and every name it assigns."""
+    arguments = node.args
+    named = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]
+    stores = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return {a.arg for a in named if a is not None} | stores
+
+
+def load_inner(path, class_name: str, method: str, inner: str, *, stand_ins: dict | None = None):
+    """The function ``inner`` defined inside ``class_name.method`` (a closure over the method's locals) as a factory.
+
+    For a composition an older revision wrote as a closure (verl's logits processor inside its engine's
+    ``forward_step``): ``factory(**values)`` returns ``inner`` with its free variables (``factory.free``: the
+    method's locals it reads) bound to ``values`` by name; nothing else of the method runs.
+    """
+    path = Path(path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
+    methods = [n for c in classes for n in c.body if isinstance(n, ast.FunctionDef) and n.name == method]
+    found = [(m, n) for m in methods for n in ast.walk(m) if isinstance(n, ast.FunctionDef) and n.name == inner]
+    if not found:
+        raise LookupError(f"{path}: no function {inner} inside {class_name}.{method}")
+    outer, function = found[-1]
+    free = sorted((_used_names(function, False) & _stored(outer)) - _stored(function))
+    alias = f"_lph_{class_name}__{method}__{inner}"
+    arguments = ast.arguments(
+        posonlyargs=[], args=[], vararg=None, kwonlyargs=[ast.arg(arg=name) for name in free],
+        kw_defaults=[None] * len(free), kwarg=None, defaults=[],
+    )  # fmt: skip
+    body = [function, ast.Return(value=ast.Name(id=inner, ctx=ast.Load()))]
+    factory = ast.FunctionDef(name=alias, args=arguments, body=body, decorator_list=[], returns=None)
+    ast.copy_location(factory, function)
+    tree = ast.fix_missing_locations(ast.Module(body=[*tree.body, factory], type_ignores=[]))
+    loaded = _execute_needed(path, tree, alias, dict(stand_ins or {}), None)
+    loaded.free = tuple(free)
+    return loaded
+
+
 def _execute_needed(path: Path, tree: ast.Module, name: str, stand_ins: dict, package: str | None):
     """Execute the statements ``name`` needs as a fresh module (``stand_ins`` bound first); return ``name``."""
     module = types.ModuleType(f"lph_symbol_{path.stem}_{name}")

@@ -1,75 +1,58 @@
-"""verl's PPO policy loss (``verl/trainer/ppo/core_algos.py``) on the harness's packed batch.
+"""verl's PPO policy loss on the harness's batch: ``ppo_loss`` of ``verl/workers/utils/losses.py``, called.
 
-verl's actor loss (``ppo_loss`` in ``verl/workers/utils/losses.py``, which
-imports tensordict and the trainer, so its few lines are repeated here) takes
-the per-sample log-probs and entropy of the logits processor
-(``harness/targets/verl/token.py``) as ``[B, R]`` response matrices and:
+verl's actor loss ``ppo_loss(config, model_output, data)`` is what runs: it
+picks each sample's response from the engine's per-position output
+(``no_padding_2_padding``), sets the global batch information, calls the loss
+mode's function from the registry (``get_policy_loss_fn``), subtracts
+``entropy_coeff`` times the aggregated entropy whenever the entropy was
+computed, and adds the aggregated KL term (``kl_penalty``) when
+``use_kl_loss``. The adapter translates:
 
-1. ``policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)``; the
-   harness's PPO clip is loss mode ``"vanilla"``:
-   ``compute_policy_loss_vanilla(old_log_prob, log_prob, advantages,
-   response_mask, loss_agg_mode, config)`` with ``clip_ratio_low`` /
-   ``clip_ratio_high`` from the harness's ``eps_clip`` / ``eps_clip_high`` and
-   verl's default dual clip ``clip_ratio_c = 3`` (the harness's ratios stay
-   near 1, where it never applies);
-2. ``policy_loss -= entropy_coeff * agg_loss(entropy, response_mask, loss_agg_mode)``
-   whenever the entropy was computed.
+* ``config``: verl's ``ActorConfig`` as a strict settings object
+  (``ActorSettings``: a setting the adapter does not map raises, naming it):
+  ``clip_ratio_low`` / ``clip_ratio_high`` from ``eps_clip`` /
+  ``eps_clip_high``, ``clip_ratio_c`` (the dual clip, which verl's vanilla
+  loss always applies: the harness's "no dual clip" is a cap that never binds,
+  ``inf``; verl's default ``3`` binds at ratios above 3 with a negative
+  advantage, which the far-ratio regime reaches), ``loss_agg_mode``, ``policy_loss.loss_mode``
+  (``vanilla``, ``gspo``, ``cispo``), ``entropy_coeff``, the KL settings,
+  ``loss_scale_factor`` (the constant horizon of ``seq-mean-token-sum-norm``);
+* ``data``: the TensorDict as ``ppo_loss`` reads it (``Batch``): the prompt
+  and response lengths (nested), ``response_mask`` (the harness's loss mask),
+  ``old_log_probs``, ``advantages``, ``ref_log_prob``, ``rollout_is_weights``
+  (``[B, R]``, rows padded with zeros), ``dp_size`` 1, ``batch_num_tokens``
+  the batch's kept tokens, ``global_batch_size`` every sample, or 1 for the
+  harness's ``sum-of-sample-mean`` (verl's ``seq-mean-token-mean`` divided by
+  the global batch size: 1 leaves the sum of sample means);
+* ``model_output``: the engine forward's sequences (packed entry), or each
+  ``[B, R]`` row as a sequence of a one-token prompt and its response
+  (token-level entry);
+* ``rollout_is_weights``: what verl's trainer puts in the batch,
+  ``compute_rollout_correction_weights`` (``verl/trainer/ppo/rollout_corr_helper.py``,
+  loaded alone: its module imports the trainer) on ``old - rollout``: TIS (a
+  cap) per token or sequence, IcePop (weights outside ``[lower, upper]``
+  zeroed: the harness's MIS) per token or sequence, whose lower bound must be
+  positive: the harness's "no floor" is the smallest positive double, below
+  any weight ``exp(x)`` of a finite ``x > -744``.
 
-The aggregation that is the harness's ``sum_of_sample_mean`` is verl's
-``loss_agg_mode = "seq-mean-token-mean"`` (per-sample masked token mean, then
-the masked mean over samples) with ``global_batch_info = {global_batch_size: 1,
-dp_size: 1}``: verl divides the sum of sample means by the global batch size
-its trainer passes, so a global size of 1 leaves the sum. The response mask is
-the harness's loss mask (verl's ``response_mask`` is its loss mask).
-The samples' response rows are picked from the packed stream without CP
-(``harness/targets/upstream/packing.py``): a row's log-prob and entropy depend
-on that row only, and verl's labels are each sequence's next token (its roll
-wraps a sequence's last position to its first token, a row no response reads).
-
-The policy-loss options (docs/policy-losses.md), each declared where the
-loaded verl has it (``capabilities``; probed by calling, so a revision
-without one is UNSUPPORTED for it, never run as something else):
-
-* ``loss_mode`` ``"vanilla"`` / ``"gspo"`` / ``"cispo"``; the dual clip is
-  vanilla's ``clip_ratio_c`` (verl always applies it: ``3`` when the harness
-  asks for none, a cap the harness's ratios, under ``e^0.4``, never reach);
-  verl's GSPO and CISPO have no dual clip;
-* ``loss_agg_mode`` for every term, with the engine's global batch
-  information (``ppo_loss`` in ``verl/workers/utils/losses.py``):
-  ``batch_num_tokens`` the whole batch's kept tokens, ``global_batch_size``
-  every sample (1 for the harness's ``sum-of-sample-mean``, which is verl's
-  ``seq-mean-token-mean`` times the batch size), ``loss_scale_factor`` the
-  constant horizon, ``dp_size`` 1;
-* the KL loss term ``kl_penalty(log_prob, ref_log_prob, kl_loss_type)``
-  aggregated with the policy's mode: ``k1``, ``k2``, ``abs``, ``low_var_kl``
-  (verl's ``k3`` is the clamped ``low_var_kl``, so the harness's unclamped
-  ``k3`` is not declared; no ratio-weighted KL);
-* ``rollout_is_weights`` from ``compute_rollout_correction_weights``
-  (``verl/trainer/ppo/rollout_corr_helper.py``, loaded alone) on
-  ``old - rollout``: TIS (a cap) per token or sequence, and IcePop (weights
-  outside ``[lower, upper]`` zeroed: the harness's MIS) per token or
-  sequence, whose lower bound must be positive: the harness's "no floor" is
-  the smallest positive double, below any weight ``exp(x)`` of a finite
-  ``x > -744``. No floor for TIS, no geometric level, and the rejection
-  masks (``rollout_rs``) edit the response mask, which the harness's RS does
-  not: not declared.
-
-The same composition serves the packed entry (per-sample lists turned into
-``[B, R]`` matrices as ``no_padding_2_padding`` does) and the token-level one
-(``token_policy_loss``, matrices as given).
+The options, each declared where the loaded verl has it (``OPTIONS``: the loss
+mode registered, the KL kind and aggregation mode accepted by verl's own
+functions, the rollout weights' function present; a revision without one is
+UNSUPPORTED for it, never run as something else); what verl has no form for
+is ``NOT_DECLARED`` with the reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 
 import torch
 
 from harness.targets.protocol import PolicyOptions
-from harness.targets.upstream import packing
+from harness.targets.upstream.family import Option
 from harness.targets.upstream.settings import StrictSettings
-from harness.targets.upstream.symbols import load_symbol
 
 LOSS_MODES = {"ppo": "vanilla", "gspo": "gspo", "cispo": "cispo"}
 KL_LOSS_TYPES = {"k1": "k1", "k2": "k2", "abs": "abs", "low_var_kl": "low_var_kl"}
@@ -96,15 +79,6 @@ class ActorSettings(StrictSettings):
         return self.__dict__.get(key, default)
 
 
-def supported(algos) -> bool:
-    """The loaded core_algos has the vanilla PPO loss and the aggregation this mapping uses."""
-    try:
-        algos.get_policy_loss_fn(LOSS_MODES["ppo"])
-    except (KeyError, ValueError):
-        return False
-    return hasattr(algos, "agg_loss")
-
-
 def _accepts(fn, name: str) -> bool:
     return name in inspect.signature(fn).parameters
 
@@ -118,183 +92,204 @@ def _runs(fn, *args, **kwargs) -> bool:
     return True
 
 
-def rollout_weights_function(root, algos):
+def rollout_weights(up):
     """verl's ``compute_rollout_correction_weights``, loaded alone (its module imports the trainer), or None."""
-    path = root / ROLLOUT_CORRECTION
-    if not path.is_file() or ROLLOUT_WEIGHTS not in path.read_text():
+    if up.verl_F is None or not (up.root / ROLLOUT_CORRECTION).is_file():
         return None
-    return load_symbol(path, ROLLOUT_WEIGHTS, stand_ins={"verl_F": algos.verl_F})
+    try:
+        return up.loader.symbol(ROLLOUT_CORRECTION, ROLLOUT_WEIGHTS, stand_ins={"verl_F": up.verl_F})
+    except LookupError:
+        return None
 
 
-def capabilities(algos, rollout_weights) -> set[str]:
-    """The policy-loss options this verl has (see the module docstring), probed on the loaded functions."""
-    caps = {
-        f"policy_{kind}" for kind, mode in LOSS_MODES.items() if kind != "ppo" and _runs(algos.get_policy_loss_fn, mode)
-    }
-    if "clip_ratio_c" in inspect.getsource(algos.get_policy_loss_fn(LOSS_MODES["ppo"])):
-        caps.add("policy_dual_clip")
-    probe, mask = torch.zeros(1, 2), torch.ones(1, 2)
-    if hasattr(algos, "kl_penalty"):
-        caps |= {
-            f"policy_kl_{kind}" for kind, name in KL_LOSS_TYPES.items() if _runs(algos.kl_penalty, probe, probe, name)
-        }
-    for mode, name in AGGREGATIONS.items():
-        if mode == "sum-of-sample-mean" or (
-            mode == "seq-mean-token-sum-norm" and not _accepts(algos.agg_loss, "loss_scale_factor")
-        ):
-            continue
-        if _runs(algos.agg_loss, loss_mat=probe, loss_mask=mask, loss_agg_mode=name):
-            caps.add(f"policy_agg_{mode}")
-    if rollout_weights is not None:
-        caps |= {f"policy_{mode}_{level}" for mode in ("tis", "mis") for level in ("token", "sequence")}
-        caps.add("policy_mis_floor")
-    return caps
+def _registered(mode: str):
+    def holds(up) -> bool:
+        return _runs(up.get_policy_loss_fn, mode)
+
+    holds.__doc__ = f"verl's policy-loss registry has {mode!r}"
+    return holds
 
 
-def actor_settings(
-    *, eps_clip, eps_clip_high, options=None, batch_size=1, kept_tokens=None, algos=None
-) -> ActorSettings:
-    """verl's actor config for the harness's clip range and options, with the engine's global batch information."""
-    options = options if options is not None else PolicyOptions()
-    info = {"global_batch_size": 1 if options.aggregation == "sum-of-sample-mean" else batch_size, "dp_size": 1}
-    if algos is not None and _accepts(algos.agg_loss, "batch_num_tokens") and kept_tokens is not None:
-        info["batch_num_tokens"] = kept_tokens
-    if options.aggregation == "seq-mean-token-sum-norm":
-        info["loss_scale_factor"] = options.horizon
+def _kl(kind: str):
+    def holds(up) -> bool:
+        probe = torch.zeros(1, 2)
+        return up.kl_penalty is not None and _runs(up.kl_penalty, probe, probe, KL_LOSS_TYPES[kind])
+
+    holds.__doc__ = f"verl's kl_penalty takes {KL_LOSS_TYPES[kind]!r}"
+    return holds
+
+
+def _aggregation(mode: str):
+    def holds(up) -> bool:
+        if mode == "seq-mean-token-sum-norm" and not _accepts(up.agg_loss, "loss_scale_factor"):
+            return False
+        return _runs(
+            up.agg_loss, loss_mat=torch.zeros(1, 2), loss_mask=torch.ones(1, 2), loss_agg_mode=AGGREGATIONS[mode]
+        )
+
+    holds.__doc__ = f"verl's agg_loss takes {AGGREGATIONS[mode]!r}"
+    return holds
+
+
+def _has_rollout_weights(up) -> bool:
+    return up.rollout_weights is not None
+
+
+# Each extends token_policy_loss: both policy entries run the same composition (matrix_loss).
+OPTIONS = (
+    *(Option(f"policy_{kind}", (_registered(LOSS_MODES[kind]),), "token_policy_loss") for kind in ("gspo", "cispo")),
+    # the vanilla loss's dual clip is its config's clip_ratio_c (inf when the harness asks for none)
+    Option("policy_dual_clip", (_registered("vanilla"),), "token_policy_loss"),
+    *(Option(f"policy_kl_{kind}", (_kl(kind),), "token_policy_loss") for kind in KL_LOSS_TYPES),
+    *(
+        Option(f"policy_agg_{mode}", (_aggregation(mode),), "token_policy_loss")
+        for mode in AGGREGATIONS
+        if mode != "sum-of-sample-mean"
+    ),
+    *(
+        Option(f"policy_{mode}_{level}", (_has_rollout_weights,), "token_policy_loss")
+        for mode in ("tis", "mis")
+        for level in ("token", "sequence")
+    ),
+    Option("policy_mis_floor", (_has_rollout_weights,), "token_policy_loss"),
+)
+NOT_DECLARED = {
+    "policy_gspo_dual_clip": "verl's GSPO has no dual clip",
+    "policy_kl_k3": "verl's k3 is the clamped low_var_kl (declared as policy_kl_low_var_kl)",
+    "policy_kl_ratio_weighted": "verl's KL loss term is not weighted by the ratio",
+    "policy_tis_floor": "verl's TIS has a cap only",
+    "policy_tis_geometric": "verl has no geometric-mean rollout weight",
+    "policy_mis_geometric": "verl has no geometric-mean rollout weight",
+    **{
+        f"policy_rs_{level}": "verl's rollout_rs edits the response mask; the harness's RS does not"
+        for level in ("token", "sequence", "geometric")
+    },
+    "policy_rs_floor": "as policy_rs_token",
+}
+
+
+class Batch:
+    """The TensorDict ``ppo_loss`` reads, as it reads it: entries by key, ``get``, ``select``, ``to_padded_tensor``."""
+
+    def __init__(self, **entries):
+        self.entries = entries
+
+    def __getitem__(self, key):
+        return self.entries[key]
+
+    def __contains__(self, key):
+        return key in self.entries
+
+    def get(self, key, default=None):
+        return self.entries.get(key, default)
+
+    def select(self, *keys):
+        return Batch(**{key: self.entries[key] for key in keys})
+
+    def to_padded_tensor(self):
+        return Batch(**{k: v.to_padded_tensor(0.0) if v.is_nested else v for k, v in self.entries.items()})
+
+
+def actor_settings(options, *, eps_clip, eps_clip_high, entropy_coef) -> ActorSettings:
+    """verl's actor config for the harness's clip range, entropy coefficient and options."""
     return ActorSettings(
         clip_ratio=eps_clip,
         clip_ratio_low=eps_clip,
         clip_ratio_high=eps_clip if eps_clip_high is None else eps_clip_high,
-        clip_ratio_c=3.0 if options.dual_clip_c is None else options.dual_clip_c,
-        global_batch_info=info,
+        clip_ratio_c=math.inf if options.dual_clip_c is None else options.dual_clip_c,  # inf: a cap never reached
+        loss_agg_mode=AGGREGATIONS[options.aggregation],
+        policy_loss=ActorSettings(loss_mode=LOSS_MODES[options.kind]),
+        loss_scale_factor=options.horizon if options.aggregation == "seq-mean-token-sum-norm" else None,
+        global_batch_info={},
+        entropy_coeff=entropy_coef,
+        use_kl_loss=options.kl_coef != 0,
+        kl_loss_type=KL_LOSS_TYPES.get(options.kl_kind),
+        kl_loss_coef=options.kl_coef,
     )
 
 
-def rolled_labels(inputs, rows: int, device) -> torch.Tensor:
-    """verl's labels for the packed stream: each sequence's tokens rolled by one (its last row: its first token)."""
-    labels = torch.zeros(rows, dtype=torch.long, device=device)
-    start = 0
-    for tokens in inputs.tokens:
-        tokens = tokens.to(device=device, dtype=torch.long)
-        labels[start : start + tokens.numel()] = torch.roll(tokens, shifts=-1)
-        start += tokens.numel()
-    return labels
+def lengths_nested(lengths, device) -> torch.Tensor:
+    """A nested tensor of these lengths (its values unread: ``no_padding_2_padding`` reads the offsets)."""
+    offsets = torch.tensor([0, *lengths], device=device).cumsum(0)
+    return torch.nested.nested_tensor_from_jagged(torch.zeros(int(offsets[-1]), device=device), offsets=offsets)
 
 
-def response_rows(per_row: torch.Tensor, inputs) -> list[torch.Tensor]:
-    """Each sample's response rows of a per-row vector over the packed stream (no CP)."""
-    return packing.per_sample_rows(per_row, inputs, 1, 0)
-
-
-def _matrix(values: list[torch.Tensor], width: int, dtype=None) -> torch.Tensor:
-    """``[B, width]``, each row a sample's values then zeros (verl's ``no_padding_2_padding``)."""
-    rows = [torch.nn.functional.pad(v if dtype is None else v.to(dtype), (0, width - v.numel())) for v in values]
-    return torch.stack(rows) if rows else torch.zeros(0, width)
-
-
-def _rollout_is_weights(rollout_weights, options, old, rollout, mask):
-    """verl's detached rollout IS weights for the harness's correction (None: no correction)."""
-    if options.rollout_correction is None:
-        return None
+def _rollout_is_weights(up, options, old, rollout, mask):
+    """verl's detached rollout IS weights for the harness's correction."""
     if options.rollout_correction == "tis":
         threshold = options.rollout_cap
     else:  # mis: IcePop, "lower_upper"
         threshold = (
             f"{options.rollout_floor if options.rollout_floor is not None else NO_FLOOR!r}_{options.rollout_cap!r}"
         )
-    weights, _metrics = rollout_weights(
+    weights, _metrics = up.rollout_weights(
         log_ratio=old - rollout, response_mask=mask, rollout_is=options.rollout_level, rollout_is_threshold=threshold
     )
     return weights
 
 
-def matrix_loss(
-    algos, rollout_weights, log_prob, entropy, mask, *, old, adv, eps_clip, eps_clip_high, entropy_coef, options=None
-):
-    """verl's ``ppo_loss`` on ``[B, R]`` matrices: the loss mode's policy loss, minus entropy, plus KL.
+def loss(up, output: dict, lengths, mask, *, old, adv, eps_clip, eps_clip_high, entropy_coef, options=None):
+    """verl's ``ppo_loss(config, output, data)`` (see the module docstring).
 
-    ``options`` is a ``PolicyOptions`` whose reference and rollout log-probs are ``[B, R]`` (None: plain PPO).
+    ``output``: ``{"log_probs", "entropy"?}`` per position of each sequence (position ``p``: token ``p + 1``);
+    ``lengths``: each sequence's (total, response); ``mask``, ``old``, ``adv`` and the options' reference and
+    rollout log-probs: ``[B, R]`` (rows padded with zeros).
     """
     options = options if options is not None else PolicyOptions()
+    device = mask.device
     response_mask = mask.to(bool)
-    config = actor_settings(
-        eps_clip=eps_clip,
-        eps_clip_high=eps_clip_high,
-        options=options,
-        batch_size=int(mask.shape[0]),
-        kept_tokens=mask.sum(),
-        algos=algos,
-    )
-    mode = AGGREGATIONS[options.aggregation]
-    # verl's GSPO and CISPO assert isinstance(config, ActorConfig); source.py binds that name to a placeholder.
-    algos.ActorConfig = ActorSettings
-    extra = {}
-    weights = _rollout_is_weights(
-        rollout_weights,
-        options,
-        old,
-        None if options.rollout_log_probs is None else options.rollout_log_probs.to(old),
-        response_mask,
-    )
-    if weights is not None:
-        extra["rollout_is_weights"] = weights
-    loss, _metrics = algos.get_policy_loss_fn(LOSS_MODES[options.kind])(
-        old_log_prob=old,
-        log_prob=log_prob,
-        advantages=adv,
-        response_mask=response_mask,
-        loss_agg_mode=mode,
-        config=config,
-        **extra,
-    )
-    if entropy is not None:
-        entropy_loss = algos.agg_loss(
-            loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=mode, **config.global_batch_info
-        )
-        loss = loss - entropy_coef * entropy_loss
+    data = {
+        "prompts": lengths_nested([total - response for total, response in lengths], device),
+        "responses": lengths_nested([response for _, response in lengths], device),
+        "dp_size": 1,
+        "batch_num_tokens": mask.sum(),
+        "global_batch_size": 1 if options.aggregation == "sum-of-sample-mean" else len(lengths),
+        "response_mask": response_mask,
+        "old_log_probs": old,
+        "advantages": adv,
+    }
+    if options.rollout_correction is not None:
+        rollout = options.rollout_log_probs.to(old)
+        data["rollout_is_weights"] = _rollout_is_weights(up, options, old, rollout, response_mask)
     if options.kl_coef != 0:
-        ref = options.ref_log_probs.to(log_prob)
-        kld = algos.kl_penalty(logprob=log_prob, ref_logprob=ref, kl_penalty=KL_LOSS_TYPES[options.kl_kind])
-        kl_loss = algos.agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=mode, **config.global_batch_info)
-        loss = loss + kl_loss * options.kl_coef
-    return loss
+        data["ref_log_prob"] = options.ref_log_probs.to(old)
+    config = actor_settings(options, eps_clip=eps_clip, eps_clip_high=eps_clip_high, entropy_coef=entropy_coef)
+    value, _metrics = up.ppo_loss(config, output, Batch(**data))
+    return value
 
 
-def ppo_loss(
-    algos,
-    rollout_weights,
-    log_probs,
-    entropy,
-    inputs,
-    *,
-    advantages,
-    old_log_probs,
-    eps_clip,
-    eps_clip_high,
-    entropy_coef,
-    options=None,
-):
-    """``matrix_loss`` on the packed entry's per-sample lists, padded to ``[B, R]`` as verl's engine pads them."""
+def _matrix(values: list[torch.Tensor], width: int, dtype=None) -> torch.Tensor:
+    """``[B, width]``, each row a sample's values then zeros."""
+    rows = [torch.nn.functional.pad(v if dtype is None else v.to(dtype), (0, width - v.numel())) for v in values]
+    return torch.stack(rows) if rows else torch.zeros(0, width)
+
+
+def packed_loss(up, output: dict, inputs, *, advantages, old_log_probs, options=None, **settings):
+    """``loss`` on the engine forward's sequences, the harness's per-sample vectors padded to ``[B, R]``."""
     width = max((int(r) for r in inputs.response_lengths), default=0)
-    log_prob = _matrix(log_probs, width)
 
     def padded(values):
-        return None if values is None else _matrix([v.detach() for v in values], width, log_prob.dtype)
+        return None if values is None else _matrix([v.detach() for v in values], width, torch.float32)
 
     if options is not None:
         options = dataclasses.replace(
             options, ref_log_probs=padded(options.ref_log_probs), rollout_log_probs=padded(options.rollout_log_probs)
         )
-    return matrix_loss(
-        algos,
-        rollout_weights,
-        log_prob,
-        None if entropy is None else _matrix(entropy, width),
-        _matrix([m.float() for m in inputs.loss_masks], width),
-        old=padded(old_log_probs),
-        adv=padded(advantages),
-        eps_clip=eps_clip,
-        eps_clip_high=eps_clip_high,
-        entropy_coef=entropy_coef,
-        options=options,
+    lengths = [(int(t), int(r)) for t, r in zip(inputs.total_lengths, inputs.response_lengths)]
+    mask = _matrix([m.float() for m in inputs.loss_masks], width)
+    return loss(
+        up, output, lengths, mask, old=padded(old_log_probs), adv=padded(advantages), options=options, **settings
     )
+
+
+def matrix_loss(up, log_probs, entropy, mask, *, old, adv, options=None, **settings):
+    """``loss`` on ``[B, R]`` matrices: each row the response of a sequence with a one-token prompt."""
+    rows, width = log_probs.shape
+
+    def sequences(matrix):
+        return torch.cat([matrix, matrix.new_zeros(rows, 1)], dim=1).reshape(-1)  # position p: token p + 1
+
+    output = {"log_probs": sequences(log_probs)}
+    if entropy is not None:
+        output["entropy"] = sequences(entropy)
+    return loss(up, output, [(width + 1, width)] * rows, mask, old=old, adv=adv, options=options, **settings)

@@ -16,3 +16,16 @@ class FusedLinearForPPOFunction:
             empty = hidden_states.new_zeros((0,))
             return empty.float(), empty
         return torch.cat(log_probs), torch.cat(entropy)
+
+
+class FusedLinearForPPO(torch.nn.Module):
+    """verl's module signature: ``chunk_size`` at construction, the Function applied in ``forward``."""
+
+    def __init__(self, chunk_size=512):
+        super().__init__()
+        self.chunk_size = chunk_size
+
+    def forward(self, hidden_states, vocab_weights, input_ids, temperature=1.0):
+        return FusedLinearForPPOFunction.apply(
+            hidden_states, vocab_weights, input_ids.to(torch.int64), temperature, self.chunk_size
+        )

@@ -1,0 +1,339 @@
+"""The verl family (verl-project/verl) as a record on the upstream kernel: ``verl==X`` or ``verl=PATH``.
+
+What runs is the revision's own composition:
+
+* token level: ``MegatronEngineWithLMHead._lm_head_logits_processor``
+  (``verl/workers/engine/megatron/transformer_impl.py``, loaded as a plain
+  function, its engine never built: ``self`` holds the engine config it reads,
+  ``stand_ins.engine``): the temperature division in place, the entropy on
+  the divided logits (chunked per ``entropy_from_logits_chunk_size``) after
+  backing them up with ``clone()``, the log-probs from the backup through
+  ``vocab_parallel_log_probs_from_logits`` (``verl/utils/megatron/tensor_parallel.py``);
+* packed level and the policy loss's log-probs: ``gptmodel_forward_model_engine``
+  (``verl/models/mcore/model_forward.py``) with that processor, as the engine's
+  ``forward_step`` calls it: verl's own thd packing, CP split, label roll
+  (``need_roll`` is verl's decision) and CP gather (``verl/models/mcore/util.py``);
+  the model is the harness's logits (``packed.py``);
+* the policy loss: ``ppo_loss`` (``verl/workers/utils/losses.py``) on that
+  output, both from logits and from ``[B, R]`` log-prob matrices (``policy.py``);
+* hidden states: ``FusedLinearForPPO`` (``verl/utils/experimental/torch_functional.py``,
+  the torch backend of verl's fused LM head, its FSDP default) called as a module.
+
+Convention translations (what the record does, and only this):
+
+* the logits: the model output the engine owns and divides in place; the
+  harness's are the caller's, so the token entry hands verl a tensor of its
+  own (``clone``: what the model would have returned), ``[1, rows, V_local]``;
+  the packed entry's model returns one (``packed.RowsModel``);
+* the engine's batch: ``label`` is the input ids (``forward_step``'s
+  ``label = input_ids.clone()``), here the harness's token ids; the temperature
+  one float32 per sample, expanded per token by verl's ``expand_as_nested``
+  (token level: one per row, as expanded);
+* the processor's flags: ``calculate_entropy`` the call's ``with_entropy``,
+  the other outputs (sum of squared probabilities, distillation) off; the
+  entropy's chunk the call's ``chunk_size`` (verl chunks the entropy only);
+* outputs: verl's per-position sequences (position ``p``: token ``p + 1``)
+  read as each sample's response, this CP rank's zigzag view (``packed.py``).
+  Under CP the policy loss is verl's loss over the gathered batch (the
+  advantages and old log-probs gathered from the views), read as each rank's
+  share (value / ``cp``, verl's gradient);
+* hidden: ``FusedLinearForPPO(chunk_size)`` (all rows one chunk when None), its
+  entropy returned as verl returns it, dropped when not asked for.
+
+Not declared: see ``not_declared``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+
+from harness.targets.upstream import calls, packing
+from harness.targets.upstream.family import Entry, Family, Method, Module, Option, Symbol, parameters
+from harness.targets.upstream.loader import MissingUpstream
+from harness.targets.upstream.locate import Locate
+from harness.targets.verl import packed as verl_packed
+from harness.targets.verl import policy as verl_policy
+from harness.targets.verl import stand_ins
+
+ENGINE = "verl/workers/engine/megatron/transformer_impl.py"
+PROCESSOR_FLAGS = ("calculate_sum_pi_squared", "distillation_use_topk", "distillation_only")
+
+
+def _prepare(up) -> None:
+    """Per revision: util.py's logger as a verl process has it; the rollout weights' function, loaded alone; the
+    processor's form (a method, or an older revision's closure over forward_step's locals, each of which the
+    record maps, or the load is an ERROR naming it)."""
+    if up.modules["util"] is not None:
+        stand_ins.logger_once(up.modules["util"])
+    up.verl_F = up.modules["torch_functional"]
+    up.rollout_weights = verl_policy.rollout_weights(up)
+    processor = up.logits_processor
+    if processor is None and up.logits_closure is not None:
+        processor = up.logits_closure(**dict.fromkeys(up.logits_closure.free))
+    up.takes_temperature = processor is not None and "temperature" in parameters(processor)
+    if up.logits_processor is None and up.logits_closure is not None:
+        unmapped = set(up.logits_closure.free) - set(_settings(None, True))
+        if unmapped:
+            raise MissingUpstream(
+                f"{ENGINE}: forward_step's logits_processor reads {sorted(unmapped)}, which the verl record does "
+                "not map (harness/targets/verl/family.py, _settings)"
+            )
+    if up.takes_temperature and up.expand_as_nested is None:
+        raise MissingUpstream(f"{up.root}: no expand_as_nested in verl/utils/torch_functional.py (the engine's)")
+
+
+def _settings(chunk_size, with_entropy: bool) -> dict:
+    """What the engine's forward_step binds the processor with: its engine, the outputs asked for, thd data."""
+    return {
+        "self": stand_ins.engine(chunk_size),
+        "calculate_entropy": with_entropy,
+        **dict.fromkeys(PROCESSOR_FLAGS, False),
+        "logits_processor_func": None,
+        "batch": None,
+        "data_format": "thd",
+    }
+
+
+def _processor(up, call, with_entropy: bool):
+    """verl's logits processor as the engine binds it: the method's ``functools.partial``, or the closure."""
+    if call.temperature != 1.0 and not up.takes_temperature:
+        # declared by the hidden path: this revision's processor takes none (its engine divided elsewhere)
+        raise ValueError(f"temperature={call.temperature}: this revision's logits processor takes no temperature")
+    settings = _settings(call.chunk_size, with_entropy)
+    if up.logits_processor is None:
+        return up.logits_closure(**{name: settings[name] for name in up.logits_closure.free})
+    taken = parameters(up.logits_processor)
+    flags = {k: v for k, v in settings.items() if k in taken and k != "self"}
+    return functools.partial(up.logits_processor, settings["self"], **flags)
+
+
+# ---- token level ------------------------------------------------------------------------------
+
+
+def token(up, call: calls.TokenCall):
+    rows = call.logits.shape[0]
+    logits = call.logits.clone().unsqueeze(0)  # the model output the engine owns (verl divides it in place)
+    arguments = [logits, call.targets.unsqueeze(0)]
+    if up.takes_temperature:  # one per row, as the engine expands it
+        arguments.append(torch.full((1, rows), float(call.temperature), dtype=torch.float32, device=logits.device))
+    out = _processor(up, call, call.with_entropy)(*arguments)
+    entropy = out["entropy"][0] if call.with_entropy else None
+    return out["log_probs"][0], entropy
+
+
+# ---- packed level and policy loss ----------------------------------------------------------------
+
+
+def _forward(up, call: calls.PackedCall, with_entropy: bool) -> dict:
+    """verl's engine forward on the harness's rows: per output, the samples' sequences (nested ``[B, T_i]``,
+    gathered over CP)."""
+    inputs, logits = call.inputs, call.logits
+    verl_packed.checked(inputs, logits, call.cp_group)
+    cp, device = call.cp[0], logits.device
+    input_ids = verl_packed.row_ids(inputs, cp, logits.shape[0], device)
+    arguments = {"label": verl_packed.nested([t.to(device=device, dtype=torch.long) for t in inputs.tokens])}
+    if up.takes_temperature:  # one per sample, expanded per token by verl's own helper (forward_step's)
+        per_sample = torch.full((len(inputs.tokens),), float(call.temperature), dtype=torch.float32, device=device)
+        arguments["temperature"] = up.expand_as_nested(per_sample, input_ids)
+    layout = {"cp_layout": verl_packed.VERL_LAYOUTS[inputs.cp_mode]}
+    return up.engine_forward(
+        verl_packed.RowsModel(logits, call.cp_group),
+        input_ids,
+        {},
+        logits_processor=_processor(up, call, with_entropy),
+        logits_processor_args=arguments,
+        data_format="thd",
+        **{k: v for k, v in layout.items() if k in parameters(up.engine_forward)},
+    )
+
+
+def packed(up, call: calls.PackedCall):
+    if not call.inputs.tokens:
+        return [], ([] if call.with_entropy else None)
+    cp, cp_rank = call.cp
+    out = _forward(up, call, call.with_entropy)
+    views = packing.view_positions(call.inputs, cp, cp_rank)
+    log_probs = verl_packed.views(out["log_probs"].unbind(), views, call.cp_group)
+    entropy = verl_packed.views(out["entropy"].unbind(), views, call.cp_group) if call.with_entropy else None
+    return log_probs, entropy
+
+
+def policy_loss(up, call: calls.PolicyCall):
+    inputs, (cp, cp_rank) = call.inputs, call.cp
+    out = _forward(up, call, call.with_entropy)
+    advantages, old_log_probs, options = call.advantages, call.old_log_probs, call.options
+    if cp > 1:  # verl's loss reads the whole batch on every rank (its gather): the views made whole
+        advantages = verl_packed.whole_from_views(advantages, inputs, call.cp_group, "advantages")
+        old_log_probs = verl_packed.whole_from_views(old_log_probs, inputs, call.cp_group, "old_log_probs")
+        options = _whole_options(options, inputs, call.cp_group)
+    loss = verl_policy.packed_loss(
+        up,
+        out,
+        inputs,
+        advantages=advantages,
+        old_log_probs=old_log_probs,
+        options=options,
+        eps_clip=call.eps_clip,
+        eps_clip_high=call.eps_clip_high,
+        entropy_coef=call.entropy_coef,
+    )
+    if cp > 1:
+        # Each rank's loss is the whole batch's; its share (the harness's convention) keeps that gradient.
+        loss = loss - loss.detach() * (1 - 1 / cp)
+    responses = packing.view_positions(inputs, cp, cp_rank)
+    log_probs = verl_packed.picked(out["log_probs"].unbind(), responses)
+    entropy = verl_packed.picked(out["entropy"].unbind(), responses) if call.with_entropy else None
+    return loss, log_probs, entropy
+
+
+def _whole_options(options, inputs, cp_group):
+    """The options' per-sample tensors (views like the advantages under CP) made whole, as verl's loss reads them."""
+    if options is None:
+        return None
+    changes = {
+        name: verl_packed.whole_from_views(getattr(options, name), inputs, cp_group, name)
+        for name in ("ref_log_probs", "rollout_log_probs")
+        if getattr(options, name) is not None
+    }
+    return dataclasses.replace(options, **changes) if changes else options
+
+
+def token_policy_loss(up, call: calls.TokenPolicyCall):
+    return verl_policy.matrix_loss(
+        up,
+        call.log_probs,
+        call.entropy,
+        call.loss_mask,
+        old=call.old_log_probs,
+        adv=call.advantages,
+        eps_clip=call.eps_clip,
+        eps_clip_high=call.eps_clip_high,
+        entropy_coef=call.entropy_coef,
+        options=call.options,
+    )
+
+
+# ---- hidden states ---------------------------------------------------------------------------------
+
+
+def hidden(up, call: calls.HiddenCall):
+    rows = call.hidden.shape[0]
+    chunk = max(rows, 1) if call.chunk_size is None else call.chunk_size  # 0 and negatives reach verl as given
+    log_probs, entropy = up.FusedLinearForPPO(chunk_size=chunk)(
+        call.hidden, call.weight, call.targets.to(call.hidden.device), float(call.temperature)
+    )
+    return log_probs, (entropy if call.with_entropy else None)
+
+
+# ---- the record ---------------------------------------------------------------------------------
+
+_PROCESSOR = (
+    "verl's Megatron engine (workers/engine/megatron/transformer_impl.py, #3422, 2025-09) and its logits processor "
+    "(a closure in forward_step; the method _lm_head_logits_processor since #6848) are not in this revision"
+)
+_ENGINE_FORWARD = f"{_PROCESSOR}, or not its engine forward (gptmodel_forward_no_padding since #3600, 2025-10)"
+_PROCESSORS = ("logits_processor", "logits_closure")  # the current form first
+
+
+def _takes_temperature(up) -> bool:
+    return up.takes_temperature
+
+
+_CORE_ALGOS = ("get_policy_loss_fn", "agg_loss", "kl_penalty")  # read by the options (ppo_loss imports them)
+
+VERL = Family(
+    name="verl",
+    locate=Locate("verl", "verl/utils/megatron/tensor_parallel.py", "LPH_VERL_PATH", pypi="verl"),
+    modules={
+        "tensor_parallel": Module(("verl.utils.megatron.tensor_parallel",)),
+        "util": Module(("verl.models.mcore.util",)),
+        "model_forward": Module(("verl.models.mcore.model_forward",)),
+        "torch_functional": Module(("verl.utils.torch_functional",)),
+        "core_algos": Module(("verl.trainer.ppo.core_algos",)),
+        # verl's actor losses lived in workers/roles/utils/ until #4352 (2025-11): an older form, not a skip
+        "losses": Module(("verl.workers.utils.losses", "verl.workers.roles.utils.losses")),
+        "fused": Module(("verl.utils.experimental.torch_functional",)),
+    },
+    symbols={
+        "logits_processor": Method((ENGINE,), "MegatronEngineWithLMHead", "_lm_head_logits_processor"),
+        # before verl #6848 (2026-07): a closure over forward_step's locals (an older form, not a skip)
+        "logits_closure": Method((ENGINE,), "MegatronEngineWithLMHead", "forward_step", inner="logits_processor"),
+        "engine_forward": Symbol("model_forward", ("gptmodel_forward_model_engine", "gptmodel_forward_no_padding")),
+        "vocab_parallel_entropy_with_chunking": Symbol("tensor_parallel", ("vocab_parallel_entropy_with_chunking",)),
+        "expand_as_nested": Symbol("torch_functional", ("expand_as_nested",)),
+        **{name: Symbol("core_algos", (name,)) for name in _CORE_ALGOS},
+        "ppo_loss": Symbol("losses", ("ppo_loss",)),
+        "FusedLinearForPPO": Symbol("fused", ("FusedLinearForPPO",)),
+    },
+    entries=(
+        *(
+            Entry(
+                "token_log_probs",
+                (processor,),
+                token,
+                frozenset({"token", "entropy"}),
+                since=_PROCESSOR if processor == "logits_closure" else None,
+            )
+            for processor in _PROCESSORS
+        ),
+        *(
+            Entry(
+                "packed_log_probs",
+                (processor, "engine_forward"),
+                packed,
+                frozenset({"packed", "entropy", "cp_zigzag"}),
+                since=_ENGINE_FORWARD if processor == "logits_closure" else None,
+            )
+            for processor in _PROCESSORS
+        ),
+        *(
+            Entry(
+                "policy_loss",
+                (processor, "engine_forward", "ppo_loss"),
+                policy_loss,
+                frozenset({"policy_loss", "entropy", "cp_zigzag"}),
+                since=f"{_ENGINE_FORWARD}, or not its ppo_loss (workers/utils/losses.py)"
+                if processor == "logits_closure"
+                else None,
+            )
+            for processor in _PROCESSORS
+        ),
+        Entry(
+            "token_policy_loss",
+            ("ppo_loss",),
+            token_policy_loss,
+            frozenset({"token_policy_loss", "token_policy_entropy"}),
+            since="verl's actor loss ppo_loss arrived with its Megatron engine (#3235, 2025-08)",
+        ),
+        Entry(
+            "hidden_log_probs",
+            ("FusedLinearForPPO",),
+            hidden,
+            frozenset({"hidden", "entropy", "chunking", "temperature"}),
+        ),
+    ),
+    options=(
+        # the processor reads the engine config's entropy chunk where its file has the chunked entropy (#6446)
+        *(Option("chunking", ("vocab_parallel_entropy_with_chunking",), level) for level in ("token", "packed")),
+        *(Option("temperature", (_takes_temperature,), level) for level in ("token", "packed", "policy_loss")),
+        Option("cp_allgather", ("engine_forward(cp_layout)",), "packed"),
+        *verl_policy.OPTIONS,
+    ),
+    placeholders=stand_ins.PLACEHOLDERS,
+    not_declared={
+        "entropy_gate": "verl's logits processor has no gate: its entropy keeps a graph whenever computed (its "
+        "callers compute reference and old log-probs under no_grad, which the forward-only check runs)",
+        "bshd": "the engine's bshd path (data_format='bshd', preprocess_bshd_engine) is not mapped",
+        "response_only": "verl evaluates every row",
+        "loss_mask_only": "verl evaluates every row",
+        "donation": "verl never writes the gradient over the logits",
+        "hidden_tp": "the torch fused LM head takes the whole head (verl's TP kernel, verl/utils/kernel/, asserts "
+        "CUDA tensors and uses CUDA streams: not reachable on a CPU run)",
+        **verl_policy.NOT_DECLARED,
+    },
+    expectations=("verl.toml", "verl-hidden.toml"),
+    prepare=_prepare,
+)

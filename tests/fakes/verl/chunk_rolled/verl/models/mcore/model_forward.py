@@ -1,0 +1,1 @@
+../../../../correct/verl/models/mcore/model_forward.py

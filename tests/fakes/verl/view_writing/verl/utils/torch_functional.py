@@ -1,0 +1,1 @@
+../../../correct/verl/utils/torch_functional.py
