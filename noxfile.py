@@ -39,7 +39,9 @@ def _install(session: nox.Session, extra: str = "test") -> None:
 def _workers() -> list[str]:
     """pytest-xdist workers: one per core, at most 4 (each holds its own rank pools); ``LPH_WORKERS=1``: none."""
     count = int(os.environ.get("LPH_WORKERS", min(os.cpu_count() or 1, 4)))
-    return ["-n", str(count)] if count > 1 else []
+    # worksteal: an idle worker takes queued tests from a busy one, so a long test near the end does not leave
+    # the other core waiting (the mutant and gate self-tests run for tens of seconds each).
+    return ["-n", str(count), "--dist", "worksteal"] if count > 1 else []
 
 
 def _suite(session: nox.Session, *selection: str) -> None:
@@ -80,7 +82,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def slow(session: nox.Session) -> None:
-    """What ``nox -s tests`` leaves out (``-m nightly``): the mutants beyond one per bug class, nightly."""
+    """What ``nox -s tests`` leaves out (``-m nightly``), nightly: the mutants beyond one per bug class and the
+    end-to-end gate runs (a hang waited out on both sides, two real-scale traces, the isolation stand-ins) whose
+    rules the suite unit-tests."""
     _install(session)
     session.run("python", "-m", "pytest", "tests", "-m", "nightly", *_workers(), *session.posargs)
 
@@ -181,6 +185,15 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "bench.memory_table")
     # The hidden-state path vs unfused, torch's linear_cross_entropy and SkyRL's fused path: reports/bench/hidden.json
     session.run("python", "-m", "bench.hidden_table")
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """The generated records (docs/records/): runs newer than their record under reports/ become its data, then
+    every page is rendered again from the data and the registry (``python -m harness.records``; running it twice
+    changes nothing). Arguments go to it (``--reports DIR``)."""
+    _install(session)
+    session.run("python", "-m", "harness.records", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -53,6 +53,9 @@ def test_inverted_gate_pr_is_a_new_fail_and_its_revert_fixes_it(tmp_path):
     assert revert.exit_code == 0 and {e.id for e in revert.fixed} == new and not revert.new_failures
 
 
+# The figure comparison itself is tests/test_gate.py::test_budget_figures_decide_worse_and_improved; end to end
+# (two gate runs, each tracing a real scale) it runs nightly.
+@pytest.mark.nightly
 def test_one_more_buffer_is_a_budget_new_fail_with_both_figures(tmp_path):
     # One real scale is enough to show the figure travel (each gate run traces it under fake tensors).
     select = ["properties/test_memory_bounds.py", "-k", "test_forward_backward_at_real_scale and skyrl"]
@@ -95,6 +98,9 @@ def test_single_mode_known_failures_from_an_updated_expectations_file(tmp_path):
     assert decision.exit_code == 0 and {(e.id, e.output) for e in decision.still_failing} == set(written)
 
 
+# The rule itself is tests/test_gate_kinds.py (a failure that changes kind, a hang replayed); end to end (a hang
+# waited out on both sides and replayed) it runs nightly.
+@pytest.mark.nightly
 def test_a_known_wrong_value_that_now_hangs_is_red_base_vs_pr(tmp_path):
     """The base returns a wrong loss, the PR hangs on distributed examples: the check as a whole FAILS DIFFERENTLY, red.
 

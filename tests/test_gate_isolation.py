@@ -186,6 +186,7 @@ def _gate(*args, reports):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # the same decisions from stand-in runs are the tests above; end to end it runs nightly
 def test_end_to_end_the_gradient_fix_is_fixed_and_the_write_still_fails(tmp_path):
     """The real gate (two pytest runs, replays in a subprocess) on the properties themselves."""
     select = [

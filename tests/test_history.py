@@ -70,7 +70,7 @@ def test_a_revision_the_adapter_cannot_load_is_an_error_row_with_its_reason(repo
     monkeypatch.setattr(history, "run_checked", no_suite)
     reports = tmp_path / "reports"
     assert history.main([f"verl={repo}", "--since", "2025-01-01", "--reports", str(reports)]) == 0
-    (row,) = history.json.loads((reports / "verl" / "history.json").read_text())
+    (row,) = history.json.loads((reports / "verl" / "history.json").read_text())["rows"]
     assert row["title"] == "drop the entropy" and not row["would_block"] and not row["new_fail"]
     (error,) = row["errors"]
     assert error.startswith("adapter cannot load") and "defines no vocab_parallel_entropy" in error
@@ -95,7 +95,7 @@ def test_tags_replay_consecutive_releases_in_version_order(repo, tmp_path, monke
     monkeypatch.setattr(history, "run_checked", no_suite)
     reports = tmp_path / "reports"
     assert history.main([f"verl={repo}", "--tags", "v*", "--since", "2025-01-01", "--reports", str(reports)]) == 0
-    (row,) = history.json.loads((reports / "verl" / "history.json").read_text())
+    (row,) = history.json.loads((reports / "verl" / "history.json").read_text())["rows"]
     assert (row["commit"], row["title"]) == ("v0.10", "v0.2 -> v0.10")
     assert row["errors"] and row["errors"][0].startswith("adapter cannot load")
 
@@ -154,7 +154,7 @@ def test_pypi_releases_replay_each_release_against_the_one_before(tmp_path, monk
     monkeypatch.setattr(history, "run_checked", no_suite)
     reports = tmp_path / "reports"
     assert history.main(["verl==pypi", "--since", "2026-01-01", "--reports", str(reports)]) == 0
-    (row,) = history.json.loads((reports / "verl" / "history.json").read_text())
+    (row,) = history.json.loads((reports / "verl" / "history.json").read_text())["rows"]
     assert (row["commit"], row["title"], row["date"]) == ("1.11", "1.10 -> 1.11", "2026-03-02")
     assert (
         row["errors"][0].startswith("adapter cannot load") and "defines no vocab_parallel_entropy" in row["errors"][0]
@@ -213,7 +213,7 @@ def test_the_key_is_what_the_loader_executed_and_a_defect_there_is_seen(slime_re
     monkeypatch.setattr(history, "run_checked", _one_check_runner(case))
     reports = tmp_path / "reports"
     assert history.main([f"slime={root}", "--since", "2025-01-01", "--reports", str(reports)]) == 0
-    rows = history.json.loads((reports / "slime" / "history.json").read_text())
+    rows = history.json.loads((reports / "slime" / "history.json").read_text())["rows"]
     assert [row["title"] for row in rows] == ["scale the other way", "move the loss module away"]
     defect, moved = rows
     # The helper is in the key because the loss module imported it: its commit is replayed and blocked.

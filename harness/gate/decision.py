@@ -63,6 +63,7 @@ class Decision:
     errors: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     strict: bool = False
+    about: dict = field(default_factory=dict)  # single mode: the run (spec, date, harness revision), for records
 
     @property
     def blocking(self) -> list[Entry]:
@@ -97,6 +98,8 @@ class Decision:
             "changed": [asdict(e) for e in self.changed],
             "errors": [asdict(e) for e in self.errors],
             "notes": self.notes,
+            "about": self.about,
+            "rows": [asdict(r) for r in self.rows],
         }
 
     def summary(self) -> str:

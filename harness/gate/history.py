@@ -28,18 +28,21 @@ did not change reuse a verdict: N commits cost N+1 suite runs, each cached on
 disk (``<reports>/<family>/runs/<harness>/<key>/verdicts.json``); a rerun only
 runs what is missing. Trees are extracted with ``git archive`` into a
 temporary folder (never into this repository). The table (commit, date, PR
-title, NEW FAIL, FIXED) goes to ``history.md`` and ``history.json``.
+title, NEW FAIL, FIXED) goes to ``history.md``, and with what it is about (the
+window, the key, the selection, the harness revision, the day) to
+``history.json``, which ``nox -s docs`` turns into the family's record.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import hashlib
 import json
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.gate import compare as comparison
@@ -280,7 +283,8 @@ def main(argv=None) -> int:
             revisions.probe([revision for commit in pending for revision in (commit.parent, commit.sha)])
         else:
             pending = discover(revisions, args.until, lambda paths: commits(repo, paths, args.since, args.until))
-        header = History(family, args.since, len(pending), sorted(revisions.paths), described)
+        source = location if not published else location[1:]
+        header = History(family, args.since, len(pending), sorted(revisions.paths), described, source, args.until)
         for commit in pending:
             head_key, base_key = revisions.key(commit.sha), revisions.key(commit.parent)
             if head_key == base_key:
@@ -329,6 +333,16 @@ class History:
     total: int
     keyed_by: list[str]
     selection: str
+    source: str = ""  # the repository's path, or "pypi" / the releases given
+    until: str = "HEAD"
+
+    def about(self) -> dict:
+        """What a record of this table says it is (harness/records/): the run, the harness, the day."""
+        return {
+            **asdict(self),
+            "harness": HARNESS_REVISION,
+            "date": datetime.datetime.now(datetime.UTC).date().isoformat(),
+        }
 
 
 def _row(commit: Commit, new_fail, fixed, still_failing: int, errors, *, would_block: bool) -> dict:
@@ -347,7 +361,8 @@ def _row(commit: Commit, new_fail, fixed, still_failing: int, errors, *, would_b
 def _write(cache: Path, header: History, table: list[dict]) -> None:
     """The table so far (written after every commit, so a long replay can be read while it runs)."""
     cache.mkdir(parents=True, exist_ok=True)
-    (cache / "history.json").write_text(json.dumps(table, indent=1) + "\n")
+    body = {"about": header.about(), "rows": table}
+    (cache / "history.json").write_text(json.dumps(body, indent=1) + "\n")
     (cache / "history.md").write_text(render_table(header, table))
 
 

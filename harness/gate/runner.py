@@ -17,6 +17,7 @@ summary is appended to it.
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import subprocess
 import sys
@@ -175,6 +176,7 @@ def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> i
             f"--update-expectations rewrites one file: name it with --expectations (the family has {len(paths)})"
         )
     out = root / head.slug
+    harness = _harness_revision()  # before the run: the code the verdicts came from
     run, elapsed = run_checked(head, out, pytest_args)
     path = paths[0] if paths else None
     written = {}
@@ -185,6 +187,7 @@ def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> i
     decision.notes += unevaluated
     shown = ", ".join(str(p) for p in paths) if written else "none"
     decision.notes.append(f"expectations: {shown}; suite wall time {elapsed:.0f} s")
+    decision.about = _about(head, run, elapsed, harness)
     if args.update_expectations:
         target_path = path or expectations.EXPECTATIONS_DIR / f"{head.family or head.slug}.toml"
         header = (
@@ -200,6 +203,38 @@ def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> i
         target_path.write_text(expectations.render(run, written, header))
         print(f"gate: wrote {target_path}")
     return _finish(decision, out)
+
+
+def _version(resolved: specs.ResolvedSpec) -> str:
+    """A release's version, a checkout's short commit, else empty (impl, a path.py:Class adapter)."""
+    if resolved.pip_requirement:
+        return resolved.pip_requirement.partition("==")[2]
+    if resolved.family and resolved.env:
+        return specs.git_revision(Path(next(iter(resolved.env.values()))))
+    return ""
+
+
+def _harness_revision() -> str:
+    """This harness's commit, marked when the tree it ran from had uncommitted changes to tracked files."""
+    revision = specs.git_revision(specs.ROOT)
+    status = subprocess.run(
+        ["git", "-C", str(specs.ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
+    return f"{revision} with uncommitted changes" if status.returncode == 0 and status.stdout.strip() else revision
+
+
+def _about(resolved: specs.ResolvedSpec, run: Run, elapsed: float, harness: str) -> dict:
+    """What a record says of this run (harness/records/store.py): which code, when, with which harness."""
+    return {
+        "spec": resolved.spec,
+        "family": resolved.family or "",
+        "slug": resolved.slug,
+        "version": _version(resolved),
+        "date": datetime.datetime.now(datetime.UTC).date().isoformat(),
+        "harness": harness,
+        "profile": run.meta.get("profile", ""),
+        "wall_s": round(elapsed),
+    }
 
 
 def _finish(decision, out: Path) -> int:
@@ -227,7 +262,7 @@ def _base_run(base: specs.ResolvedSpec, out: Path, pytest_args, cache: str | Non
 
 def _compare(base: specs.ResolvedSpec, head: specs.ResolvedSpec, root: Path, tiers, pytest_args, cache=None) -> int:
     base_slug = base.slug if base.slug != head.slug else f"{base.slug}-base"
-    started = time.monotonic()
+    started, harness = time.monotonic(), _harness_revision()
     base_run, base_s, cache_note = _base_run(base, root / base_slug, pytest_args, cache)
     head_run, head_s = run_checked(head, root / head.slug, pytest_args)
     replay_started = time.monotonic()
@@ -245,4 +280,5 @@ def _compare(base: specs.ResolvedSpec, head: specs.ResolvedSpec, root: Path, tie
         f"wall time: base {base_s:.0f} s, PR {head_s:.0f} s, replays and classification {replay_s:.0f} s, "
         f"total {total:.0f} s"
     )
+    decision.about = {**_about(head, head_run, total, harness), "baseline": base.spec}
     return _finish(decision, root / f"{head.slug}-vs-{base_slug}")

@@ -7,11 +7,16 @@ proportional to ``rows x V_local``. Measured by the same live-storage tracker
 as the logits path (``harness.memory.logits``), so the real scales (T=205,280,
 H=4096, V=151,936 at tp 8) run on a CPU without allocating.
 
-Two documented extras: a chunk's hidden-sized working set (``[chunk, H]``
+Four documented extras: a chunk's hidden-sized working set (``[chunk, H]``
 fp32, the chunk's grad_hidden before its TP sum) beside each chunk of
-logits, and a head that is not fp32 has its gradient accumulated
+logits; a head that is not fp32 has its gradient accumulated
 in an fp32 ``[V_local, H]`` buffer (bf16 accumulation over thousands of
-chunks would lose it), counted explicitly in the bound as ``accumulator``.
+chunks would lose it), counted explicitly in the bound as ``accumulator``;
+one ``[256, H]`` row block of hidden in its dtype, the zero-padded last
+block a batch-invariant path copies (``impl/fixed_gemm.py``: a call's last
+row block is run at full size so a row's bits do not follow the row count);
+and the streamed tree a TP-invariant path sums grad_hidden over the
+vocabulary in (``TREE_BLOCKS``). None of them grows with rows x V_local.
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ CHUNKS_ALLOWED = 4  # the fused contract: below inputs + gradients + 4 chunks of
 # share the call), so a call of fewer rows still holds one block. Nothing changes for calls and chunks of 256
 # rows or more (every real scale); below that, full fp32 logits are under one chunk either way.
 ROW_BLOCK = 256
+# A TP-invariant fused path sums grad_hidden over the vocabulary in a fixed tree of up to 64 leaf blocks, streamed
+# (impl/fixed_gemm.py, ``push_leaf``): at most log2(64) + 1 partial sums ``[H, ROW_BLOCK]`` fp32 are alive, plus
+# the leaf's product in the working dtype. Eight such blocks, whatever the chunk: 0.41 of one chunk of logits at
+# Qwen's real scale (H 4096, V_local 18,992, chunks of 1024 rows); they decide only where H rivals V_local.
+TREE_BLOCKS = 8
 
 
 @dataclass(frozen=True)
@@ -82,16 +92,32 @@ class HiddenMemoryCase:
         """One chunk of fp32 hidden-sized rows ``[chunk, H]`` (a chunk's grad_hidden before its TP sum)."""
         return self.chunk_rows * self.hidden_size * 4
 
-    def bound(self, chunks: int = CHUNKS_ALLOWED) -> int:
-        """inputs + gradients (+ fp32 accumulator) + ``chunks`` x (a chunk of fp32 logits and of fp32 hidden rows).
+    @property
+    def padded_block_bytes(self) -> int:
+        """One row block of hidden in its dtype ``[ROW_BLOCK, H]``: the zero-padded copy of a call's last block."""
+        return ROW_BLOCK * self.hidden_size * self.element_size
 
-        The hidden-sized term matters only where ``H`` rivals ``V_local`` (tiny
-        generated vocabularies); at the real scale it is 0.22 of the logits chunk.
+    @property
+    def tree_bytes(self) -> int:
+        """The streamed summation tree of grad_hidden over the vocabulary: ``TREE_BLOCKS`` x ``[H, ROW_BLOCK]`` fp32."""
+        return TREE_BLOCKS * self.hidden_size * ROW_BLOCK * 4
+
+    def bound(self, chunks: int = CHUNKS_ALLOWED) -> int:
+        """inputs + gradients (+ fp32 accumulator) + one padded row block + the summation tree + ``chunks`` x (a
+        chunk of fp32 logits and of fp32 hidden rows).
+
+        The hidden-sized terms matter only where ``H`` rivals ``V_local`` (tiny
+        generated vocabularies: 38 rows of H 48 against V 8 in bf16 hold the
+        padded block and four partial sums of the tree at once); at the real
+        scale the hidden chunk is 0.22 of the logits chunk, the tree 0.41 and
+        the padded block 0.03.
         """
         return (
             self.inputs_bytes
             + self.gradients_bytes
             + self.accumulator_bytes
+            + self.padded_block_bytes
+            + self.tree_bytes
             + chunks * (self.chunk_logits_bytes + self.chunk_hidden_bytes)
             + self.rows * ROW_ALLOWANCE_BYTES
         )

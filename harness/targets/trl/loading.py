@@ -21,7 +21,7 @@ checkout) or the installed ``trl``. Nothing of TRL is copied here.
   ``logprob_entropy`` kernel when Triton is importable). A version whose file
   lacks ``selective_log_softmax`` is refused with its name.
 
-Older releases (a release replay, ``docs/history-trl.md``) have less: no
+Older releases (a release replay, ``docs/archive/history-trl.md``) have less: no
 ``trl/kernels/`` before 1.15 (no chunked LM head: ``kernels(root).chunked``
 is None), no ``selective_log_softmax_and_entropy`` /
 ``_supports_trl_loss_kernel`` before 1.14, no ``entropy_from_logits`` before

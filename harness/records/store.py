@@ -1,0 +1,183 @@
+"""Where records live and how a run's output becomes a record's data (a snapshot).
+
+A snapshot is what a page needs from one run and nothing that changes with
+the machine that renders it: the run's date and harness revision, its spec,
+profile and wall time, and its rows. A gate run becomes one
+(``docs/records/data/gates/<name>.json``) from its ``gate.json``; a history
+run (``docs/records/data/history/<family>.json``) from its ``history.json``.
+An import replaces a snapshot only with a newer run (by date, then by the
+harness revision's order being unknown: a run of the same date replaces).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from harness import ROOT
+from harness.gate import expectations, single, specs
+from harness.gate.verdicts import Run
+from harness.targets import registry
+
+RECORDS = ROOT / "docs" / "records"
+DATA = RECORDS / "data"
+GATES = DATA / "gates"
+HISTORIES = DATA / "history"
+GATE_FILE, HISTORY_FILE, SUMMARY_FILE = "gate.json", "history.json", "summary.md"
+EXAMPLE = DATA / "example-summary.json"  # the newest blocking base-vs-PR run: what the workflow posts
+ROW_KEYS = ("id", "output", "tier", "outcome", "detail", "reproduce")
+NOT_RECORDED = "not recorded"
+RECLASSIFIED = (
+    "a run from before gate runs recorded their rows: classified again from its verdicts with the expectations "
+    "of the revision that imported it"
+)
+
+
+class NotARecord(ValueError):
+    """A report directory that cannot become a record (it says which file and what to run)."""
+
+
+def gate_snapshot(directory: Path) -> dict:
+    """The snapshot of one single-target gate run: its ``gate.json`` rows and ``about``.
+
+    A run written before gate runs recorded them (no ``rows``) is classified again from its
+    ``verdicts.json`` with the family's expectations as they are now, and says so: its harness revision is
+    "not recorded" and its date the day its ``gate.json`` was written.
+    """
+    directory = Path(directory)
+    path = directory / GATE_FILE
+    body = json.loads(path.read_text())
+    if body.get("mode") != "single":
+        raise NotARecord(f"{path}: a base-vs-PR run, not one target's conformance")
+    about, rows, exit_code = body.get("about"), body.get("rows"), body["exit_code"]
+    if about is None or rows is None:
+        about, rows, exit_code = _reclassified(directory)
+    return {
+        "about": about,
+        "exit_code": exit_code,
+        "counts": _counts(rows),
+        "rows": sorted(({key: row.get(key, "") for key in ROW_KEYS} for row in rows), key=_row_key),
+    }
+
+
+def _row_key(row: dict) -> tuple:
+    return row["id"], row["output"]
+
+
+def _counts(rows: list[dict]) -> dict:
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _family_of(target: str) -> tuple[str, str]:
+    """(family, version) of a run's target: ``slime=PATH``, ``skyrl==X``, or a legacy adapter's class."""
+    for separator in ("==", "="):
+        name, found, rest = target.partition(separator)
+        if found and name in registry.names():
+            return name, rest if separator == "==" else ""
+    for name in registry.names():
+        record = registry.family(name)
+        if target in (getattr(record, "adapter", None), getattr(record, "hidden", None)):
+            return name, ""
+    return "", ""
+
+
+def _reclassified(directory: Path) -> tuple[dict, list[dict], int]:
+    run = Run.load(directory)
+    family, version = _family_of(run.target)
+    if not family and run.target != "impl":
+        raise NotARecord(f"{directory}: target {run.target!r} is no family of the registry nor impl")
+    written = {}
+    for each in specs.expectation_files(family or None):
+        written.update(expectations.load(each))
+    decision = single.classify(run, written)
+    written_on = datetime.datetime.fromtimestamp((directory / GATE_FILE).stat().st_mtime, datetime.UTC)
+    about = {
+        "spec": run.target,
+        "family": family,
+        "slug": directory.name,
+        "version": version,
+        "date": written_on.date().isoformat(),
+        "harness": NOT_RECORDED,
+        "profile": run.meta.get("profile", ""),
+        "wall_s": None,
+        "note": RECLASSIFIED,
+    }
+    return about, [asdict(row) for row in decision.rows], decision.exit_code
+
+
+def example_snapshot(directory: Path) -> dict:
+    """A blocking base-vs-PR run's comment (its ``summary.md``) and what it compared: the README's example."""
+    body = json.loads((Path(directory) / GATE_FILE).read_text())
+    if body.get("mode") == "single" or body.get("exit_code") != 1 or "about" not in body:
+        raise NotARecord(f"{directory}: not a blocking base-vs-PR run that recorded what it compared")
+    return {"about": body["about"], "summary": (Path(directory) / SUMMARY_FILE).read_text()}
+
+
+def history_snapshot(directory: Path) -> dict:
+    """The snapshot of one history run (its ``history.json`` with its ``about``)."""
+    path = Path(directory) / HISTORY_FILE
+    body = json.loads(path.read_text())
+    if not isinstance(body, dict) or "about" not in body:
+        raise NotARecord(
+            f"{path}: a history written before runs recorded what they ran (harness revision, selection): "
+            "rerun `nox -s history -- FAMILY=PATH`"
+        )
+    return body
+
+
+def name_of(snapshot: dict) -> str:
+    """The record's name: the family, else the target's slug (``impl``)."""
+    about = snapshot["about"]
+    return about.get("family") or about["slug"]
+
+
+def newer(candidate: dict, stored: dict | None) -> bool:
+    return stored is None or candidate["about"]["date"] >= stored["about"]["date"]
+
+
+def load_all(folder: Path) -> dict[str, dict]:
+    return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+
+
+def save(folder: Path, name: str, snapshot: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(snapshot, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def import_reports(reports: Path) -> list[str]:
+    """Every gate and history run under ``reports`` newer than its record: what was imported, and what not (why)."""
+    imported = []
+    for kind, folder, file, snapshot_of in (
+        ("gate", GATES, GATE_FILE, gate_snapshot),
+        ("history", HISTORIES, HISTORY_FILE, history_snapshot),
+    ):
+        for path in sorted(Path(reports).rglob(file)):
+            try:
+                snapshot = snapshot_of(path.parent)
+            except NotARecord as exc:
+                imported.append(f"{kind} skipped: {exc}")
+                continue
+            name = name_of(snapshot)
+            stored = folder / f"{name}.json"
+            previous = json.loads(stored.read_text()) if stored.is_file() else None
+            if newer(snapshot, previous) and snapshot != previous:
+                save(folder, name, snapshot)
+                imported.append(f"{kind} {name}: {path.parent}")
+    for path in sorted(Path(reports).rglob(GATE_FILE)):
+        try:
+            example = example_snapshot(path.parent)
+        except NotARecord:
+            continue  # single-target runs are imported above; a green or older base-vs-PR run is no example
+        stored = json.loads(EXAMPLE.read_text()) if EXAMPLE.is_file() else None
+        if newer(example, stored) and example != stored:
+            EXAMPLE.parent.mkdir(parents=True, exist_ok=True)
+            EXAMPLE.write_text(json.dumps(example, indent=1, sort_keys=True) + "\n")
+            imported.append(f"example comment: {path.parent}")
+    return imported
