@@ -70,6 +70,7 @@ def _entropy(up, logits_3d, call):
 
 
 def token(up, call: calls.TokenCall):
+    """``DistributedLogprob`` / ``ChunkedDistributedLogprob`` on the rows as ``B = 1``; the entropy negated."""
     start, end = call.vocab_bounds
     batched, targets = call.logits.unsqueeze(0), call.targets.unsqueeze(0)
     if call.chunk_size is None:
@@ -82,6 +83,7 @@ def token(up, call: calls.TokenCall):
 
 
 def packed(up, call: calls.PackedCall):
+    """The packed entry point on the unrolled stream (NeMo rolls and gathers CP); this rank's zigzag view."""
     cp, cp_rank = call.cp
     start, end = call.vocab_bounds
     stream = call.logits[: packing.local_sequence_rows(call.inputs, cp)].unsqueeze(0)
@@ -105,6 +107,7 @@ def packed(up, call: calls.PackedCall):
 
 
 def sampling(up, call: calls.SamplingCall):
+    """``*LogprobWithSampling`` on the rows padded to a multiple of TP, the chunk rounded up to one."""
     kept = call.kept
     tp = call.tp[0]
     rows = call.logits.shape[0]
@@ -126,6 +129,7 @@ def sampling(up, call: calls.SamplingCall):
 
 
 def hidden(up, call: calls.HiddenCall):
+    """``ChunkedDistributedHiddenStatesToLogprobs`` on sequence-first ``[rows, 1, H]``, one rank."""
     start, end = call.vocab_bounds
     rows = call.hidden.shape[0]
     chunk = max(rows, 1) if call.chunk_size is None else call.chunk_size

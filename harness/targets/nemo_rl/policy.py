@@ -83,7 +83,12 @@ class _ConfigBase:
 
 def _fields(*names: str):
     """An option's condition: the revision's ``ClippedPGLossConfig`` declares every one of ``names``."""
-    return lambda up: up.loss_fields is not None and set(names) <= up.loss_fields
+
+    def holds(up) -> bool:
+        return up.loss_fields is not None and set(names) <= up.loss_fields
+
+    holds.__doc__ = f"``ClippedPGLossConfig`` has {', '.join(f'``{name}``' for name in names)}."
+    return holds
 
 
 _KL = ("reference_policy_kl_penalty", "reference_policy_kl_type")
