@@ -22,6 +22,7 @@ from harness.checks.parity import check_token_backward, check_token_forward
 from harness.targets import load_target
 from harness.targets.upstream.loader import MissingUpstream
 from tests.fakes.reach_targets import HERE
+from tests.test_trl_policy import OPTIONS as POLICY_OPTIONS
 
 ROOT = HERE / "trl"
 SPEC, TRITON = f"trl={ROOT}", "tests/fakes/reach_targets.py:TRLTriton"
@@ -32,27 +33,31 @@ CASES = [
 ]
 # The stand-in's vocabulary tile (5) is below V, so TRL's own chunk default is what tiles.
 HIDDEN_CASE = with_hidden_size(Case(seed=4, vocab=12, samples=((7, 4),), temperature=1.3, with_entropy=True), 5)
-POLICY = {
-    "token_policy_loss",
-    "policy_agg_seq-mean-token-mean",
-    "policy_agg_token-mean",
-    "policy_agg_seq-mean-token-sum-norm",
-    "policy_kl_k3",
-    "policy_kl_ratio_weighted",
-    "policy_dual_clip",
-}
 
 
-def _copy(tmp_path, name="trl"):
-    root = tmp_path / name
+def _changed_utils(tmp_path, old: str, new: str) -> str:
+    """A copy of the stand-in whose ``trainer/utils.py`` has ``old`` (which must be there) replaced by ``new``."""
+    root = tmp_path / "trl"
     shutil.copytree(ROOT, root)
-    return root
+    utils = root / "trl" / "trainer" / "utils.py"
+    text = utils.read_text()
+    assert old in text
+    utils.write_text(text.replace(old, new))
+    return f"trl={root}"
 
 
 def test_declares_what_trl_has():
     target = load_target(SPEC)
     assert target.name == "trl-1.0.0+stand-in"
-    assert target.capabilities == {"token", "entropy", "entropy_gate", "temperature", "hidden", *POLICY}
+    assert target.capabilities == {
+        "token",
+        "entropy",
+        "entropy_gate",
+        "temperature",
+        "hidden",
+        "token_policy_loss",
+        *POLICY_OPTIONS,
+    }
     assert "entropy_gate" not in target.capabilities_for({"hidden"})  # the chunked Function has no switch
     assert load_target(TRITON).capabilities == {"token", "entropy", "temperature"}
 
@@ -99,46 +104,32 @@ def test_chunked_lm_head_passes_parity_with_entropy_gradient():
 
 def test_a_wrong_entropy_sign_fails_parity(tmp_path):
     """NeMo's convention (sum p log p) in TRL's entropy_from_logits: the forward check must catch it."""
-    root = _copy(tmp_path)
-    utils = root / "trl" / "trainer" / "utils.py"
-    text = utils.read_text()
-    assert "return -(log_p.exp() * log_p).sum(-1)" in text
-    utils.write_text(text.replace("return -(log_p.exp() * log_p).sum(-1)", "return (log_p.exp() * log_p).sum(-1)"))
+    spec = _changed_utils(tmp_path, "return -(log_p.exp() * log_p).sum(-1)", "return (log_p.exp() * log_p).sum(-1)")
     with pytest.raises(AssertionError, match="entropy"):
-        check_token_forward(CASES[0], f"trl={root}")
+        check_token_forward(CASES[0], spec)
 
 
 def test_a_composition_that_leaves_out_its_temperature_division_fails(tmp_path):
     """The division is selective_log_softmax_and_entropy's step, never the record's: leaving it out fails."""
-    root = _copy(tmp_path)
-    utils = root / "trl" / "trainer" / "utils.py"
-    text = utils.read_text()
     step = "    if temperature != 1.0:\n        logits = logits / temperature\n    logprobs = "
-    assert step in text
-    utils.write_text(text.replace(step, "    logprobs = "))
+    spec = _changed_utils(tmp_path, step, "    logprobs = ")
     check_token_forward(CASES[0], SPEC)
     with pytest.raises(AssertionError, match="log_probs|entropy"):
-        check_token_forward(CASES[0], f"trl={root}")
+        check_token_forward(CASES[0], spec)
 
 
 def test_a_fused_forward_that_leaves_out_its_temperature_fails(tmp_path):
     """The temperature reaches the chunked Function through add_fused_lm_head, never through the record."""
-    root = _copy(tmp_path)
-    utils = root / "trl" / "trainer" / "utils.py"
-    text = utils.read_text()
-    step = "                temperature,\n                _CHUNKED_LOGPROB_CHUNK_SIZE,\n"
-    assert step in text
-    utils.write_text(text.replace(step, "                1.0,\n                _CHUNKED_LOGPROB_CHUNK_SIZE,\n"))
+    chunk = "                _CHUNKED_LOGPROB_CHUNK_SIZE,\n"
+    spec = _changed_utils(tmp_path, f"                temperature,\n{chunk}", f"                1.0,\n{chunk}")
     with pytest.raises(AssertionError, match="log_probs|entropy"):
-        check_hidden_forward(HIDDEN_CASE, f"trl={root}")
+        check_hidden_forward(HIDDEN_CASE, spec)
 
 
 def test_a_revision_without_the_helpers_is_an_error_naming_them(tmp_path):
-    root = _copy(tmp_path)
-    utils = root / "trl" / "trainer" / "utils.py"
-    utils.write_text(utils.read_text().replace("def selective_log_softmax(", "def renamed_log_softmax("))
+    spec = _changed_utils(tmp_path, "def selective_log_softmax(", "def renamed_log_softmax(")
     with pytest.raises(MissingUpstream, match="selective_log_softmax in trl/trainer/utils.py"):
-        load_target(f"trl={root}")
+        load_target(spec)
 
 
 OLD_UTILS = """import pandas  # noqa: F401  (never executed by the record)
