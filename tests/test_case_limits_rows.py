@@ -12,7 +12,7 @@ from harness.cases import limits as case_limits
 from harness.cases.case import Case
 from harness.checks.parity import require_rows_within_limits
 from harness.targets.protocol import Target
-from harness.targets.upstream.combined import TokenAndHidden, combined_limits
+from harness.targets.upstream.combined import combined_limits
 
 
 class _Path(Target):
@@ -39,5 +39,3 @@ def test_a_family_takes_each_paths_limits_the_smaller_where_both_bound():
     token, hidden = _Path({"max_samples": 3, "max_hidden_rows": 512}), _Path({"max_hidden_rows": 256})
     assert combined_limits(token, hidden) == {"max_samples": 3, "max_hidden_rows": 256}
     assert combined_limits(_Path(), _Path()) is None
-    assert TokenAndHidden(token, hidden, "family").case_limits == {"max_samples": 3, "max_hidden_rows": 256}
-    assert TokenAndHidden(_Path(), None, "older").case_limits is None

@@ -1,25 +1,13 @@
-"""One family target from a library's token-level target and its hidden-state target.
+"""A family still on its old adapter joined to its hidden-state adapter (``WithHidden``), and the case limits of a
+target with several paths (``combined_limits``).
 
-The gate runs one target per SPEC, so a family whose library has both paths
-presents both: each entry point delegates. The per-call option capabilities
-(``entropy``, ``entropy_gate``, ``chunking``, ``temperature``) are one name
-for both entry points, so one is declared only where BOTH paths honour it:
-TRL's token helpers have an entropy gate (``entropy_requires_grad``) and its
-chunked LM-head Function has none, and declaring the union would send the
-hidden-state gate check to a path that cannot run it. What one path alone has
-is still checked by that path's own ``module:attr`` target.
+Families on the kernel carry every path in their record (``Entry.lacks`` keeps each path's own options); verl and
+NeMo-RL, still on their old adapters, get their hidden-state path here.
 """
 
 from __future__ import annotations
 
 from harness.targets.protocol import Target
-
-OPTIONS = frozenset({"entropy", "entropy_gate", "chunking", "temperature"})
-
-
-def combined_capabilities(token: frozenset, hidden: frozenset) -> frozenset:
-    """Both paths' capabilities, an option only where both have it (see the module docstring)."""
-    return frozenset((token | hidden) - OPTIONS) | (token & hidden & OPTIONS)
 
 
 def combined_limits(*targets) -> dict | None:
@@ -29,28 +17,6 @@ def combined_limits(*targets) -> dict | None:
         for key, bound in (getattr(target, "case_limits", None) or {}).items():
             limits[key] = min(bound, limits.get(key, bound))
     return limits or None
-
-
-class TokenAndHidden(Target):
-    """Delegates ``token_log_probs`` to ``self.token`` and ``hidden_log_probs`` to ``self.hidden``.
-
-    ``hidden`` is None for a library version without the hidden-state path (an older release in a history
-    replay): the family is then its token path alone, with that path's capabilities.
-    """
-
-    def __init__(self, token: Target, hidden: Target | None, name: str):
-        self.token, self.hidden, self.name = token, hidden, name
-        self.case_limits = combined_limits(token, hidden)
-        if hidden is None:
-            self.capabilities = frozenset(token.capabilities)
-            return
-        self.capabilities = combined_capabilities(frozenset(token.capabilities), frozenset(hidden.capabilities))
-
-    def token_log_probs(self, logits, targets, **options):
-        return self.token.token_log_probs(logits, targets, **options)
-
-    def hidden_log_probs(self, hidden, weight, targets, **options):
-        return self.hidden.hidden_log_probs(hidden, weight, targets, **options)
 
 
 class WithHidden:

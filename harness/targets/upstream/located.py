@@ -9,7 +9,6 @@ library is copied into this repository.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from harness.targets.upstream.locate import Locate, find, release_version
@@ -19,14 +18,6 @@ def package_root(import_name: str, variable: str, marker: Path, install_hint: st
     """The directory holding ``import_name``: ``$variable`` (checked for ``marker``) or the installed package's parent
     (``locate.find``, the one root finder; a checkout may keep its package under ``src/``)."""
     return find(import_name, Locate(import_name, str(marker), variable), install_hint=install_hint).root
-
-
-def put_first_on_path(root: Path) -> None:
-    """Make ``root`` the first place Python imports from, so its copy of the library wins over an installed one."""
-    text = str(root)
-    if text in sys.path:
-        sys.path.remove(text)
-    sys.path.insert(0, text)
 
 
 def version(root: Path, distribution: str, fallback: str = "unknown") -> str:
