@@ -156,9 +156,7 @@ def test_pypi_releases_replay_each_release_against_the_one_before(tmp_path, monk
     assert history.main(["verl==pypi", "--since", "2026-01-01", "--reports", str(reports)]) == 0
     (row,) = history.json.loads((reports / "verl" / "history.json").read_text())["rows"]
     assert (row["commit"], row["title"], row["date"]) == ("1.11", "1.10 -> 1.11", "2026-03-02")
-    assert (
-        row["errors"][0].startswith("adapter cannot load") and MISSING in row["errors"][0]
-    )
+    assert row["errors"][0].startswith("adapter cannot load") and MISSING in row["errors"][0]
     assert history.main(["slime==pypi", "--reports", str(reports)]) == 2  # slime publishes no releases here
 
 
