@@ -75,7 +75,7 @@ def _kernel(record: Family) -> list[str]:
     lines += ["", "## Entry points", "", "The first entry of a method whose symbols are all present serves it.", ""]
     rows = []
     for entry in record.entries:
-        names = [" / ".join(record.symbols[c].names) if c in record.symbols else c for c in entry.calls]
+        names = [_called(record.symbols[c]) if c in record.symbols else c for c in entry.calls]
         rows.append(
             (
                 code(entry.serves),
@@ -126,6 +126,12 @@ def _newest_run(name: str, snapshot: dict | None) -> list[str]:
         rows = [(code(r["id"]), r["output"] or "(the check)", r["tier"], r["outcome"]) for r in failing]
         lines += table(("check", "output", "tier", "outcome"), rows) + [""]
     return lines
+
+
+def _called(symbol) -> str:
+    """A symbol's names (current first), or a method's own description (``upstream.family.Method``)."""
+    describe = getattr(symbol, "describe", None)
+    return describe() if describe is not None else " / ".join(symbol.names)
 
 
 def _condition(when) -> str:
