@@ -64,6 +64,9 @@ def run_mutant(mutant: Mutant, extra_args=()) -> MutantResult:
         return MutantResult(mutant, 0, [], 0.0, f"equivalent here: {probe}", probe)
     env = dict(os.environ, **{ENV_VAR: mutant.name})
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
+    # Whether the regression kills the mutant is its verdict alone; the diagnosis's ablation (up to 20 s per failing
+    # check, harness/checks/diagnosis.py) says which conditions a failure needs, which this run does not read.
+    env.setdefault("LPH_ABLATION", "0")
     command = [
         sys.executable,
         "-m",
