@@ -42,7 +42,7 @@ import json
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.gate import compare as comparison
@@ -335,14 +335,8 @@ class History:
     selection: str
     source: str = ""  # the repository's path, or "pypi" / the releases given
     until: str = "HEAD"
-
-    def about(self) -> dict:
-        """What a record of this table says it is (harness/records/): the run, the harness, the day."""
-        return {
-            **asdict(self),
-            "harness": HARNESS_REVISION,
-            "date": datetime.datetime.now(datetime.UTC).date().isoformat(),
-        }
+    harness: str = HARNESS_REVISION
+    date: str = field(default_factory=lambda: datetime.datetime.now(datetime.UTC).date().isoformat())  # the run's day
 
 
 def _row(commit: Commit, new_fail, fixed, still_failing: int, errors, *, would_block: bool) -> dict:
@@ -361,7 +355,7 @@ def _row(commit: Commit, new_fail, fixed, still_failing: int, errors, *, would_b
 def _write(cache: Path, header: History, table: list[dict]) -> None:
     """The table so far (written after every commit, so a long replay can be read while it runs)."""
     cache.mkdir(parents=True, exist_ok=True)
-    body = {"about": header.about(), "rows": table}
+    body = {"about": asdict(header), "rows": table}
     (cache / "history.json").write_text(json.dumps(body, indent=1) + "\n")
     (cache / "history.md").write_text(render_table(header, table))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 
+from harness.records import store
 from harness.records.markdown import COMMAND
 
 # Worst first: a cell shows the worst outcome among its outputs.
@@ -117,7 +118,7 @@ def render(snapshots: dict[str, dict], family_pages: set[str]) -> str:
 
 def _about_line(snapshot: dict) -> str:
     about = snapshot["about"]
-    counts = ", ".join(f"{n} {o}" for o, n in snapshot["counts"].items())
+    counts = store.outcomes(snapshot)
     wall = f", {about['wall_s']} s" if about.get("wall_s") else ""
     return (
         f"{about['date']}, harness {about['harness']}, profile {about.get('profile') or '-'}{wall}; "

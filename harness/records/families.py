@@ -113,7 +113,7 @@ def _newest_run(name: str, snapshot: dict | None) -> list[str]:
         run = f"`python -m harness.gate {name}=PATH` (or `{name}==X`)"
         return lines + [f"None recorded: run {run}, then `nox -s docs`.", ""]
     about = snapshot["about"]
-    counts = ", ".join(f"{n} {o}" for o, n in snapshot["counts"].items())
+    counts = store.outcomes(snapshot)
     lines += [
         f"`{about['spec']}` on {about['date']} (harness {about['harness']}, profile {about.get('profile') or '-'}): "
         f"exit code {snapshot['exit_code']}; {counts}. Every cell: [the conformance page](../conformance.html#{name}).",

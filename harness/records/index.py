@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.records import store
 from harness.records.markdown import banner, table
 
 
@@ -23,7 +24,7 @@ def render_index(snapshots: dict[str, dict], names: tuple[str, ...]) -> str:
             rows.append((page, "-", "no gate run recorded", "-"))
             continue
         about = snapshot["about"]
-        counts = ", ".join(f"{n} {o}" for o, n in snapshot["counts"].items())
+        counts = store.outcomes(snapshot)
         rows.append((page, f"`{about['spec']}`", f"{about['date']}, harness {about['harness']}", counts))
     lines += table(("family", "newest gate run", "when", "outcomes"), rows)
     return "\n".join(lines) + "\n"

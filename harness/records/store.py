@@ -17,7 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness import ROOT
-from harness.gate import expectations, single, specs
+from harness.gate import expectations, render, single, specs
+from harness.gate.render import Row
 from harness.gate.verdicts import Run
 from harness.targets import registry
 
@@ -54,23 +55,17 @@ def gate_snapshot(directory: Path) -> dict:
     about, rows, exit_code = body.get("about"), body.get("rows"), body["exit_code"]
     if about is None or rows is None:
         about, rows, exit_code = _reclassified(directory)
-    return {
-        "about": about,
-        "exit_code": exit_code,
-        "counts": _counts(rows),
-        "rows": sorted(({key: row.get(key, "") for key in ROW_KEYS} for row in rows), key=_row_key),
-    }
+    kept = sorted(({key: row.get(key, "") for key in ROW_KEYS} for row in rows), key=_row_key)
+    return {"about": about, "exit_code": exit_code, "counts": render.counts([Row(**row) for row in kept]), "rows": kept}
 
 
 def _row_key(row: dict) -> tuple:
     return row["id"], row["output"]
 
 
-def _counts(rows: list[dict]) -> dict:
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
-    return dict(sorted(counts.items()))
+def outcomes(snapshot: dict) -> str:
+    """``93 KNOWN, 37 PASS, ...``: a run's counts in one line."""
+    return ", ".join(f"{n} {outcome}" for outcome, n in snapshot["counts"].items())
 
 
 def _family_of(target: str) -> tuple[str, str]:
@@ -144,40 +139,38 @@ def load_all(folder: Path) -> dict[str, dict]:
     return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
 
 
-def save(folder: Path, name: str, snapshot: dict) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.json"
+def _keep_newer(path: Path, snapshot: dict) -> bool:
+    """Write ``snapshot`` to ``path`` unless what is there is newer or the same; whether it was written."""
+    previous = json.loads(path.read_text()) if path.is_file() else None
+    if not newer(snapshot, previous) or snapshot == previous:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(snapshot, indent=1, sort_keys=True) + "\n")
-    return path
+    return True
 
 
 def import_reports(reports: Path) -> list[str]:
-    """Every gate and history run under ``reports`` newer than its record: what was imported, and what not (why)."""
+    """Every run under ``reports`` newer than its record (a single-target gate run, a blocking base-vs-PR run's
+    comment, a history): what was imported, and what was not (why)."""
     imported = []
-    for kind, folder, file, snapshot_of in (
-        ("gate", GATES, GATE_FILE, gate_snapshot),
-        ("history", HISTORIES, HISTORY_FILE, history_snapshot),
-    ):
-        for path in sorted(Path(reports).rglob(file)):
-            try:
-                snapshot = snapshot_of(path.parent)
-            except NotARecord as exc:
-                imported.append(f"{kind} skipped: {exc}")
-                continue
-            name = name_of(snapshot)
-            stored = folder / f"{name}.json"
-            previous = json.loads(stored.read_text()) if stored.is_file() else None
-            if newer(snapshot, previous) and snapshot != previous:
-                save(folder, name, snapshot)
-                imported.append(f"{kind} {name}: {path.parent}")
     for path in sorted(Path(reports).rglob(GATE_FILE)):
         try:
-            example = example_snapshot(path.parent)
-        except NotARecord:
-            continue  # single-target runs are imported above; a green or older base-vs-PR run is no example
-        stored = json.loads(EXAMPLE.read_text()) if EXAMPLE.is_file() else None
-        if newer(example, stored) and example != stored:
-            EXAMPLE.parent.mkdir(parents=True, exist_ok=True)
-            EXAMPLE.write_text(json.dumps(example, indent=1, sort_keys=True) + "\n")
-            imported.append(f"example comment: {path.parent}")
+            snapshot = gate_snapshot(path.parent)
+            target, label = GATES / f"{name_of(snapshot)}.json", f"gate {name_of(snapshot)}"
+        except NotARecord as exc:
+            try:
+                snapshot, target, label = example_snapshot(path.parent), EXAMPLE, "example comment"
+            except NotARecord:
+                imported.append(f"gate skipped: {exc}")
+                continue
+        if _keep_newer(target, snapshot):
+            imported.append(f"{label}: {path.parent}")
+    for path in sorted(Path(reports).rglob(HISTORY_FILE)):
+        try:
+            snapshot = history_snapshot(path.parent)
+        except NotARecord as exc:
+            imported.append(f"history skipped: {exc}")
+            continue
+        if _keep_newer(HISTORIES / f"{name_of(snapshot)}.json", snapshot):
+            imported.append(f"history {name_of(snapshot)}: {path.parent}")
     return imported
