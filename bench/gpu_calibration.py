@@ -9,7 +9,8 @@ torch). Here the same ``MemoryCase`` runs for real on a GPU and
 * predicted: ``measure_token_memory(case, impl, fake=True).peak``; it counts
   the inputs (logits and targets) as live from the start;
 * measured: ``max_memory_allocated`` minus what was allocated BEFORE the
-  inputs were created, so the inputs count too, the same convention. The
+  inputs were created, so the inputs count too, the same convention (the
+  logits handed are a copy of a leaf that is not counted: ``handed``). The
   body mirrors ``measure_token_memory``: impl/ forward with entropy and its
   gradient, ``sum(log_probs) + sum(entropy)``, backward, outputs freed;
 * diagnostic: the tracker itself on the real CUDA tensors, which separates
@@ -37,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from harness.memory.logits import MemoryCase, measure_token_memory, token_forward_backward
+from harness.memory.logits import MemoryCase, handed, measure_token_memory, token_forward_backward
 from harness.memory.tracker import LiveStorageTracker
 from harness.ranks import device
 from harness.targets import load_target
@@ -69,9 +70,10 @@ def measure_cuda(case: MemoryCase, target, dev: torch.device) -> dict:
     for method in ("max_memory_allocated", "tracker_on_cuda"):
         torch.cuda.synchronize(dev)
         torch.cuda.empty_cache()
-        before_inputs = torch.cuda.memory_allocated(dev)
-        logits = torch.randn(case.rows, case.vocab_local, device=dev, dtype=case.torch_dtype)
-        logits.requires_grad_(case.backward)
+        leaf = torch.randn(case.rows, case.vocab_local, device=dev, dtype=case.torch_dtype)
+        leaf.requires_grad_(case.backward)
+        logits = handed(leaf)  # what the target gets is counted; a leaf behind a copy is not
+        before_inputs = torch.cuda.memory_allocated(dev) - logits.untyped_storage().nbytes()
         targets = torch.randint(0, case.vocab_local, (case.rows,), device=dev)
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
@@ -84,7 +86,7 @@ def measure_cuda(case: MemoryCase, target, dev: torch.device) -> dict:
             token_forward_backward(case, target, logits, targets)
             torch.cuda.synchronize(dev)
             results[method] = torch.cuda.max_memory_allocated(dev) - before_inputs
-        del logits, targets
+        del logits, targets, leaf
     torch.cuda.empty_cache()
     return results
 

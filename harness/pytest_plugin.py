@@ -41,6 +41,7 @@ from harness.gate.verdicts import (
     Run,
     Verdict,
 )
+from harness.mutants.loader import replay_environment
 from harness.ranks import hang_memo
 from harness.ranks.pool import shutdown_all
 from harness.targets import load_target
@@ -224,7 +225,7 @@ def _subtests(facts: failure.Facts, passed: list) -> dict:
     return outcomes
 
 
-def _raw_verdict(report) -> Verdict | None:
+def _raw_verdict(report, target: str) -> Verdict | None:
     """The verdict of a finished test (its call phase, or a setup phase that did not pass), from its facts."""
     if not (report.when == "call" or (report.when == "setup" and report.outcome != "passed")):
         return None
@@ -251,7 +252,7 @@ def _raw_verdict(report) -> Verdict | None:
             kind=facts.kind,
             check=facts.check,
             case=facts.case,
-            replay=facts.replay or f"pytest '{report.nodeid}'",
+            replay=facts.replay or f"{replay_environment()}python -m pytest '{report.nodeid}' --target {target}",
             figures={**facts.figures, **figures},
             diverged=facts.diverged,
             diagnosis=facts.diagnosis,
@@ -276,7 +277,7 @@ class _VerdictCollector:
         self.config = config
 
     def pytest_runtest_logreport(self, report):
-        verdict = _raw_verdict(report)
+        verdict = _raw_verdict(report, self.config.getoption("--target"))
         if verdict is not None:
             self.config.stash[VERDICTS][report.nodeid] = verdict
             directory = _journal_dir(self.config)

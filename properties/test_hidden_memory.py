@@ -36,7 +36,7 @@ def test_hidden_forward_backward_at_real_scale(name, spec):
     require(spec, _capabilities(case))
     report = real_scale_report(load_target(spec), case)
     print(report)
-    ensure(report.peak <= case.bound(), MEMORY, str(report))
+    ensure(report.peak <= report.case.bound(), MEMORY, str(report))
 
 
 @st.composite

@@ -90,3 +90,40 @@ def test_int64_vocabulary_tensors_are_flagged():
     with LiveStorageTracker() as tracker:
         one_hot = torch.nn.functional.one_hot(torch.tensor([1, 2]), 37)
     assert [a.shape for a in int64_with_dimension(tracker.allocations, 37)] == [tuple(one_hot.shape)]
+
+
+class ReadsTemperature:
+    """impl behind a value check on the temperature (verl's ``assert torch.all(temperature > 0).item()``), with a
+    one_hot over the vocabulary in its forward: a fake trace stops at the value; the real-tensor fallback must
+    still see the one_hot and still judge against the bound of what it measured."""
+
+    traces_on_meta = False
+
+    def __init__(self, one_hot: bool):
+        self.impl, self.one_hot = load_target("impl"), one_hot
+
+    def token_log_probs(self, logits, targets, *, temperature, **kwargs):
+        assert torch.all(torch.full((logits.shape[0],), float(temperature)) > 0).item()
+        if self.one_hot:
+            torch.nn.functional.one_hot(targets, logits.shape[-1])
+        return self.impl.token_log_probs(logits, targets, temperature=temperature, **kwargs)
+
+
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_a_target_that_reads_a_value_is_measured_on_real_tensors_at_fewer_rows(one_hot, monkeypatch):
+    from harness.memory import tracker
+
+    monkeypatch.setattr(tracker, "REAL_TRACE_ROWS", 96)
+    case = MemoryCase(rows=10**7, vocab_local=50, chunk_size=32)  # 2 GB of fp32 logits: never allocated
+    report = measure_token_memory(case, ReadsTemperature(one_hot))
+    assert report.case.rows == 96 and report.case.chunk_size == 32 and report.case.vocab_local == 50
+    assert "real tensors at 96 of 10000000 rows" in str(report) and "GuardOnDataDependentSymNode" in report.method
+    assert bool(int64_with_dimension(report.allocations, case.vocab_local)) is one_hot
+    # The fallback measures what the real-tensor run measures, at the smaller case.
+    assert report.peak == measure_token_memory(report.case, ReadsTemperature(one_hot), fake=False).peak
+
+
+def test_a_target_that_reads_no_value_keeps_the_case_it_was_asked():
+    case = MemoryCase(rows=3000, vocab_local=700, chunk_size=256)
+    report = measure_token_memory(case, UnderFakeTensorMode(load_target("impl")))
+    assert report.case == case and report.method == ""

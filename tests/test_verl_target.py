@@ -178,18 +178,19 @@ def test_token_level_matches_the_oracle(chunk_size):
     check_token_forward_only(case, CORRECT)
 
 
-def test_the_processor_divides_a_tensor_the_engine_owns():
-    """verl divides the model output in place; the harness's logits are the caller's and stay as given."""
-    logits = torch.randn(5, 7, dtype=torch.bfloat16, requires_grad=True)
-    before = logits.detach().clone()
+def test_the_processor_divides_the_tensor_it_is_handed_in_place():
+    """verl divides the model output in place, and the adapter no longer hides that behind a clone of its own: the
+    write reaches the tensor handed (a copy, as every job hands it), which the inputs-unmutated check reports."""
+    leaf = torch.randn(5, 7, dtype=torch.bfloat16, requires_grad=True)
+    handed = leaf.clone()
+    before = leaf.detach().clone()
     target = fakes.correct()
     options = dict(tp_group=None, chunk_size=None, with_entropy=False, entropy_grad=False, temperature=0.7)
-    log_probs, _ = target.token_log_probs(logits, torch.arange(5), **options)
-    assert torch.equal(logits.detach(), before)
+    log_probs, _ = target.token_log_probs(handed, torch.arange(5), **options)
     # verl divides by the temperature cast to the logits' dtype: a bf16 run divides by 0.69921875
-    want = torch.log_softmax((before / torch.tensor(0.7).to(torch.bfloat16)).float(), -1)[
-        torch.arange(5), torch.arange(5)
-    ]
+    divided = before / torch.tensor(0.7).to(torch.bfloat16)
+    assert torch.equal(handed.detach(), divided) and torch.equal(leaf.detach(), before)
+    want = torch.log_softmax(divided.float(), -1)[torch.arange(5), torch.arange(5)]
     assert torch.allclose(log_probs, want, atol=1e-6)
 
 

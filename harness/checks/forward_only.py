@@ -32,8 +32,13 @@ from harness.targets import load_target
 
 
 def _call(target, level: str, case: Case, ctx, *, grad: bool):
-    """The entry point's outputs as a flat list of tensors (None where absent)."""
-    leaf = (lambda tensor: to_device(tensor).requires_grad_()) if grad else to_device
+    """The entry point's outputs as a flat list of tensors (None where absent).
+
+    With ``grad`` the target gets a copy of a leaf, as every job hands it
+    (``harness.jobs.inputs``): an in-place write is the inputs-unmutated
+    check's finding, never a crash of this one.
+    """
+    leaf = (lambda tensor: to_device(tensor).requires_grad_().clone()) if grad else to_device
     options = dict(tp_group=ctx.tp_group, chunk_size=case.chunk_size, with_entropy=case.with_entropy, entropy_grad=True)
     if level == "token":
         out = target.token_log_probs(

@@ -22,13 +22,14 @@ from harness.cases import limits as case_limits
 from harness.cases.case import Case
 from harness.checks import diagnosis, record, subtests
 from harness.checks.failure import UNSUPPORTED, mark
+from harness.mutants.loader import replay_environment
 from harness.ranks import rank_warnings
 from harness.ranks.run import assert_collectives_consistent, run_job
 from harness.targets import Unsupported, load_target
 
 
 def replay_command(check: str, case: Case, spec: str) -> str:
-    return f"python -m harness.replay {check} --target {spec} --case '{case.to_json()}'"
+    return f"{replay_environment()}python -m harness.replay {check} --target {spec} --case '{case.to_json()}'"
 
 
 def replayable(fn):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harness.checks.failure import CRASH
 from harness.gate.verdicts import FAIL, Verdict
+from harness.mutants.loader import replay_environment
 
 JOURNAL_FILE = "journal.jsonl"
 
@@ -79,7 +80,7 @@ def exit_description(code: int) -> str:
     return f"exit {code}"
 
 
-def crash_verdict(nodeid: str, tier: str, code: int, target: str) -> Verdict:
+def crash_verdict(nodeid: str, tier: str, code: int, target: str, env: dict) -> Verdict:
     """The check the process died in: a FAIL of kind ``crash`` (the target never returned, nor raised)."""
     how = exit_description(code)
     return Verdict(
@@ -88,5 +89,5 @@ def crash_verdict(nodeid: str, tier: str, code: int, target: str) -> Verdict:
         tier,
         reason=f"the test process died ({how}) inside this check: the target crashed it, neither returning nor raising",
         kind=CRASH,
-        replay=f"python -m pytest '{nodeid}' --target {target}",
+        replay=f"{replay_environment(env)}python -m pytest '{nodeid}' --target {target}",
     )

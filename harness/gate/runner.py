@@ -76,7 +76,7 @@ def run_suite(resolved: specs.ResolvedSpec, out: Path, pytest_args: list[str]) -
         if running is None or len(crashed) >= MAX_CRASHES:
             break
         nodeid, tier = running
-        crashed[nodeid] = journal.crash_verdict(nodeid, tier, code, resolved.run_as)
+        crashed[nodeid] = journal.crash_verdict(nodeid, tier, code, resolved.run_as, resolved.env)
         print(f"gate: {nodeid}: {crashed[nodeid].reason}; running the rest without it", flush=True)
         stale.unlink(missing_ok=True)
         done = [*decided, *crashed]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.memory.logits import ROW_ALLOWANCE_BYTES
-from harness.memory.tracker import LiveStorageTracker, data_free, traces_on_meta
+from harness.memory.tracker import LiveStorageTracker, trace_without_data, traces_on_meta
 
 CHUNKS_ALLOWED = 4  # the fused contract: below inputs + gradients + 4 chunks of logits
 # The smallest chunk counted: one row block of a fixed-shape matmul. A batch-invariant fused path computes its
@@ -128,6 +128,7 @@ class HiddenMemoryReport:
     case: HiddenMemoryCase
     peak: int
     allocations: list = field(repr=False)
+    method: str = ""  # how it was measured, where not as asked (``trace_without_data``'s fallback)
 
     @property
     def chunks_above_floor(self) -> float:
@@ -140,7 +141,7 @@ class HiddenMemoryReport:
             f"peak {self.peak / 2**30:.3f} GiB = inputs + gradients + {self.chunks_above_floor:.2f} chunks of logits "
             f"(bound {self.case.bound() / 2**30:.3f} GiB; full fp32 logits {self.case.full_logits_bytes / 2**30:.2f} "
             f"GiB) for {self.case}"
-        )
+        ) + (f"; {self.method}" if self.method else "")
 
 
 def measure_hidden_memory(case: HiddenMemoryCase, run, *, fake: bool = True, meta: bool = False) -> HiddenMemoryReport:
@@ -149,10 +150,11 @@ def measure_hidden_memory(case: HiddenMemoryCase, run, *, fake: bool = True, met
     The upstream gradients are ones (``sum()``); the gradients left in
     ``hidden.grad`` and ``weight.grad`` are live at the end and counted.
     ``fake``: nothing allocated, on meta tensors where ``meta`` (the target
-    ``traces_on_meta``), else under FakeTensorMode.
+    ``traces_on_meta``), else under FakeTensorMode (``trace_without_data``: code
+    that reads a value runs on real tensors at fewer rows).
     """
 
-    def measure(device="cpu") -> HiddenMemoryReport:
+    def measure(case: HiddenMemoryCase, device="cpu") -> HiddenMemoryReport:
         shape = {"dtype": case.torch_dtype, "requires_grad": True, "device": device}
         hidden = torch.zeros(case.rows, case.hidden_size, **shape)
         weight = torch.zeros(case.vocab_local, case.hidden_size, **shape)
@@ -168,9 +170,8 @@ def measure_hidden_memory(case: HiddenMemoryCase, run, *, fake: bool = True, met
         return HiddenMemoryReport(case, tracker.peak, tracker.allocations)
 
     if not fake:
-        return measure()
-    with data_free(meta) as device:
-        return measure(device)
+        return measure(case)
+    return trace_without_data(measure, case, meta=meta)
 
 
 def real_scale_report(target, case: HiddenMemoryCase) -> HiddenMemoryReport:

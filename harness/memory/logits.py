@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.memory.tracker import LiveStorageTracker, data_free, traces_on_meta
+from harness.memory.tracker import LiveStorageTracker, data_free, trace_without_data, traces_on_meta
 
 
 def logits_bytes(rows: int, vocab_local: int, dtype: torch.dtype) -> int:
@@ -78,11 +78,26 @@ HISTORIC_SCALES = {
 }
 
 
+def handed(leaf: torch.Tensor) -> torch.Tensor:
+    """The logits a memory trace hands the target: an activation, as the LM head's output is in a trainer.
+
+    A leaf that requires grad would make an in-place write (verl's processor
+    divides the logits by the temperature in place) raise, and the budget check
+    would read that crash instead of the memory (one defect, one red check; the
+    value jobs hand a copy for the same reason, ``harness.jobs.inputs``). The
+    copy is what the trace counts as the input; the leaf stands for the LM
+    head that produced it, is created before the trace and never counted, and
+    receives the gradient through the copy without another allocation.
+    """
+    return leaf.clone() if leaf.requires_grad else leaf
+
+
 @dataclass
 class MemoryReport:
     case: MemoryCase
     peak: int
     allocations: list = field(repr=False)
+    method: str = ""  # how it was measured, where not as asked (``trace_without_data``'s fallback)
 
     @property
     def ratio(self) -> float:
@@ -92,7 +107,7 @@ class MemoryReport:
         return (
             f"peak {self.peak / 2**30:.3f} GiB = {self.ratio:.4f} x logits "
             f"(bound {self.case.bound() / self.case.unit:.4f} x) for {self.case}"
-        )
+        ) + (f"; {self.method}" if self.method else "")
 
 
 def measure_packed_memory(case: MemoryCase, target, inputs_factory, *, response_only: bool) -> MemoryReport:
@@ -102,7 +117,8 @@ def measure_packed_memory(case: MemoryCase, target, inputs_factory, *, response_
     (inside the fake mode, or on meta tensors); ``case.rows`` is the whole stream.
     """
     with data_free(traces_on_meta(target)) as device:
-        logits = torch.zeros(case.rows, case.vocab_local, dtype=case.torch_dtype, requires_grad=True, device=device)
+        leaf = torch.zeros(case.rows, case.vocab_local, dtype=case.torch_dtype, requires_grad=True, device=device)
+        logits = handed(leaf)
         inputs = inputs_factory(device)
         tracker = LiveStorageTracker().track(logits, *inputs.tokens)
         with tracker:
@@ -152,12 +168,13 @@ def measure_token_memory(case: MemoryCase, target, *, fake: bool = True) -> Memo
     """Peak live bytes of the target's token-level forward (+ backward) for ``case``.
 
     The upstream gradients are ones (a ``sum()``), so nothing but the
-    computation under test adds to the peak.
+    computation under test adds to the peak. ``fake``: nothing allocated
+    (``trace_without_data``: a target that reads a value runs on real tensors at fewer rows).
     """
 
-    def run(device="cpu") -> MemoryReport:
-        logits = torch.zeros(
-            case.rows, case.vocab_local, dtype=case.torch_dtype, requires_grad=case.backward, device=device
+    def run(case: MemoryCase, device="cpu") -> MemoryReport:
+        logits = handed(
+            torch.zeros(case.rows, case.vocab_local, dtype=case.torch_dtype, requires_grad=case.backward, device=device)
         )
         targets = torch.zeros(case.rows, dtype=torch.long, device=device)
         tracker = LiveStorageTracker().track(logits, targets)
@@ -166,6 +183,5 @@ def measure_token_memory(case: MemoryCase, target, *, fake: bool = True) -> Memo
         return MemoryReport(case, tracker.peak, tracker.allocations)
 
     if not fake:
-        return run()
-    with data_free(traces_on_meta(target)) as device:
-        return run(device)
+        return run(case)
+    return trace_without_data(run, case, meta=traces_on_meta(target))

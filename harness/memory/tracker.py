@@ -16,11 +16,21 @@ tensor aborts the CPU build of torch.
 
 Every allocation is also logged (op, shape, dtype, bytes), so a check can
 assert that no int64 tensor with a vocabulary-sized dimension ever existed.
+
+Code that branches on a tensor's VALUE (verl's ``assert torch.all(temperature
+> 0).item()``) cannot be traced without data: the fake trace stops at a
+data-dependent guard. Such a target is measured on real tensors at
+``REAL_TRACE_ROWS`` rows of the same vocabulary and chunk size
+(``trace_without_data``), and its report says so: the one_hot mechanism and
+the budget's ratio to the logits do not depend on the row count, and a
+computation at the real scale would need the tens of GiB this tracker exists
+to avoid.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import weakref
 from dataclasses import dataclass, field
 
@@ -122,6 +132,39 @@ def data_free(meta: bool):
         return
     with fake_mode():
         yield "cpu"
+
+
+# Rows of a real-tensor trace for a target that reads tensor values: two chunks of 1024 rows, at most
+# 1.2 GiB of fp32 logits at V = 151,936.
+REAL_TRACE_ROWS = 2048
+
+
+def _data_dependent() -> tuple[type[Exception], ...]:
+    """The errors of a fake trace that met a branch on a tensor's value (``.item()`` under an ``assert``)."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    return GuardOnDataDependentSymNode, DataDependentOutputException
+
+
+def trace_without_data(measure, case, *, meta: bool):
+    """``measure(case, device)`` with nothing allocated; on real tensors at fewer rows where the code reads a value.
+
+    ``case`` is a dataclass with ``rows``; the report ``measure`` returns has a
+    ``case`` and a ``method``. A fallback report holds the smaller case (its
+    bound is that case's) and names why it was taken.
+    """
+    try:
+        with data_free(meta) as device:
+            return measure(case, device)
+    except _data_dependent() as exc:
+        smaller = dataclasses.replace(case, rows=min(case.rows, REAL_TRACE_ROWS))
+        report = measure(smaller, "cpu")
+        report.method = (
+            f"real tensors at {smaller.rows} of {case.rows} rows: the code reads a tensor's value "
+            f"({type(exc).__name__} under fake tensors)"
+        )
+        return report
 
 
 def fake_mode():

@@ -21,6 +21,15 @@ from harness.mutants.catalog import Mutant, by_name
 ENV_VAR = "LPH_MUTANT"
 
 
+def replay_environment(environ=os.environ) -> str:
+    """What a replay line must set to rerun what ``environ`` runs: ``LPH_MUTANT=NAME `` for a mutant, else nothing.
+
+    A mutant's failure pasted as ``--target impl`` alone would run unmutated impl and pass.
+    """
+    name = environ.get(ENV_VAR)
+    return f"{ENV_VAR}={name} " if name else ""
+
+
 class MutantDoesNotApply(RuntimeError):
     """The snippet a mutant replaces is no longer in ``impl``: update the catalog."""
 

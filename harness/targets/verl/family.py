@@ -21,10 +21,12 @@ What runs is the revision's own composition:
 
 Convention translations (what the record does, and only this):
 
-* the logits: the model output the engine owns and divides in place; the
-  harness's are the caller's, so the token entry hands verl a tensor of its
-  own (``clone``: what the model would have returned), ``[1, rows, V_local]``;
-  the packed entry's model returns one (``packed.RowsModel``);
+* the logits: the model output the engine owns and divides in place; every
+  job already hands the target a copy of its own (``harness.jobs.inputs``), so
+  the token entry only reshapes it to ``[1, rows, V_local]`` (a clone here
+  would hide the write from the inputs-unmutated check and add a logits-sized
+  copy to every memory trace); the packed entry's model returns one
+  (``packed.RowsModel``);
 * the engine's batch: ``label`` is the input ids (``forward_step``'s
   ``label = input_ids.clone()``), here the harness's token ids; the temperature
   one float32 per sample, expanded per token by verl's ``expand_as_nested``
@@ -115,7 +117,7 @@ def _processor(up, call, with_entropy: bool):
 
 def token(up, call: calls.TokenCall):
     rows = call.logits.shape[0]
-    logits = call.logits.clone().unsqueeze(0)  # the model output the engine owns (verl divides it in place)
+    logits = call.logits.unsqueeze(0)  # the model output the engine owns: verl divides it in place
     arguments = [logits, call.targets.unsqueeze(0)]
     if up.takes_temperature:  # one per row, as the engine expands it
         arguments.append(torch.full((1, rows), float(call.temperature), dtype=torch.float32, device=logits.device))
