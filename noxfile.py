@@ -180,6 +180,8 @@ def bench(session: nox.Session) -> None:
             session.warn(f"peer {peer} could not be installed; benchmarking without it")
     raw = "reports/bench/raw-speed.json"
     Path(raw).parent.mkdir(parents=True, exist_ok=True)
+    # the machine, its load and the revision, taken before the timings (harness.records renders it with them)
+    session.run("python", "-m", "bench.about", "reports/bench", "nox -s bench")
     session.run("python", "-m", "pytest", "bench", f"--benchmark-json={raw}", *session.posargs)
     session.run("python", "-m", "bench.report", raw)
     session.run("python", "-m", "bench.memory_table")
@@ -279,6 +281,7 @@ def gpu(session: nox.Session) -> None:
         "memory calibration": ["bench.gpu_calibration"],
         "GPU bench": ["bench.gpu_bench"],
     }
+    session.run(python, "-m", "bench.about", out, "nox -s gpu", external=True)
     failed = []
     for name, args in steps.items():
         extra = list(session.posargs) if name.startswith("suite on CUDA") else []

@@ -103,7 +103,7 @@ class _Report:
 
 
 def _verdict_of(exc: BaseException, outcome="failed") -> Verdict:
-    return pytest_plugin._raw_verdict(_Report(outcome, failure.facts_of(exc)))
+    return pytest_plugin._raw_verdict(_Report(outcome, failure.facts_of(exc)), "impl")
 
 
 @pytest.mark.parametrize("wording", ["rank 1 stuck in all_reduce", "a completely reworded message: Case: {} Replay:"])
@@ -463,3 +463,18 @@ def test_a_group_holding_a_true_defect_is_judged_by_the_defect():
         assert (verdict.kind, verdict.tier, verdict.case) == (failure.VALUE, CONTRACT, "c2")
     alone = _verdict_of(precise)
     assert (alone.kind, alone.tier) == (failure.PRECISION, HARDENING)  # rounding alone is never a contract red
+
+
+def test_a_replay_line_of_a_mutant_run_sets_the_mutant(monkeypatch):
+    """Pasted without ``LPH_MUTANT`` a mutant's replay would run unmutated impl and pass."""
+    from harness.cases.case import Case
+    from harness.checks.running import replay_command
+
+    case = Case.from_json('{"samples": [[4, 2]], "vocab": 8, "seed": 1}')
+    monkeypatch.delenv("LPH_MUTANT", raising=False)
+    assert replay_command("harness.checks.parity:check_token_forward", case, "impl").startswith("python -m harness")
+    monkeypatch.setenv("LPH_MUTANT", "inverted_no_grad_gate")
+    line = replay_command("harness.checks.parity:check_token_forward", case, "impl")
+    assert line.startswith("LPH_MUTANT=inverted_no_grad_gate python -m harness.replay ")
+    verdict = pytest_plugin._raw_verdict(_Report("failed", failure.Facts(headline="x")), "impl")
+    assert verdict.replay.startswith("LPH_MUTANT=inverted_no_grad_gate python -m pytest ") and "--target impl" in verdict.replay

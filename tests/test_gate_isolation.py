@@ -73,7 +73,7 @@ def verdict(nodeid: str, spec: str) -> Verdict:
         raised = exc
     finally:
         record._CURRENT.reset(token)
-    return pytest_plugin._raw_verdict(_Report(nodeid, raised, observed.passed_outputs))
+    return pytest_plugin._raw_verdict(_Report(nodeid, raised, observed.passed_outputs), "impl")
 
 
 def suite(spec: str, ids=tuple(CHECKS)) -> Run:

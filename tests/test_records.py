@@ -180,3 +180,33 @@ def test_the_newest_blocking_base_vs_pr_run_is_the_readme_example(tmp_path, monk
     assert example["about"]["spec"] == "old-vs-base"  # a green run posts nothing worth showing
     assert example_page(example).endswith("## old-vs-base\n")
     assert not [line for line in store.import_reports(tmp_path / "r") if line.startswith("example")]
+
+
+def _bench_run(folder: Path, date: str, mean: float) -> Path:
+    folder.mkdir(parents=True)
+    about = {"date": date, "harness": "abc", "command": "nox -s bench", "device": "CPU: 2 cores, x86_64"}
+    about |= {"load": "0.5 0.4 0.3", "torch": "2.13.0", "cuda": "none", "python": "3.11"}
+    (folder / "about.json").write_text(json.dumps(about))
+    factors = (("naive", 1), ("impl", 0.5))
+    speed = {name: {"4x8": {"mean_s": mean * k, "speedup_vs_naive": 1 / k}} for name, k in factors}
+    (folder / "speed.json").write_text(json.dumps(speed))
+    return folder
+
+
+def test_a_bench_run_becomes_the_record_only_when_newer_and_says_what_it_ran_on(tmp_path):
+    from harness.records import measurements
+
+    data = tmp_path / "data" / "bench"
+    assert store.import_measurement(_bench_run(tmp_path / "new" / "bench", "2026-11-27T06:00:00+00:00", 2.0), data)
+    assert not store.import_measurement(_bench_run(tmp_path / "old" / "bench", "2026-11-20T06:00:00+00:00", 9.0), data)
+    assert not store.import_measurement(tmp_path / "nothing" / "bench", data)  # no about.json: not a record
+    page = measurements.render_bench(measurements._load(data))
+    assert "harness abc: CPU: 2 cores, x86_64, load 0.5 0.4 0.3" in page
+    assert "| impl | 1.000 s (2.00x) |" in page and "9.000" not in page
+
+
+def test_a_gpu_page_without_a_run_says_how_to_make_one():
+    from harness.records import measurements
+
+    page = measurements.render_gpu({})
+    assert "No run recorded yet" in page and "nox -s gpu" in page

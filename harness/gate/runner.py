@@ -176,7 +176,7 @@ def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> i
             f"--update-expectations rewrites one file: name it with --expectations (the family has {len(paths)})"
         )
     out = root / head.slug
-    harness = _harness_revision()  # before the run: the code the verdicts came from
+    harness = specs.harness_revision()  # before the run: the code the verdicts came from
     run, elapsed = run_checked(head, out, pytest_args)
     path = paths[0] if paths else None
     written = {}
@@ -212,15 +212,6 @@ def _version(resolved: specs.ResolvedSpec) -> str:
     if resolved.family and resolved.env:
         return specs.git_revision(Path(next(iter(resolved.env.values()))))
     return ""
-
-
-def _harness_revision() -> str:
-    """This harness's commit, marked when the tree it ran from had uncommitted changes to tracked files."""
-    revision = specs.git_revision(specs.ROOT)
-    status = subprocess.run(
-        ["git", "-C", str(specs.ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
-    )
-    return f"{revision} with uncommitted changes" if status.returncode == 0 and status.stdout.strip() else revision
 
 
 def _about(resolved: specs.ResolvedSpec, run: Run, elapsed: float, harness: str) -> dict:
@@ -262,7 +253,7 @@ def _base_run(base: specs.ResolvedSpec, out: Path, pytest_args, cache: str | Non
 
 def _compare(base: specs.ResolvedSpec, head: specs.ResolvedSpec, root: Path, tiers, pytest_args, cache=None) -> int:
     base_slug = base.slug if base.slug != head.slug else f"{base.slug}-base"
-    started, harness = time.monotonic(), _harness_revision()
+    started, harness = time.monotonic(), specs.harness_revision()
     base_run, base_s, cache_note = _base_run(base, root / base_slug, pytest_args, cache)
     head_run, head_s = run_checked(head, root / head.slug, pytest_args)
     replay_started = time.monotonic()

@@ -59,6 +59,15 @@ def git_revision(path: Path) -> str:
         return path.name
 
 
+def harness_revision() -> str:
+    """This harness's commit, marked when the tree it ran from had uncommitted changes to tracked files."""
+    revision = git_revision(ROOT)
+    status = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
+    return f"{revision} with uncommitted changes" if status.returncode == 0 and status.stdout.strip() else revision
+
+
 def resolve(spec: str) -> ResolvedSpec:
     """Parse a SPEC; a malformed one is a clear error listing the accepted forms."""
     if spec.startswith("mutant="):

@@ -13,12 +13,12 @@ import argparse
 import json
 from pathlib import Path
 
-from harness.records import conformance, families, history, store
+from harness.records import conformance, families, history, measurements, store
 from harness.records.index import render_index
 from harness.records.markdown import banner
 from harness.targets import registry
 
-GENERATED = ("families/*.md", "history/*.md", "conformance.html", "index.md", "gate-comment.md")
+GENERATED = ("families/*.md", "history/*.md", "conformance.html", "index.md", "gate-comment.md", "bench.md", "gpu.md")
 
 
 def pages(out: Path) -> dict[Path, str]:
@@ -31,6 +31,7 @@ def pages(out: Path) -> dict[Path, str]:
     rendered[out / "conformance.html"] = conformance.render(snapshots, set(names))
     if store.EXAMPLE.is_file():
         rendered[out / "gate-comment.md"] = example_page(json.loads(store.EXAMPLE.read_text()))
+    rendered.update(measurements.pages(out))
     rendered[out / "index.md"] = render_index(snapshots, names)
     return rendered
 

@@ -13,7 +13,8 @@ def render_index(snapshots: dict[str, dict], names: tuple[str, ...]) -> str:
         "",
         "Generated pages: the conformance page (`conformance.html`, every family's newest gate run beside "
         "impl's), one page per family (its record and known failures), and the data they are made from "
-        "(`data/`). Regenerate with `nox -s docs` after a gate or history run.",
+        "(`data/`), the history tables (`history/`), the CPU bench (`bench.md`) and the GPU results (`gpu.md`). "
+        "Regenerate with `nox -s docs` after a gate, history, bench or GPU run.",
         "",
     ]
     rows = []

@@ -28,6 +28,8 @@ GATES = DATA / "gates"
 HISTORIES = DATA / "history"
 GATE_FILE, HISTORY_FILE, SUMMARY_FILE = "gate.json", "history.json", "summary.md"
 EXAMPLE = DATA / "example-summary.json"  # the newest blocking base-vs-PR run: what the workflow posts
+# Measurement runs: ``nox -s bench`` -> reports/bench/, ``nox -s gpu`` -> reports/gpu/, each with its about.json
+MEASUREMENTS = {"bench": ("speed.json", "memory.json", "hidden.json"), "gpu": ("calibration.json", "bench.json")}
 ROW_KEYS = ("id", "output", "tier", "outcome", "detail", "reproduce")
 NOT_RECORDED = "not recorded"
 RECLASSIFIED = (
@@ -149,9 +151,29 @@ def _keep_newer(path: Path, snapshot: dict) -> bool:
     return True
 
 
+def import_measurement(source: Path, folder: Path) -> bool:
+    """A bench or GPU run (its tables and ``about.json``) replaces the record's data when it is newer; whether it did.
+
+    A run without ``about.json`` (what machine, what load, which revision) is not a record and is left alone.
+    """
+    about = source / "about.json"
+    if not about.is_file():
+        return False
+    stored = folder / "about.json"
+    if stored.is_file() and json.loads(stored.read_text())["date"] >= json.loads(about.read_text())["date"]:
+        return False
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.json"):
+        old.unlink()
+    for name in ("about.json", *MEASUREMENTS[source.name]):
+        if (source / name).is_file():
+            (folder / name).write_text(json.dumps(json.loads((source / name).read_text()), indent=1) + "\n")
+    return True
+
+
 def import_reports(reports: Path) -> list[str]:
     """Every run under ``reports`` newer than its record (a single-target gate run, a blocking base-vs-PR run's
-    comment, a history): what was imported, and what was not (why)."""
+    comment, a history, a bench or GPU run): what was imported, and what was not (why)."""
     imported = []
     for path in sorted(Path(reports).rglob(GATE_FILE)):
         try:
@@ -165,6 +187,9 @@ def import_reports(reports: Path) -> list[str]:
                 continue
         if _keep_newer(target, snapshot):
             imported.append(f"{label}: {path.parent}")
+    for kind in MEASUREMENTS:
+        if import_measurement(Path(reports) / kind, DATA / kind):
+            imported.append(f"{kind}: {Path(reports) / kind}")
     for path in sorted(Path(reports).rglob(HISTORY_FILE)):
         try:
             snapshot = history_snapshot(path.parent)
