@@ -477,4 +477,5 @@ def test_a_replay_line_of_a_mutant_run_sets_the_mutant(monkeypatch):
     line = replay_command("harness.checks.parity:check_token_forward", case, "impl")
     assert line.startswith("LPH_MUTANT=inverted_no_grad_gate python -m harness.replay ")
     verdict = pytest_plugin._raw_verdict(_Report("failed", failure.Facts(headline="x")), "impl")
-    assert verdict.replay.startswith("LPH_MUTANT=inverted_no_grad_gate python -m pytest ") and "--target impl" in verdict.replay
+    assert verdict.replay.startswith("LPH_MUTANT=inverted_no_grad_gate python -m pytest ")
+    assert verdict.replay.endswith("--target impl")
