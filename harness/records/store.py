@@ -21,6 +21,7 @@ from harness.gate import expectations, render, single, specs
 from harness.gate.render import Row
 from harness.gate.verdicts import Run
 from harness.targets import registry
+from harness.targets import spec as target_spec
 
 RECORDS = ROOT / "docs" / "records"
 DATA = RECORDS / "data"
@@ -71,11 +72,14 @@ def outcomes(snapshot: dict) -> str:
 
 
 def _family_of(target: str) -> tuple[str, str]:
-    """(family, version) of a run's target: ``slime=PATH``, ``skyrl==X``, or a legacy adapter's class."""
-    for separator in ("==", "="):
-        name, found, rest = target.partition(separator)
-        if found and name in registry.names():
-            return name, rest if separator == "==" else ""
+    """(family, version) of a run's target, in the one grammar (``harness/targets/spec.py``), else a legacy
+    adapter's class."""
+    try:
+        parsed = target_spec.parse(target, present=False)
+    except ValueError:
+        parsed = None
+    if parsed is not None and parsed.family:
+        return parsed.family, parsed.where if parsed.kind == "release" else ""
     for name in registry.names():
         record = registry.family(name)
         if target in (getattr(record, "adapter", None), getattr(record, "hidden", None)):

@@ -41,8 +41,11 @@ class Spec:
         return None
 
 
-def parse(text: str) -> Spec:
-    """``text`` as a ``Spec``; a malformed one is a ValueError listing every accepted form."""
+def parse(text: str, *, present: bool = True) -> Spec:
+    """``text`` as a ``Spec``; a malformed one is a ValueError listing every accepted form.
+
+    ``present=False`` reads a spec whose checkout may be gone (a recorded run's): its path is not checked.
+    """
     from harness.targets import registry
 
     if text in ("impl", "impl-triton"):
@@ -54,7 +57,7 @@ def parse(text: str) -> Spec:
                 raise ValueError(f"{text}: {name} is not published on PyPI; give a checkout, {name}=PATH")
             return Spec(text, "release", name, value[1:])
         path = Path(value).expanduser().resolve()
-        if not value or not path.is_dir():
+        if not value or (present and not path.is_dir()):
             raise ValueError(f"{text}: {path} is not a directory (give the root of a {name} checkout)")
         return Spec(f"{name}={path}", "checkout", name, str(path))
     if ":" in text and not sep:
