@@ -28,6 +28,7 @@ from harness.checks import failure, record
 from harness.gate import journal, render
 from harness.gate.order import order_items
 from harness.gate.render import Row
+from harness.gate.specs import hypothesis_profile
 from harness.gate.tiers import HARDENING, MARKER, SELF_TEST, TIERS, tier_of_item
 from harness.gate.units import units_of, whole
 from harness.gate.verdicts import (
@@ -68,12 +69,6 @@ def register_profiles() -> None:
     settings.register_profile("smoke", base, max_examples=8, derandomize=True, database=None, phases=no_shrink)
 
 
-def profile_name() -> str:
-    if os.environ.get("HYPOTHESIS_PROFILE"):
-        return os.environ["HYPOTHESIS_PROFILE"]
-    return "ci" if os.environ.get("CI") else "dev"
-
-
 # Per-run and per-test state lives in pytest's stashes, never in module globals.
 VERDICTS = pytest.StashKey[dict]()  # config: node id -> Verdict (on the controller)
 STATS_DIR = pytest.StashKey[Path]()  # config: where xdist workers leave their case counts
@@ -112,7 +107,7 @@ _STATS_ENV = "LPH_STATS_DIR"  # xdist workers are processes: they find the contr
 def pytest_configure(config):
     """Hypothesis profiles, the tier marker, the verdict store and a fresh directory for case counts."""
     register_profiles()
-    settings.load_profile(profile_name())
+    settings.load_profile(hypothesis_profile())
     config.addinivalue_line("markers", f"{MARKER}(name): the check's gate tier, one of {', '.join(TIERS)}")
     config.stash[VERDICTS] = {}
     if not _is_worker(config):
@@ -328,7 +323,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if report_dir:
         path = Path(report_dir)
         layout = "\n".join(f"- {k}: {v}" for k, v in sorted(counts.items()))
-        meta = {"profile": profile_name(), "layouts": dict(counts), "case_limits": case_limits.active()}
+        meta = {"profile": hypothesis_profile(), "layouts": dict(counts), "case_limits": case_limits.active()}
         Run(target=target, verdicts=dict(verdicts), meta=meta).save(path)
         body = render.markdown(rows, f"Verdicts for target `{target}`")
         (path / "report.md").write_text(f"{body}\n## Generated cases run, by layout\n\n{layout}\n")

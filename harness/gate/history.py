@@ -211,7 +211,7 @@ class Revisions:
         return comparison.Side(revision[:9], specs.ADAPTERS[self.family], {variable: str(self.tree(revision))})
 
     def run(self, key: str, revision: str) -> Run:
-        out = self.cache / "runs" / HARNESS_REVISION / key
+        out = self.cache / "runs" / f"{HARNESS_REVISION}-{specs.hypothesis_profile()}" / key
         if (out / "verdicts.json").is_file():
             return Run.load(out)
         side = self.side(revision)
@@ -336,6 +336,7 @@ class History:
     source: str = ""  # the repository's path, or "pypi" / the releases given
     until: str = "HEAD"
     harness: str = HARNESS_REVISION
+    profile: str = field(default_factory=specs.hypothesis_profile)  # examples per check: said in the table's header
     date: str = field(default_factory=lambda: datetime.datetime.now(datetime.UTC).date().isoformat())  # the run's day
 
 

@@ -15,6 +15,7 @@ replays read. A family's expectations are the files its record names.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -57,6 +58,13 @@ def git_revision(path: Path) -> str:
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return path.name
+
+
+def hypothesis_profile() -> str:
+    """The Hypothesis profile a run draws its examples with (``harness.pytest_plugin`` registers them)."""
+    if os.environ.get("HYPOTHESIS_PROFILE"):
+        return os.environ["HYPOTHESIS_PROFILE"]
+    return "ci" if os.environ.get("CI") else "dev"
 
 
 def harness_revision() -> str:
