@@ -59,25 +59,14 @@ def packed(up, call: calls.PackedCall):
     unrolled tokens (NeMo rolls them), ``cu_seqlens_padded`` (``packing.py``), the end padding left out (a view);
     NeMo gathers CP and returns every sample on every rank, so this rank's zigzag view is picked. NeMo has no
     packed entropy: ``ChunkedDistributedEntropy`` on the local rows, each sample's response picked."""
-    cp, cp_rank = call.cp
-    start, end = call.vocab_bounds
-    stream = call.logits[: packing.local_sequence_rows(call.inputs, cp)].unsqueeze(0)
     chunk = {} if call.chunk_size is None else {"chunk_size": call.chunk_size}
-    out = up.from_parallel_logits_to_logprobs_packed_sequences(
-        stream,
-        packing.full_stream_tokens(call.inputs, cp, call.logits.device),
-        packing.cu_seqlens_padded(call.inputs, cp, call.logits.device),
-        packing.unpacked_length(call.inputs, cp),
-        start,
-        end,
-        call.group,
-        inference_only=_inference_only(),
-        cp_group=call.cp_group,
-        **chunk,
+    fn = up.from_parallel_logits_to_logprobs_packed_sequences
+    out, stream, cp, cp_rank = packing.call_packed_entry(
+        fn, call, call.logits, inference_only=_inference_only(), **chunk
     )
     entropy = None
     if call.with_entropy:
-        entropy = packing.per_sample_rows(_entropy(up, stream, call), call.inputs, cp, cp_rank)
+        entropy = packing.per_sample_rows(_entropy(up, stream.unsqueeze(0), call), call.inputs, cp, cp_rank)
     return packing.per_sample_view(out, call.inputs, cp, cp_rank), entropy
 
 

@@ -57,24 +57,10 @@ def token(up, call: calls.TokenCall):
     return log_probs.squeeze(0), entropy
 
 
-def _packed(up, call: calls.PackedCall, logits):
-    """The packed entry point as the wrapper calls it: ``([B, U - 1], local stream, cp, cp_rank)``."""
-    cp, cp_rank = call.cp
-    start, end = call.vocab_bounds
-    stream = logits[: packing.local_sequence_rows(call.inputs, cp)]
-    out = up.from_parallel_logits_to_logprobs_packed_sequences(
-        stream.unsqueeze(0),
-        packing.full_stream_tokens(call.inputs, cp, logits.device),
-        packing.cu_seqlens_padded(call.inputs, cp, logits.device),
-        packing.unpacked_length(call.inputs, cp),
-        start,
-        end,
-        call.group,
-        inference_only=False,
-        cp_group=call.cp_group,
-        chunk_size=call.chunk_size,
-    )
-    return out, stream, cp, cp_rank
+def _packed(up, call: calls.PackedCall):
+    logits = _scaled(up, call.logits, call.temperature)
+    fn = up.from_parallel_logits_to_logprobs_packed_sequences
+    return packing.call_packed_entry(fn, call, logits, inference_only=False, chunk_size=call.chunk_size)
 
 
 def packed(up, call: calls.PackedCall):
@@ -82,7 +68,7 @@ def packed(up, call: calls.PackedCall):
     the harness's end padding left out, a view); SkyRL returns every sequence on every CP rank, so this rank's
     zigzag view is picked. The entropy is ``vocab_parallel_entropy`` on the local rows under the wrapper's gate,
     each sample's response picked (SkyRL's packed entropy helper returns only a masked mean)."""
-    out, stream, cp, cp_rank = _packed(up, call, _scaled(up, call.logits, call.temperature))
+    out, stream, cp, cp_rank = _packed(up, call)
     entropy = None
     if call.with_entropy:
         entropy = packing.per_sample_rows(_entropy(up, stream, call.entropy_grad), call.inputs, cp, cp_rank)
@@ -99,7 +85,7 @@ def policy_loss(up, call: calls.PolicyCall):
         entropy_coef=call.entropy_coef,
         with_entropy=call.with_entropy,
     )
-    out, stream, cp, cp_rank = _packed(up, call, _scaled(up, call.logits, call.temperature))
+    out, stream, cp, cp_rank = _packed(up, call)
     rows = _entropy(up, stream, up.wrapper.grad_enabled(settings)) if call.with_entropy else None
     loss, entropy = skyrl_policy.policy_loss(
         up,

@@ -19,7 +19,6 @@ import functools
 import types
 
 import torch
-import torch.distributed as dist
 
 from harness.targets.slime import policy
 from harness.targets.upstream import calls, megatron_cross_entropy, megatron_stand_in
@@ -82,9 +81,8 @@ def slime_args(**settings) -> SlimeArgs:
 
 def _group_info(group) -> types.SimpleNamespace:
     """What miles' code reads of a ``GroupInfo``: ``rank``, ``size``, ``group`` (``SINGLE_RANK`` for one rank)."""
-    if group is None:
-        return types.SimpleNamespace(rank=0, size=1, group=megatron_stand_in.SINGLE_RANK)
-    return types.SimpleNamespace(rank=dist.get_rank(group), size=dist.get_world_size(group), group=group)
+    size, rank = calls.size_and_rank(group)
+    return types.SimpleNamespace(rank=rank, size=size, group=megatron_stand_in.SINGLE_RANK if group is None else group)
 
 
 def parallel_state(tp_group, cp_group) -> ParallelSettings:

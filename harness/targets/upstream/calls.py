@@ -195,12 +195,7 @@ class HiddenCall(_Call):
         return rank * width, (rank + 1) * width
 
     def needs(self) -> set[str]:
-        wanted = {"hidden"} | ({"hidden_tp"} if self.tp[0] > 1 else set())
-        if self.with_entropy:
-            wanted.add("entropy")
-        if self.temperature != 1.0:
-            wanted.add("temperature")
-        return wanted
+        return _Logits.needs(self) | {"hidden"} | ({"hidden_tp"} if self.tp[0] > 1 else set())
 
 
 def _sampling_needs(kept: KeptSet, on_outside: str) -> set[str]:
