@@ -1,5 +1,6 @@
 """Self-tests of the target seam: external adapters load by path, UNSUPPORTED is reported, failures replay."""
 
+import inspect
 import os
 import subprocess
 import sys
@@ -185,3 +186,40 @@ def test_the_loader_runs_no_init_file_records_every_module_it_executed_and_leave
     assert not [name for name in sys.modules if name.startswith(("lph_up", "lph_absent"))]
     with pytest.raises(MissingUpstream, match="lph_up/sub/gone.py"):
         loader.module("lph_up.sub.gone")
+
+
+def test_family_entry_points_are_generated_from_the_call_records_with_the_protocols_arguments():
+    """FamilyTarget's entry points come from the call records (upstream/calls.py): each takes the arguments
+    docs/targets.md documents (plus the token path's donate_logits / rows and the policy options), and a missing
+    or unknown keyword is a TypeError naming it, raised before any upstream code runs."""
+    from harness.targets.protocol import Target
+    from harness.targets.upstream import calls
+    from harness.targets.upstream.family import FamilyTarget
+
+    def named(method, kind):
+        return [name for name, p in inspect.signature(method).parameters.items() if p.kind is kind]
+
+    positional, keyword, extras = (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+        {"donate_logits", "rows", "options"},
+    )
+    for record in calls.RECORDS:
+        made, documented = getattr(FamilyTarget, record.serves), getattr(Target, record.serves)
+        assert named(made, positional) == named(documented, positional), record.serves
+        required = set(named(made, keyword)) - extras
+        assert required == set(named(documented, keyword)), record.serves
+        parameters = inspect.signature(made).parameters
+        assert all(parameters[name].default is inspect.Parameter.empty for name in required), record.serves
+
+    target = object.__new__(FamilyTarget)  # binding fails before anything of a family is needed
+    target.name = "stand-in"
+    options = dict(tp_group=None, chunk_size=None, with_entropy=False, temperature=1.0)
+    with pytest.raises(TypeError, match=r"stand-in\.token_log_probs\(\): missing a required argument: 'entropy_grad'"):
+        target.token_log_probs(None, None, **options)
+    policy = dict(options, cp_group=None, response_only=False, loss_mask_only=False, advantages=[], old_log_probs=[])
+    policy.update(eps_clip=0.2, eps_clip_high=None, entropy_coef=0.0)
+    with pytest.raises(
+        TypeError, match=r"stand-in\.policy_loss\(\): got an unexpected keyword argument 'entropy_grad'"
+    ):
+        target.policy_loss(None, None, entropy_grad=False, **policy)

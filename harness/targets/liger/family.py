@@ -1,31 +1,15 @@
-"""Liger-Kernel (linkedin/Liger-Kernel) as a record on the upstream kernel: ``liger==X`` or ``liger=PATH``.
+"""Liger-Kernel (linkedin/Liger-Kernel): ``liger==X`` or ``liger=PATH``.
 
-What runs is the revision's own code: its autograd Functions, each the
-composition of its Triton kernels (the ``nn.Module`` and functional wrappers,
-``LigerVocabParallelCrossEntropy`` / ``LigerMegatronCrossEntropy`` and
-``liger_fused_linear_cross_entropy``, forward their arguments to them and
-live beside the package's ``__init__`` imports the loader never runs). On a
-CPU the kernels run under Triton's interpreter.
-
-* token level: ``LigerVocabParallelCEFunction``
-  (``ops/vocab_parallel_cross_entropy.py``), vocab-parallel through its own
-  ``tp_group`` argument: Megatron's ``[seq, batch, V_local]`` logits and
-  ``[seq, batch]`` targets as ``batch = 1`` (a view), its shard offset
-  ``rank * V_local`` (the harness's layout), no label smoothing (``0.0``;
-  formula and mode then do not matter);
-* hidden states: ``LigerFusedLinearCrossEntropyFunction``
-  (``ops/fused_linear_cross_entropy.py``) with ``reduction="none"``; since 0.8
-  its backward recomputes the chunked logits and folds the per-token upstream
-  gradient in before ``grad_weight`` is summed.
-
-Both return the per-token loss: ``log_probs = -loss``; targets are global
-ids, never Liger's ``ignore_index`` (``-100``, its default). Liger's one-rank
-``LigerCrossEntropyFunction`` (``ops/cross_entropy.py``) alone is
-``harness.targets.liger.family:one_rank`` (a ``module:attr`` SPEC): it writes
-the logits' gradient into its input during forward (its design: a trainer
-never reads the LM-head output again), so that entry hands it a tensor of its
-own, the gathered logits at TP > 1, a copy at one rank (charged to Liger by
-the memory checks).
+The generated page (docs/records/families/liger.md) says what each entry calls and translates; this says why.
+The entries call the autograd Functions, each the composition of its Triton kernels: the ``nn.Module`` and
+functional wrappers (``LigerVocabParallelCrossEntropy``, ``LigerMegatronCrossEntropy``,
+``liger_fused_linear_cross_entropy``) only forward their arguments to them and live beside the package's
+``__init__`` imports, which the loader never runs. On a CPU the kernels run under Triton's interpreter. Both
+Functions return the per-token loss: ``log_probs = -loss``, the targets global ids, never Liger's
+``ignore_index`` (``-100``). Liger's one-rank ``LigerCrossEntropyFunction`` alone is ``one_rank`` (a
+``module:attr`` spec): it writes the logits' gradient into its input during forward (its design: a trainer
+never reads the LM-head output again), so that entry hands it a tensor of its own, the gathered logits at
+TP > 1, a copy at one rank (charged to Liger by the memory checks).
 """
 
 from __future__ import annotations
@@ -42,6 +26,9 @@ CPU_CASE_LIMITS = {"max_hidden_rows": 16_384}
 
 
 def token(up, call: calls.TokenCall):
+    """Vocab-parallel through its own ``tp_group``: Megatron's ``[seq, batch, V_local]`` logits and
+    ``[seq, batch]`` targets as ``batch = 1`` (a view), its shard offset ``rank * V_local`` (the harness's layout),
+    no label smoothing (formula and mode then do not matter)."""
     batched, targets = call.logits.unsqueeze(1), call.targets.unsqueeze(1)  # Megatron's [seq, batch = 1, ...]
     loss = up.LigerVocabParallelCEFunction.apply(
         batched, targets, call.tp_group, IGNORE_INDEX, 0.0, "pytorch", "global"
@@ -50,6 +37,8 @@ def token(up, call: calls.TokenCall):
 
 
 def hidden(up, call: calls.HiddenCall):
+    """``reduction="none"``; since 0.8 its backward recomputes the chunked logits and folds the per-token
+    upstream gradient in before ``grad_weight`` is summed."""
     loss = up.LigerFusedLinearCrossEntropyFunction.apply(
         call.hidden, call.weight, call.targets, None, None, IGNORE_INDEX, 0.0, 0.0, "none"
     )[0]

@@ -1,43 +1,13 @@
-"""The NeMo-RL family (NVIDIA-NeMo/RL) as a record on the upstream kernel: ``nemo_rl=PATH`` (a checkout).
+"""The NeMo-RL family (NVIDIA-NeMo/RL): ``nemo_rl=PATH`` (a checkout).
 
-What runs is the revision's own code, ``nemo_rl/distributed/model_utils.py``
-executed from the checkout (with the one module it imports at the top,
-``nemo_rl/algorithms/logits_sampling_utils.py``): the vocab-parallel log-prob
-Functions (``DistributedLogprob``, ``ChunkedDistributedLogprob``), the entropy
-``ChunkedDistributedEntropy``, the packed entry point
-``from_parallel_logits_to_logprobs_packed_sequences`` (NeMo rolls each
-sequence's targets, shards them over CP and all-gathers the result itself),
-the sampling Functions ``*LogprobWithSampling`` and the fused LM head
-``ChunkedDistributedHiddenStatesToLogprobs``; and ``ClippedPGLossFn`` at token
-level (``policy.py``). Its ``torch.distributed`` calls on one rank go to
-Megatron's stand-in group ``SINGLE_RANK``.
-
-Convention translations (what the record does, and only this):
-
-* layout: the protocol's rows ``[rows, V_local]`` are NeMo's ``B = 1`` (a view),
-  the shard bounds ``[r * V_local, (r + 1) * V_local)``; ``inference_only`` is
-  ``not torch.is_grad_enabled()``, as NeMo's own DTensor helper passes it;
-* token level and hidden states: NeMo's wrappers (``from_parallel_logits_to_logprobs``,
-  ``from_parallel_hidden_states_to_logprobs``) take a sequence's tokens, roll them
-  and drop the last position, which the protocol (a target per row) cannot
-  express without copying the logits; the entries call the Functions beneath
-  them with the per-row targets and the wrappers' chunk rule (the chunked
-  Function where a chunk size is given); the wrapper's roll is run by the packed
-  entry;
-* entropy: NeMo returns ``sum p log p`` (= -H), negated here (a unit); its gradient
-  is gated as a NeMo caller gates it (computed under ``torch.no_grad()`` when
-  not wanted); packed: NeMo has no packed entropy entry point, so
-  ``ChunkedDistributedEntropy`` runs on the local rows and each sample's
-  response rows are picked (per-token entropy needs no neighbour);
-* packed: called as NeMo's log-prob post-processor (``models/megatron/train.py``)
-  calls it (``packing.py``: the full stream's unrolled tokens, which NeMo rolls,
-  ``cu_seqlens_padded`` of docs/math.md's layouts), the harness's end padding
-  left out of the logits (a view); NeMo returns every sample's full vector on every CP rank, the entry
-  picks this rank's zigzag view;
-* sampling: NeMo needs ``B * S`` divisible by the TP size, so the rows are padded
-  with zero logits (target 0) and the padding's outputs dropped; a chunk size is
-  rounded up to a multiple of the TP size (NeMo refuses others);
-* hidden states: ``[rows, H]`` is NeMo's sequence-first ``[S, B = 1, H]``, one rank.
+The generated page (docs/records/families/nemo_rl.md) says what each entry calls and translates; this says
+why. ``nemo_rl/distributed/model_utils.py`` runs from the checkout with the one module it imports at the top
+(``nemo_rl/algorithms/logits_sampling_utils.py``); its ``torch.distributed`` calls on one rank go to Megatron's
+stand-in group ``SINGLE_RANK``. NeMo's wrappers (``from_parallel_logits_to_logprobs``,
+``from_parallel_hidden_states_to_logprobs``) take a sequence's tokens, roll them and drop the last position,
+which the protocol (a target per row) cannot express without copying the logits: the token and hidden entries
+call the Functions beneath them with the wrappers' chunk rule, and the roll runs in the packed entry.
+``inference_only`` is ``not torch.is_grad_enabled()``, as NeMo's own DTensor helper passes it.
 """
 
 from __future__ import annotations
@@ -70,7 +40,9 @@ def _entropy(up, logits_3d, call):
 
 
 def token(up, call: calls.TokenCall):
-    """``DistributedLogprob`` / ``ChunkedDistributedLogprob`` on the rows as ``B = 1``; the entropy negated."""
+    """``DistributedLogprob`` / ``ChunkedDistributedLogprob`` on the rows as ``B = 1`` (a view); the entropy
+    ``ChunkedDistributedEntropy``'s ``sum p log p`` negated (a unit), its gradient gated as a NeMo caller gates it
+    (computed under ``torch.no_grad()`` when not wanted)."""
     start, end = call.vocab_bounds
     batched, targets = call.logits.unsqueeze(0), call.targets.unsqueeze(0)
     if call.chunk_size is None:
@@ -83,31 +55,25 @@ def token(up, call: calls.TokenCall):
 
 
 def packed(up, call: calls.PackedCall):
-    """The packed entry point on the unrolled stream (NeMo rolls and gathers CP); this rank's zigzag view."""
-    cp, cp_rank = call.cp
-    start, end = call.vocab_bounds
-    stream = call.logits[: packing.local_sequence_rows(call.inputs, cp)].unsqueeze(0)
+    """Called as NeMo's log-prob post-processor (``models/megatron/train.py``) calls it: the whole stream's
+    unrolled tokens (NeMo rolls them), ``cu_seqlens_padded`` (``packing.py``), the end padding left out (a view);
+    NeMo gathers CP and returns every sample on every rank, so this rank's zigzag view is picked. NeMo has no
+    packed entropy: ``ChunkedDistributedEntropy`` on the local rows, each sample's response picked."""
     chunk = {} if call.chunk_size is None else {"chunk_size": call.chunk_size}
-    out = up.from_parallel_logits_to_logprobs_packed_sequences(
-        stream,
-        packing.full_stream_tokens(call.inputs, cp, call.logits.device),
-        packing.cu_seqlens_padded(call.inputs, cp, call.logits.device),
-        packing.unpacked_length(call.inputs, cp),
-        start,
-        end,
-        call.group,
-        inference_only=_inference_only(),
-        cp_group=call.cp_group,
-        **chunk,
+    fn = up.from_parallel_logits_to_logprobs_packed_sequences
+    out, stream, cp, cp_rank = packing.call_packed_entry(
+        fn, call, call.logits, inference_only=_inference_only(), **chunk
     )
     entropy = None
     if call.with_entropy:
-        entropy = packing.per_sample_rows(_entropy(up, stream, call), call.inputs, cp, cp_rank)
+        entropy = packing.per_sample_rows(_entropy(up, stream.unsqueeze(0), call), call.inputs, cp, cp_rank)
     return packing.per_sample_view(out, call.inputs, cp, cp_rank), entropy
 
 
 def sampling(up, call: calls.SamplingCall):
-    """``*LogprobWithSampling`` on the rows padded to a multiple of TP, the chunk rounded up to one."""
+    """``*LogprobWithSampling`` on the rows padded with zero logits (target 0) to a multiple of the TP size, as
+    NeMo needs ``B * S``, the padding's outputs dropped; a chunk size rounded up to a multiple of the TP size (NeMo
+    refuses others)."""
     kept = call.kept
     tp = call.tp[0]
     rows = call.logits.shape[0]
@@ -129,7 +95,7 @@ def sampling(up, call: calls.SamplingCall):
 
 
 def hidden(up, call: calls.HiddenCall):
-    """``ChunkedDistributedHiddenStatesToLogprobs`` on sequence-first ``[rows, 1, H]``, one rank."""
+    """``ChunkedDistributedHiddenStatesToLogprobs`` on NeMo's sequence-first ``[S, B = 1, H]``, one rank."""
     start, end = call.vocab_bounds
     rows = call.hidden.shape[0]
     chunk = max(rows, 1) if call.chunk_size is None else call.chunk_size

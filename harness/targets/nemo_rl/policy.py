@@ -14,10 +14,6 @@ each loaded alone too; ``BatchedDataDict`` (annotations only) is ``dict``;
 the pydantic ``ClippedPGLossConfig`` is a strict settings object
 (``LossConfig``) naming any field the revision reads and the entry does not map.
 
-Declared means present: an option is declared where the revision's
-``ClippedPGLossConfig`` has the field that selects it (``OPTIONS``; its
-fields are read from the loaded class, never from the loss's source text).
-
 Conventions (docs/policy-losses.md, "NeMo-RL"):
 
 * the data dict's per-token entries are ``[B, R + 1]``: NeMo drops column 0

@@ -1,43 +1,13 @@
-"""The SkyRL family (NovaSky-AI/SkyRL) as a record on the upstream kernel: ``skyrl==X`` or ``skyrl=PATH``.
+"""The SkyRL family (NovaSky-AI/SkyRL): ``skyrl==X`` or ``skyrl=PATH``.
 
-What runs is the revision's own code:
-``skyrl/backends/skyrl_train/distributed/megatron/model_utils.py`` (the
-vocab-parallel log-prob Functions, ``vocab_parallel_entropy``, the packed
-entry point ``from_parallel_logits_to_logprobs_packed_sequences``, the fused
-LM head ``FusedLinearChunkedDistributedLogprob``), ``utils/ppo_utils.py`` (the
-policy loss through ``PolicyLossRegistry``, its reduction by pre-scaled
-advantages, KL, off-policy corrections) and three steps of the Megatron
-wrapper's ``loss_func`` taken from its source (``wrapper.py``: the temperature
-division, the entropy gate, the entropy term's condition). Megatron's parallel
-state is the harness's stand-in (the job's groups); the import-only packages
-are placeholders (``stand_ins.py``).
-
-Convention translations (what the record does, and only this):
-
-* layout: SkyRL's ``[B, S, V_local]`` logits and ``[B, S]`` targets are the
-  protocol's rows as ``B = 1`` (a view), the shard bounds
-  ``[r * V_local, (r + 1) * V_local)``;
-* token level and hidden states: SkyRL's wrappers (``from_parallel_logits_to_logprobs``,
-  ``from_parallel_hidden_to_logprobs``) take a sequence's tokens, roll them and
-  drop the last position, which the protocol (a target per row) cannot express
-  without copying the logits; the entries call the Functions beneath them with
-  the per-row targets and the wrappers' chunk rule (the chunked Function where a
-  chunk size is given; the fused head's chunk is the rows when the chunk is not
-  below them); the temperature of the logits paths is the wrapper's own
-  division; the fused head's is the division its wrapper makes (the head
-  divided, ``weight / T``);
-* packed level: called as the wrapper calls it (unrolled token ids of the whole
-  stream, ``cu_seqlens_padded`` of docs/math.md's layouts, ``packing.py``), the
-  harness's end padding left out of the logits passed (a view); SkyRL returns
-  every sequence's full vector on every CP rank, the entry picks this rank's
-  zigzag view; the per-token entropy is ``vocab_parallel_entropy`` on the local
-  rows, each sample's response picked (SkyRL's packed entropy helper returns
-  only a masked mean), under the wrapper's gate;
-* the policy loss: ``policy.py``;
-* hidden states under TP: SkyRL's trainer sums ``grad(hidden)`` over TP in the
-  sequence-parallel gather of its output processor; the protocol's ``hidden`` is
-  replicated, so the entry's equivalent of that seam is identity forward,
-  all-reduce backward (``SumGradientOverGroup``).
+The generated page (docs/records/families/skyrl.md) says what each entry calls and translates; this says why.
+SkyRL's wrappers (``from_parallel_logits_to_logprobs``, ``from_parallel_hidden_to_logprobs``) take a
+sequence's tokens, roll them and drop the last position, which the protocol (a target per row) cannot express
+without copying the logits: the token and hidden entries call the Functions beneath them, with the wrappers'
+chunk rule. Three steps of the Megatron wrapper's ``loss_func`` (the temperature division, the entropy gate, the
+entropy term's condition) are read from its source (``wrapper.py``), so each revision is checked with its own.
+Megatron's parallel state is the harness's stand-in (the job's groups), the import-only packages placeholders
+(``stand_ins.py``).
 """
 
 from __future__ import annotations
@@ -74,6 +44,8 @@ def _entropy(up, logits, enabled: bool):
 
 
 def token(up, call: calls.TokenCall):
+    """SkyRL's ``[B, S]`` as ``B = 1`` (a view) with the per-row targets, the chunked Function where a chunk size
+    is given; the temperature the wrapper's own division, the entropy ``vocab_parallel_entropy`` under its gate."""
     logits = _scaled(up, call.logits, call.temperature)
     start, end = call.vocab_bounds
     batched, targets = logits.unsqueeze(0), call.targets.unsqueeze(0)
@@ -85,28 +57,18 @@ def token(up, call: calls.TokenCall):
     return log_probs.squeeze(0), entropy
 
 
-def _packed(up, call: calls.PackedCall, logits):
-    """The packed entry point as the wrapper calls it: ``([B, U - 1], local stream, cp, cp_rank)``."""
-    cp, cp_rank = call.cp
-    start, end = call.vocab_bounds
-    stream = logits[: packing.local_sequence_rows(call.inputs, cp)]
-    out = up.from_parallel_logits_to_logprobs_packed_sequences(
-        stream.unsqueeze(0),
-        packing.full_stream_tokens(call.inputs, cp, logits.device),
-        packing.cu_seqlens_padded(call.inputs, cp, logits.device),
-        packing.unpacked_length(call.inputs, cp),
-        start,
-        end,
-        call.group,
-        inference_only=False,
-        cp_group=call.cp_group,
-        chunk_size=call.chunk_size,
-    )
-    return out, stream, cp, cp_rank
+def _packed(up, call: calls.PackedCall):
+    logits = _scaled(up, call.logits, call.temperature)
+    fn = up.from_parallel_logits_to_logprobs_packed_sequences
+    return packing.call_packed_entry(fn, call, logits, inference_only=False, chunk_size=call.chunk_size)
 
 
 def packed(up, call: calls.PackedCall):
-    out, stream, cp, cp_rank = _packed(up, call, _scaled(up, call.logits, call.temperature))
+    """Called as the wrapper calls it (``packing.py``: the whole stream's unrolled ids, ``cu_seqlens_padded``,
+    the harness's end padding left out, a view); SkyRL returns every sequence on every CP rank, so this rank's
+    zigzag view is picked. The entropy is ``vocab_parallel_entropy`` on the local rows under the wrapper's gate,
+    each sample's response picked (SkyRL's packed entropy helper returns only a masked mean)."""
+    out, stream, cp, cp_rank = _packed(up, call)
     entropy = None
     if call.with_entropy:
         entropy = packing.per_sample_rows(_entropy(up, stream, call.entropy_grad), call.inputs, cp, cp_rank)
@@ -114,6 +76,8 @@ def packed(up, call: calls.PackedCall):
 
 
 def policy_loss(up, call: calls.PolicyCall):
+    """The packed call, then SkyRL's registry loss on its output (``policy.py``), the entropy under the
+    wrapper's gate for the loss's settings."""
     settings = skyrl_options.algorithm_settings(
         call.options,
         eps_clip=call.eps_clip,
@@ -121,7 +85,7 @@ def policy_loss(up, call: calls.PolicyCall):
         entropy_coef=call.entropy_coef,
         with_entropy=call.with_entropy,
     )
-    out, stream, cp, cp_rank = _packed(up, call, _scaled(up, call.logits, call.temperature))
+    out, stream, cp, cp_rank = _packed(up, call)
     rows = _entropy(up, stream, up.wrapper.grad_enabled(settings)) if call.with_entropy else None
     loss, entropy = skyrl_policy.policy_loss(
         up,
@@ -141,6 +105,10 @@ def policy_loss(up, call: calls.PolicyCall):
 
 
 def hidden(up, call: calls.HiddenCall):
+    """The fused head on ``B = 1``, its chunk the rows unless the chunk size is below them, the temperature the
+    wrapper's division of the head (``weight / T``); under TP ``grad(hidden)`` is summed over the group
+    (``SumGradientOverGroup``): the protocol's hidden states are replicated, SkyRL's trainer sums that gradient in
+    its output processor's sequence-parallel gather."""
     start, end = call.vocab_bounds
     rows = call.hidden.shape[0]
     weight = call.weight if call.temperature == 1.0 else call.weight / call.temperature
@@ -150,6 +118,12 @@ def hidden(up, call: calls.HiddenCall):
         hidden_states.unsqueeze(0), weight, call.targets.unsqueeze(0), start, end, chunk, call.group, False
     )
     return log_probs.squeeze(0), None
+
+
+def _takes_temperature(up) -> bool:
+    """The Megatron wrapper's ``loss_func`` takes a ``temperature`` (``wrapper.py``), whose division the logits
+    entries run."""
+    return up.wrapper is not None and up.wrapper.takes_temperature
 
 
 def _names(module: str, *names: str) -> dict:
@@ -224,7 +198,7 @@ SKYRL = Family(
         ),
     ),
     options=(
-        Option("temperature", (lambda up: up.wrapper is not None and up.wrapper.takes_temperature,), "token"),
+        Option("temperature", (_takes_temperature,), "token"),
         Option("cp_zigzag", (f"{PACKED}(cp_group)",), "packed"),
         *skyrl_options.OPTIONS,
     ),

@@ -1,4 +1,4 @@
-"""SkyRL's PPO policy loss presented as the harness's ``policy_loss`` (used by ``skyrl.SkyRLTarget``).
+"""SkyRL's PPO policy loss presented as the harness's ``policy_loss`` (the SkyRL record's policy entry).
 
 What runs is SkyRL's own code, loaded by the SkyRL record (``family.py``):
 

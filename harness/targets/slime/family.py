@@ -1,44 +1,15 @@
-"""The slime family (THUDM/slime) and its fork miles (radixark/miles) as records on the upstream kernel.
+"""The slime family (THUDM/slime) and its fork miles (radixark/miles): ``slime=PATH`` / ``miles=PATH``.
 
-``slime=PATH`` / ``miles=PATH`` (a checkout). What runs is the revision's own
-code: ``calculate_log_probs_and_entropy`` (token level),
-``get_log_probs_and_entropy`` (packed level: slime finds each sample's
-response rows itself, on the layouts of docs/math.md, divides by
-``args.rollout_temperature``, chunks by ``args.log_probs_chunk_size``, gates
-the entropy gradient from ``args.entropy_coef``), ``policy_loss_function``
-with ``get_sum_of_sample_mean``, and the keep-mask replay
-(``log_prob_keep_mask``). Megatron's ``mpu`` and fused cross entropy are the
-harness's stand-ins (``upstream/megatron_*``: the latter overwrites its fp32
-input as Megatron's does; a defect of Megatron's own kernel is out of reach),
-the import-only packages placeholders.
+The generated page (docs/records/families/slime.md) says what each entry calls and translates; this says why:
 
-Convention translations (what the adapter does, and only this):
-
-* logits: ``[1, T, V_local]`` (thd) or ``[B, S, V_local]`` with
-  ``max_seq_lens`` (bshd), cast to fp32 with a differentiable ``.float()``
-  (slime's loss code asserts fp32: its trainer hands the model output over so);
-* ``args``: a strict Namespace (a setting the adapter does not map is an
-  error naming it) holding the call's options: ``rollout_temperature``,
-  ``log_probs_chunk_size`` (-1: one chunk), ``allgather_cp``, ``qkv_format``,
-  ``entropy_coef`` (packed level: 1 when the caller wants the entropy's
-  gradient, 0 otherwise, which is how a slime caller asks for the gate; policy
-  level: the harness's coefficient), the clip range and the policy options
-  (``policy_settings``);
-* groups: the job's, through ``mpu`` (slime), miles' ``set_parallel_state``,
-  or the ``parallel_state`` argument (slime between #1373 and #1442, whose
-  loss modules lived in ``backends/training_utils/``: the older form the
-  record names, so a history reaches them);
-* token level: ``calculate_log_probs_and_entropy`` takes logits its caller
-  already divided by the temperature (``get_log_probs_and_entropy`` does), so
-  the token entry hands it ``logits / T``; the targets are one id per row, as
-  its callers pass the shifted tokens;
-* the policy loss's per-sample log-probs and entropy are the ones slime's loss
-  was built from (recorded from its own call of ``get_log_probs_and_entropy``);
-  the first revisions' ``policy_loss_func`` returns ``loss / cp_size`` (Megatron
-  multiplies back), so the CP rank's share is that times the CP size; slime's
-  ``loss_function`` bookkeeping (micro-batches, global batch) is not applied.
-
-Not declared: see ``not_declared`` in the records.
+* slime's loss code asserts fp32 logits (its trainer hands the model output over so), so every entry casts
+  them with a differentiable ``.float()``;
+* ``args`` is a strict Namespace (``SlimeArgs``): a setting a revision reads that ``slime_args`` does not map
+  is an error naming it, never a silent default;
+* Megatron's ``mpu`` and fused cross entropy are the harness's stand-ins (``upstream/megatron_*``, the latter
+  overwriting its fp32 input as Megatron's does): a defect of Megatron's own kernel is out of reach;
+* slime's ``loss_function`` bookkeeping (micro-batches, global batch) is not applied: the checks hold one
+  micro-batch's loss.
 """
 
 from __future__ import annotations
@@ -48,7 +19,6 @@ import functools
 import types
 
 import torch
-import torch.distributed as dist
 
 from harness.targets.slime import policy
 from harness.targets.upstream import calls, megatron_cross_entropy, megatron_stand_in
@@ -111,9 +81,8 @@ def slime_args(**settings) -> SlimeArgs:
 
 def _group_info(group) -> types.SimpleNamespace:
     """What miles' code reads of a ``GroupInfo``: ``rank``, ``size``, ``group`` (``SINGLE_RANK`` for one rank)."""
-    if group is None:
-        return types.SimpleNamespace(rank=0, size=1, group=megatron_stand_in.SINGLE_RANK)
-    return types.SimpleNamespace(rank=dist.get_rank(group), size=dist.get_world_size(group), group=group)
+    size, rank = calls.size_and_rank(group)
+    return types.SimpleNamespace(rank=rank, size=size, group=megatron_stand_in.SINGLE_RANK if group is None else group)
 
 
 def parallel_state(tp_group, cp_group) -> ParallelSettings:
@@ -155,6 +124,9 @@ def _chunk(call) -> int:
 
 
 def token(up, call: calls.TokenCall, **extra):
+    """``logits / T`` (``calculate_log_probs_and_entropy`` takes logits its caller already divided, as
+    ``get_log_probs_and_entropy`` does), one target id per row (the shifted tokens its callers pass), the entropy
+    gate under the revision's name for it."""
     fn = up.calculate_log_probs_and_entropy
     scores = _fp32(call.logits)
     if call.temperature != 1.0:
@@ -201,6 +173,10 @@ def _results(out) -> dict:
 
 
 def packed(up, call: calls.PackedCall):
+    """slime's own response rows, temperature division and chunking (``args``) on ``[1, T, V_local]`` (thd) or
+    ``[B, S, V_local]`` with ``max_seq_lens`` (bshd); the entropy's gradient asked for as a slime caller asks,
+    ``args.entropy_coef`` 1 (else 0); the groups through ``mpu``, miles' ``set_parallel_state`` or the
+    ``parallel_state`` argument (slime #1373..#1442)."""
     fn = up.get_log_probs_and_entropy
     wants_grad = bool(call.with_entropy and call.entropy_grad)
     scores, args, extra = _layout(up, call, entropy_coef=1.0 if wants_grad else 0.0)
@@ -220,6 +196,10 @@ def packed(up, call: calls.PackedCall):
 
 
 def policy_loss(up, call: calls.PolicyCall):
+    """``args`` with the call's clip range, entropy coefficient and options (``policy.settings``); the
+    per-sample log-probs and entropy returned are those slime's loss was built from (its own call of
+    ``get_log_probs_and_entropy``, recorded); the first revisions' ``policy_loss_func`` returns ``loss / cp_size``
+    (Megatron multiplies back), so the rank's share is that times the CP size."""
     scores, args, extra = _layout(
         up,
         call,

@@ -20,12 +20,6 @@ from #2247; before it, the dual clip fails):
 * ``--calculate-per-token-loss``: the reducer sums tokens (``token-sum``
   per call; slime's ``loss_function`` then divides by the global token
   count, trainer bookkeeping the harness leaves out).
-
-Not declared: GSPO (slime's is the sequence form, the harness's the
-GSPO-token form: same value, different gradient unless the advantages are
-constant over a sample), MIS / rejection (``icepop_function`` needs a
-``--custom-tis-function-path`` loaded by import path), sequence-level
-weights, the other aggregation modes.
 """
 
 from __future__ import annotations
@@ -47,7 +41,13 @@ NOT_DECLARED = {
     "policy_gspo": "slime's GSPO is the sequence form, the harness's the GSPO-token form: same value, different "
     "gradient unless the advantages are constant over a sample",
     "policy_mis_token": "icepop_function needs --custom-tis-function-path, loaded by import path",
+    "policy_rs_token": "as policy_mis_token: rejection needs a --custom-tis-function-path",
     "policy_tis_sequence": "slime's vanilla TIS is token-level",
+    **{
+        f"policy_agg_{mode}": "get_sum_of_sample_mean is the sum of sample means, or with --calculate-per-token-loss "
+        "the token sum"
+        for mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+    },
 }
 
 

@@ -1,31 +1,13 @@
-"""TransformerEngine's vocab-parallel cross entropy (NVIDIA/TransformerEngine) as a record on the upstream kernel.
+"""TransformerEngine's vocab-parallel cross entropy (NVIDIA/TransformerEngine): ``te==X`` or ``te=PATH``.
 
-``te==X`` (the ``transformer-engine`` wheel is pure Python; its CUDA
-libraries are other wheels, not installed) or ``te=PATH``. What runs is the
-revision's own code: ``pytorch/cross_entropy.py`` (``CrossEntropyFunction``,
-``parallel_cross_entropy``), its launchers ``pytorch/triton/cross_entropy.py``
-(the TP all-gather of per-row statistics through ``dist_process_group``) and
-the Triton kernels they import (``common/triton/cross_entropy.py``; before
-2.10 inside the launchers' file). No ``__init__`` runs (TE's loads its CUDA
-extension); its ``pytorch.jit`` module imports TE's CUDA utilities, so
-``no_torch_dynamo`` (used by the ``overwrite_input=True`` path only) is a
-placeholder disabling Dynamo, as TE's own does outside ONNX export. On a CPU
-the kernels run under Triton's interpreter.
-
-Convention translations (what the record does, and only this):
-
-* logits ``[rows, V_local]`` as TE's ``(B = 1, SQ = rows, V_local)``, targets
-  the global ids, ``dist_process_group`` the TP group (None at one rank),
-  ``label_smoothing = 0``, ``reduce_loss = False``, ``ignore_idx = -100`` (its
-  default, never a valid id); ``log_probs = -loss`` (TE returns fp32);
-* the composition is ``parallel_cross_entropy``: ``_validate_inputs``, then
-  ``CrossEntropyFunction``. ``_validate_inputs`` refuses a tensor that is not
-  CUDA (``inp must be a CUDA tensor``), so on CPU tensors the entry calls
-  what it calls next with ``overwrite_input=False``: the Function, with the
-  leading arguments it takes (``ignore_idx`` arrived in 2.4, the seventh,
-  ``is_cg_capturable`` then ``overwrite_input``, is False either way). TE's
-  input validation is then not what the CPU's bad-input rows see; on CUDA
-  tensors the entry calls ``parallel_cross_entropy`` itself.
+The generated page (docs/records/families/te.md) says what the entry calls and translates; this says why. The
+``transformer-engine`` wheel is pure Python (its CUDA libraries are other wheels, not installed). No
+``__init__`` runs (TE's loads its CUDA extension): what runs is ``pytorch/cross_entropy.py``, its launchers
+``pytorch/triton/cross_entropy.py`` (the TP all-gather of per-row statistics through ``dist_process_group``)
+and the Triton kernels they import (``common/triton/cross_entropy.py``; before 2.10 inside the launchers'
+file), on a CPU under Triton's interpreter. Its ``pytorch.jit`` module imports TE's CUDA utilities, so
+``no_torch_dynamo`` (used by the ``overwrite_input=True`` path only) is a placeholder disabling Dynamo, as TE's
+own does outside ONNX export.
 """
 
 from __future__ import annotations
@@ -54,6 +36,11 @@ def _jit(name: str) -> types.ModuleType:
 
 
 def token(up, call: calls.TokenCall):
+    """``parallel_cross_entropy`` on ``(B = 1, SQ = rows, V_local)``, ``label_smoothing = 0``,
+    ``reduce_loss = False``, ``ignore_idx = -100`` (never a valid id): ``log_probs = -loss``. Its
+    ``_validate_inputs`` refuses a tensor that is not CUDA, so on CPU tensors the entry calls what it calls next,
+    ``CrossEntropyFunction`` with ``overwrite_input=False`` and the leading arguments it takes (``ignore_idx``
+    arrived in 2.4): TE's input validation is then not what the CPU's bad-input rows see."""
     batched = call.logits.unsqueeze(0)
     arguments = (batched, call.targets, 0.0, False, call.tp_group, IGNORE_INDEX)
     if call.logits.is_cuda:

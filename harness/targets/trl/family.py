@@ -1,32 +1,13 @@
-"""TRL (huggingface/trl) as a record on the upstream kernel: ``trl==X`` or ``trl=PATH``.
+"""TRL (huggingface/trl): ``trl==X`` or ``trl=PATH``.
 
-What runs is the revision's own code. ``trl/trainer/utils.py`` imports the
-Hugging Face stack (transformers, accelerate, datasets, pandas), so the
-definitions under test are loaded alone from it (``Loader.symbol``: each
-with the module-level statements it needs), the kernels as modules:
-
-* token level: ``selective_log_softmax_and_entropy`` (TRL >= 1.14), the
-  composition TRL's trainers call on ``[..., V]`` logits: its temperature
-  division, ``selective_log_softmax``, ``entropy_from_logits`` and the entropy
-  gate (``entropy_requires_grad``); ``selective_log_softmax`` alone where no
-  entropy is asked for, as the trainers call it then. On CPU tensors both take
-  their torch path (``_supports_trl_loss_kernel`` asks for a CUDA/XPU device);
-  on CUDA they dispatch to the Triton kernel ``trl/kernels/logprob_entropy.py``,
-  bound as TRL binds it. Older releases (an alternative entry):
-  ``selective_log_softmax`` and, from 0.20, ``entropy_from_logits``, each called
-  as it is; their trainer divided by the temperature and gated the entropy in
-  its own method, so neither ``temperature`` nor ``entropy_gate`` is declared
-  there;
-* hidden states: the chunked LM head (``trl/kernels/chunked_logprob.py``,
-  TRL >= 1.15), called as TRL's fused forward calls it (below);
-* the GRPO loss: ``GRPOTrainer._compute_loss`` at token level (``policy.py``).
-
-Convention translations (what the record does, and only this): TRL does not
-shard the vocabulary, so at TP > 1 the token entry gathers the shards first
-(``upstream/whole_vocab.py``, what a trainer does before calling it); the
-protocol's targets are TRL's ``index`` (already shifted); entropy is TRL's
-``-sum p log p``. TRL's Triton kernel alone (what the helpers dispatch to on
-CUDA), under the interpreter on a CPU: ``harness.targets.trl.family:triton_kernel``.
+The generated page (docs/records/families/trl.md) says what each entry calls and translates; this says why.
+``trl/trainer/utils.py`` imports the Hugging Face stack (transformers, accelerate, datasets, pandas), so the
+definitions under test are loaded alone from it (``Loader.symbol``: each with the module-level statements it
+needs), the kernels as modules. On CPU tensors the helpers take their torch path (``_supports_trl_loss_kernel``
+asks for a CUDA/XPU device); on CUDA they dispatch to the Triton kernel ``trl/kernels/logprob_entropy.py``,
+bound as TRL binds it, which ``triton_kernel`` checks alone (under the interpreter on a CPU). TRL does not shard
+the vocabulary, so at TP > 1 the token entries gather the shards first (``upstream/whole_vocab.py``, what a
+trainer does before calling it).
 """
 
 from __future__ import annotations
@@ -164,6 +145,9 @@ class _BaseConfig:
 
 
 def token(up, call: calls.TokenCall):
+    """``selective_log_softmax_and_entropy`` (TRL >= 1.14), the composition TRL's trainers call, with its
+    temperature division and entropy gate; ``selective_log_softmax`` alone where no entropy is asked for, as the
+    trainers call it then. The targets are TRL's ``index`` (already shifted)."""
     whole = gather_vocabulary(call.logits, call.tp_group)
     if not call.with_entropy:
         return up.selective_log_softmax(whole, call.targets, temperature=call.temperature), None
@@ -173,7 +157,8 @@ def token(up, call: calls.TokenCall):
 
 
 def token_before_1_14(up, call: calls.TokenCall):
-    """TRL < 1.14: the two helpers, each as it is (their trainer's division and gate are not the helpers')."""
+    """TRL < 1.14: ``selective_log_softmax`` and, from 0.20, ``entropy_from_logits``, each as it is: their
+    trainer divided by the temperature and gated the entropy in its own method, so neither is declared."""
     whole = gather_vocabulary(call.logits, call.tp_group)
     log_probs = up.selective_log_softmax(whole, call.targets)
     return log_probs, (up.entropy_from_logits(whole) if call.with_entropy else None)

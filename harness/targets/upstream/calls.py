@@ -1,19 +1,23 @@
 """Call records: one protocol call as one value, instead of 11 to 13 keyword arguments retyped per adapter.
 
-``FamilyTarget`` (``family.py``) writes the protocol's entry points once and
-hands the family's translation a record: ``TokenCall``, ``PackedCall``,
-``PolicyCall``, ``HiddenCall``, ``SamplingCall``, ``SamplingPackedCall``,
-``TokenPolicyCall``. Each knows what it asks of a target (``needs()``: the
-capabilities its non-default options need), which is the guard the kernel
-applies once at the boundary, and the facts every translation reads alike
-(the group's rank and size, this rank's vocabulary bounds).
+A record is the one place a protocol method's arguments are written: which
+method it serves, which arguments are positional, which the method fixes
+(``policy_loss`` always differentiates the entropy), the rest keywords.
+``FamilyTarget`` (``family.py``) generates its entry points from ``RECORDS``
+and hands the family's translation the record. Each knows what it asks of a
+target (``needs()``: the capabilities its non-default options need), which is
+the guard the kernel applies once at the boundary, and the facts every
+translation reads alike (the group's rank and size, this rank's vocabulary
+bounds).
 
 The argument units are docs/targets.md's ("Units of every argument").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import inspect
+from dataclasses import MISSING, dataclass, fields
+from typing import ClassVar
 
 import torch.distributed as dist
 
@@ -46,8 +50,13 @@ ARGUMENTS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Call:
+    serves: ClassVar[str]  # the protocol method whose arguments it holds
+    level: ClassVar[str]  # the capability that method needs at all
+    positional: ClassVar[tuple[str, ...]]  # its positional arguments, in order; every other field is a keyword
+    fixed: ClassVar[dict] = {}  # fields the method does not take: the value they always have
+
     def replace(self, **changes):
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         return type(self)(**{**values, **changes})
@@ -59,7 +68,7 @@ class _Call:
         """A value no implementation could take is a clear error naming the argument (before any capability)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Logits(_Call):
     """What every logits-based call has: this rank's shard and the options of docs/targets.md."""
 
@@ -94,8 +103,10 @@ class _Logits(_Call):
         return wanted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TokenCall(_Logits):
+    serves, level, positional = "token_log_probs", "token", ("logits", "targets")
+
     targets: object
     donate_logits: bool = False
     rows: object = None
@@ -109,8 +120,10 @@ class TokenCall(_Logits):
         return wanted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PackedCall(_Logits):
+    serves, level, positional = "packed_log_probs", "packed", ("logits", "inputs")
+
     inputs: PackedInputs
     cp_group: object
     response_only: bool
@@ -139,13 +152,16 @@ class PackedCall(_Logits):
         return wanted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PolicyCall(PackedCall):
-    advantages: list = None
-    old_log_probs: list = None
-    eps_clip: float = 0.2
-    eps_clip_high: float | None = None
-    entropy_coef: float = 0.0
+    serves, level = "policy_loss", "policy_loss"
+    fixed = {"entropy_grad": True}  # the loss differentiates its entropy term
+
+    advantages: list
+    old_log_probs: list
+    eps_clip: float
+    eps_clip_high: float | None
+    entropy_coef: float
     options: PolicyOptions | None = None
 
     @property
@@ -157,8 +173,10 @@ class PolicyCall(PackedCall):
         return wanted | (self.options.capabilities() if self.options is not None else set())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HiddenCall(_Call):
+    serves, level, positional = "hidden_log_probs", "hidden", ("hidden", "weight", "targets")
+
     hidden: object
     weight: object
     targets: object
@@ -177,12 +195,7 @@ class HiddenCall(_Call):
         return rank * width, (rank + 1) * width
 
     def needs(self) -> set[str]:
-        wanted = {"hidden"} | ({"hidden_tp"} if self.tp[0] > 1 else set())
-        if self.with_entropy:
-            wanted.add("entropy")
-        if self.temperature != 1.0:
-            wanted.add("temperature")
-        return wanted
+        return _Logits.needs(self) | {"hidden"} | ({"hidden_tp"} if self.tp[0] > 1 else set())
 
 
 def _sampling_needs(kept: KeptSet, on_outside: str) -> set[str]:
@@ -192,28 +205,36 @@ def _sampling_needs(kept: KeptSet, on_outside: str) -> set[str]:
     return wanted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SamplingCall(TokenCall):
-    kept: KeptSet = None
-    on_outside: str = "error"
+    serves, level, positional = "sampling_log_probs", "sampling", ("logits", "targets", "kept")
+    fixed = {"donate_logits": False, "rows": None}  # the token path's options, not the sampler's
+
+    kept: KeptSet
+    on_outside: str
 
     def needs(self) -> set[str]:
         wanted = (super().needs() - {"token", "entropy"}) | _sampling_needs(self.kept, self.on_outside)
         return wanted | ({"sampling_entropy"} if self.with_entropy else set())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SamplingPackedCall(PackedCall):
-    kept: KeptSet = None
-    on_outside: str = "error"
+    serves, level, positional = "sampling_packed_log_probs", "sampling_packed", ("logits", "inputs", "kept")
+    fixed = {"response_only": False, "loss_mask_only": False}  # only response rows are evaluated
+
+    kept: KeptSet
+    on_outside: str
 
     def needs(self) -> set[str]:
         wanted = (super().needs() - {"packed", "entropy"}) | _sampling_needs(self.kept, self.on_outside)
         return wanted | {"sampling_packed"} | ({"sampling_entropy"} if self.with_entropy else set())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TokenPolicyCall(_Call):
+    serves, level, positional = "token_policy_loss", "token_policy_loss", ("log_probs",)
+
     log_probs: object
     old_log_probs: object
     advantages: object
@@ -229,3 +250,20 @@ class TokenPolicyCall(_Call):
         if self.entropy is not None and self.entropy_coef != 0:
             wanted.add("token_policy_entropy")
         return wanted
+
+
+# Every protocol method a family serves, in the order a check's needs pick one (the first level it names).
+RECORDS = (HiddenCall, SamplingPackedCall, SamplingCall, TokenPolicyCall, PolicyCall, PackedCall, TokenCall)
+
+
+def signature(record) -> inspect.Signature:
+    """The protocol method ``record`` serves, as the record writes it: ``self``, the positional arguments, then
+    every other field but the fixed ones as a keyword (its default where the record has one)."""
+    kind = inspect.Parameter
+    parameters = [kind("self", kind.POSITIONAL_OR_KEYWORD)]
+    parameters += [kind(name, kind.POSITIONAL_OR_KEYWORD) for name in record.positional]
+    for f in fields(record):
+        if f.name not in record.positional and f.name not in record.fixed:
+            default = kind.empty if f.default is MISSING else f.default
+            parameters.append(kind(f.name, kind.KEYWORD_ONLY, default=default))
+    return inspect.Signature(parameters)

@@ -18,8 +18,8 @@ naming what was tried, unless the record gives the reason it may be absent
 (``Entry.since``: arrived later); what a family never declares is
 ``not_declared`` with its reason.
 
-``FamilyTarget`` writes the protocol's entry points once: it builds the call
-record (``calls.py``), guards it at the boundary (a capability the revision
+``FamilyTarget`` has the protocol's entry points once, generated from the
+call records (``calls.py``); it guards each record at the boundary (a capability the revision
 lacks is a clear error naming it, once, for every family; ``chunk_size`` runs
 as one chunk where ``chunking`` is not declared, which changes no value), and
 calls the translation inside the calling context: the job's groups in
@@ -93,18 +93,6 @@ class Entry:
     declares: frozenset  # capabilities it brings
     since: str | None = None  # None: required; else why an older revision may lack it (then not declared)
     lacks: dict = field(default_factory=dict)  # family options this path does not honour, each with why
-
-
-# Which protocol method a check needing these capabilities calls (the first level it names).
-LEVELS = (
-    ("hidden", "hidden_log_probs"),
-    ("sampling_packed", "sampling_packed_log_probs"),
-    ("sampling", "sampling_log_probs"),
-    ("token_policy_loss", "token_policy_loss"),
-    ("policy_loss", "policy_loss"),
-    ("packed", "packed_log_probs"),
-    ("token", "token_log_probs"),
-)
 
 
 @dataclass(frozen=True)
@@ -259,7 +247,7 @@ class FamilyTarget(Target):
 
     def capabilities_for(self, needed) -> frozenset:
         """The family's capabilities less what the path serving ``needed`` lacks (``Entry.lacks``)."""
-        serves = next((method for level, method in LEVELS if level in needed), None)
+        serves = next((record.serves for record in calls.RECORDS if record.level in needed), None)
         entry = self.entries.get(serves)
         return self.capabilities - set(entry.lacks) if entry is not None else self.capabilities
 
@@ -289,147 +277,24 @@ class FamilyTarget(Target):
         with self.loader.present(), torch._dynamo.config.patch(disable=True), family_state or contextlib.nullcontext():
             yield
 
-    # ---- the protocol's entry points, written once -------------------------------------------------
 
-    def token_log_probs(
-        self, logits, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature, **extra
-    ):
-        call = calls.TokenCall(logits, tp_group, chunk_size, with_entropy, entropy_grad, temperature, targets, **extra)
-        return self._call("token_log_probs", call)
+def _entry_point(record):
+    """The protocol method ``record`` serves: its arguments bound by the record's signature (a missing or unknown
+    one is a TypeError naming it), the record built and handed to the boundary."""
+    signature = calls.signature(record)
 
-    def packed_log_probs(
-        self,
-        logits,
-        inputs,
-        *,
-        tp_group,
-        cp_group,
-        chunk_size,
-        with_entropy,
-        entropy_grad,
-        temperature,
-        response_only,
-        loss_mask_only,
-    ):
-        call = calls.PackedCall(
-            logits,
-            tp_group,
-            chunk_size,
-            with_entropy,
-            entropy_grad,
-            temperature,
-            inputs,
-            cp_group,
-            response_only,
-            loss_mask_only,
-        )
-        return self._call("packed_log_probs", call)
+    def entry_point(self, *args, **keywords):
+        try:
+            arguments = signature.bind(self, *args, **keywords).arguments
+        except TypeError as error:
+            raise TypeError(f"{self.name}.{record.serves}(): {error}") from None
+        del arguments["self"]
+        return self._call(record.serves, record(**arguments, **record.fixed))
 
-    def policy_loss(
-        self,
-        logits,
-        inputs,
-        *,
-        advantages,
-        old_log_probs,
-        eps_clip,
-        eps_clip_high,
-        entropy_coef,
-        with_entropy,
-        tp_group,
-        cp_group,
-        chunk_size,
-        temperature,
-        response_only,
-        loss_mask_only,
-        options=None,
-    ):
-        call = calls.PolicyCall(
-            logits,
-            tp_group,
-            chunk_size,
-            with_entropy,
-            True,
-            temperature,
-            inputs,
-            cp_group,
-            response_only,
-            loss_mask_only,
-            advantages,
-            old_log_probs,
-            eps_clip,
-            eps_clip_high,
-            entropy_coef,
-            options,
-        )
-        return self._call("policy_loss", call)
+    entry_point.__name__, entry_point.__qualname__ = record.serves, f"FamilyTarget.{record.serves}"
+    entry_point.__signature__, entry_point.__doc__ = signature, getattr(Target, record.serves).__doc__
+    return entry_point
 
-    def hidden_log_probs(
-        self, hidden, weight, targets, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature
-    ):
-        call = calls.HiddenCall(hidden, weight, targets, tp_group, chunk_size, with_entropy, entropy_grad, temperature)
-        return self._call("hidden_log_probs", call)
 
-    def sampling_log_probs(
-        self, logits, targets, kept, *, tp_group, chunk_size, with_entropy, entropy_grad, temperature, on_outside
-    ):
-        call = calls.SamplingCall(
-            logits,
-            tp_group,
-            chunk_size,
-            with_entropy,
-            entropy_grad,
-            temperature,
-            targets,
-            kept=kept,
-            on_outside=on_outside,
-        )
-        return self._call("sampling_log_probs", call)
-
-    def sampling_packed_log_probs(
-        self,
-        logits,
-        inputs,
-        kept,
-        *,
-        tp_group,
-        cp_group,
-        chunk_size,
-        with_entropy,
-        entropy_grad,
-        temperature,
-        on_outside,
-    ):
-        call = calls.SamplingPackedCall(
-            logits,
-            tp_group,
-            chunk_size,
-            with_entropy,
-            entropy_grad,
-            temperature,
-            inputs,
-            cp_group,
-            False,
-            False,
-            kept=kept,
-            on_outside=on_outside,
-        )
-        return self._call("sampling_packed_log_probs", call)
-
-    def token_policy_loss(
-        self,
-        log_probs,
-        *,
-        old_log_probs,
-        advantages,
-        loss_mask,
-        eps_clip,
-        eps_clip_high,
-        entropy,
-        entropy_coef,
-        options=None,
-    ):
-        call = calls.TokenPolicyCall(
-            log_probs, old_log_probs, advantages, loss_mask, eps_clip, eps_clip_high, entropy, entropy_coef, options
-        )
-        return self._call("token_policy_loss", call)
+for _record in calls.RECORDS:  # the protocol's entry points, written once: by the call records
+    setattr(FamilyTarget, _record.serves, _entry_point(_record))

@@ -22,15 +22,8 @@ the oracle's layout code, or a layout bug would hide itself).
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from harness.targets.protocol import PackedInputs
-
-
-def cp_size_and_rank(cp_group) -> tuple[int, int]:
-    if cp_group is None:
-        return 1, 0
-    return dist.get_world_size(cp_group), dist.get_rank(cp_group)
 
 
 def padded_lengths(inputs: PackedInputs, cp: int) -> list[int]:
@@ -107,6 +100,26 @@ def per_sample_rows(per_row: torch.Tensor, inputs: PackedInputs, cp: int, cp_ran
         per_row[torch.tensor(rows, dtype=torch.long, device=per_row.device)]
         for rows in view_local_rows(inputs, cp, cp_rank)
     ]
+
+
+def call_packed_entry(fn, call, logits, **keywords):
+    """``from_parallel_logits_to_logprobs_packed_sequences`` as both projects' wrappers call it, on this rank's
+    stream without the harness's end padding: ``(out [B, U - 1], the stream [T // cp, V_local], cp, cp_rank)``."""
+    cp, cp_rank = call.cp
+    start, end = call.vocab_bounds
+    stream = logits[: local_sequence_rows(call.inputs, cp)]
+    out = fn(
+        stream.unsqueeze(0),
+        full_stream_tokens(call.inputs, cp, logits.device),
+        cu_seqlens_padded(call.inputs, cp, logits.device),
+        unpacked_length(call.inputs, cp),
+        start,
+        end,
+        call.group,
+        cp_group=call.cp_group,
+        **keywords,
+    )
+    return out, stream, cp, cp_rank
 
 
 def unpacked_length(inputs: PackedInputs, cp: int) -> int:

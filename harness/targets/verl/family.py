@@ -1,48 +1,14 @@
-"""The verl family (verl-project/verl) as a record on the upstream kernel: ``verl==X`` or ``verl=PATH``.
+"""The verl family (verl-project/verl): ``verl==X`` or ``verl=PATH``.
 
-What runs is the revision's own composition:
-
-* token level: ``MegatronEngineWithLMHead._lm_head_logits_processor``
-  (``verl/workers/engine/megatron/transformer_impl.py``, loaded as a plain
-  function, its engine never built: ``self`` holds the engine config it reads,
-  ``stand_ins.engine``): the temperature division in place, the entropy on
-  the divided logits (chunked per ``entropy_from_logits_chunk_size``) after
-  backing them up with ``clone()``, the log-probs from the backup through
-  ``vocab_parallel_log_probs_from_logits`` (``verl/utils/megatron/tensor_parallel.py``);
-* packed level and the policy loss's log-probs: ``gptmodel_forward_model_engine``
-  (``verl/models/mcore/model_forward.py``) with that processor, as the engine's
-  ``forward_step`` calls it: verl's own thd packing, CP split, label roll
-  (``need_roll`` is verl's decision) and CP gather (``verl/models/mcore/util.py``);
-  the model is the harness's logits (``packed.py``);
-* the policy loss: ``ppo_loss`` (``verl/workers/utils/losses.py``) on that
-  output, both from logits and from ``[B, R]`` log-prob matrices (``policy.py``);
-* hidden states: ``FusedLinearForPPO`` (``verl/utils/experimental/torch_functional.py``,
-  the torch backend of verl's fused LM head, its FSDP default) called as a module.
-
-Convention translations (what the record does, and only this):
-
-* the logits: the model output the engine owns and divides in place; every
-  job already hands the target a copy of its own (``harness.jobs.inputs``), so
-  the token entry only reshapes it to ``[1, rows, V_local]`` (a clone here
-  would hide the write from the inputs-unmutated check and add a logits-sized
-  copy to every memory trace); the packed entry's model returns one
-  (``packed.RowsModel``);
-* the engine's batch: ``label`` is the input ids (``forward_step``'s
-  ``label = input_ids.clone()``), here the harness's token ids; the temperature
-  one float32 per sample, expanded per token by verl's ``expand_as_nested``
-  (token level: one per row, as expanded);
-* the processor's flags: ``calculate_entropy`` the call's ``with_entropy``,
-  the other outputs (sum of squared probabilities, distillation) off; the
-  entropy's chunk the call's ``chunk_size`` (verl chunks the entropy only);
-* outputs: verl's per-position sequences (position ``p``: token ``p + 1``)
-  read as each sample's response, this CP rank's zigzag view (``packed.py``).
-  Under CP the policy loss is verl's loss over the gathered batch (the
-  advantages and old log-probs gathered from the views), read as each rank's
-  share (value / ``cp``, verl's gradient);
-* hidden: ``FusedLinearForPPO(chunk_size)`` (all rows one chunk when None), its
-  entropy returned as verl returns it, dropped when not asked for.
-
-Not declared: see ``not_declared``.
+The generated page (docs/records/families/verl.md) says what each entry calls and translates; this says why.
+verl composes its log-probs in its Megatron engine, not in a library function: the temperature division in
+place, the entropy on the divided logits after backing them up with ``clone()``, the log-probs from the backup
+(``MegatronEngineWithLMHead._lm_head_logits_processor``), and around it ``forward_step``'s packing, CP split,
+label roll (``need_roll`` is verl's decision) and CP gather (``gptmodel_forward_model_engine``). The entries
+call those, loaded as plain functions with the engine never built (``self`` holds the engine config it reads,
+``stand_ins.engine``; the model is the harness's logits, ``packed.RowsModel``), so a revision is checked as it
+composes its steps. The hidden-state path is ``FusedLinearForPPO``, the torch backend of verl's fused LM head
+(its FSDP default).
 """
 
 from __future__ import annotations
@@ -116,6 +82,12 @@ def _processor(up, call, with_entropy: bool):
 
 
 def token(up, call: calls.TokenCall):
+    """verl's processor on ``[1, rows, V_local]``, a view of what the job hands (a copy already,
+    ``harness.jobs.inputs``: verl divides the model output in place, and a clone here would hide that write from
+    the inputs-unmutated check and add a logits-sized copy to every memory trace), the temperature one float32
+    per row as the engine expands it,
+    ``calculate_entropy`` the call's ``with_entropy``, the entropy's chunk the call's ``chunk_size`` (verl chunks
+    the entropy only), the other outputs (sum of squared probabilities, distillation) off."""
     rows = call.logits.shape[0]
     logits = call.logits.unsqueeze(0)  # the model output the engine owns: verl divides it in place
     arguments = [logits, call.targets.unsqueeze(0)]
@@ -153,6 +125,10 @@ def _forward(up, call: calls.PackedCall, with_entropy: bool) -> dict:
 
 
 def packed(up, call: calls.PackedCall):
+    """The engine forward as ``forward_step`` calls it: ``label`` the token ids (as its
+    ``label = input_ids.clone()``), the temperature one float32 per sample expanded by verl's ``expand_as_nested``;
+    verl's per-position sequences (position ``p``: token ``p + 1``) read as each sample's response, this CP rank's
+    zigzag view (``packed.py``)."""
     if not call.inputs.tokens:
         return [], ([] if call.with_entropy else None)
     cp, cp_rank = call.cp
@@ -164,6 +140,9 @@ def packed(up, call: calls.PackedCall):
 
 
 def policy_loss(up, call: calls.PolicyCall):
+    """``ppo_loss`` on the packed forward's output (``policy.py``); under CP verl's loss reads the gathered
+    batch, so the advantages, old log-probs and the options' per-sample tensors are gathered from the views, and
+    each rank's share is the value / ``cp`` with verl's gradient."""
     inputs, (cp, cp_rank) = call.inputs, call.cp
     out = _forward(up, call, call.with_entropy)
     advantages, old_log_probs, options = call.advantages, call.old_log_probs, call.options
@@ -204,6 +183,7 @@ def _whole_options(options, inputs, cp_group):
 
 
 def token_policy_loss(up, call: calls.TokenPolicyCall):
+    """``ppo_loss`` on ``[B, R]`` log-prob matrices (``policy.py``)."""
     return verl_policy.matrix_loss(
         up,
         call.log_probs,
@@ -222,6 +202,8 @@ def token_policy_loss(up, call: calls.TokenPolicyCall):
 
 
 def hidden(up, call: calls.HiddenCall):
+    """``FusedLinearForPPO(chunk_size)`` called as a module (all rows one chunk when None), its entropy as verl
+    returns it, dropped when not asked for."""
     rows = call.hidden.shape[0]
     chunk = max(rows, 1) if call.chunk_size is None else call.chunk_size  # 0 and negatives reach verl as given
     log_probs, entropy = up.FusedLinearForPPO(chunk_size=chunk)(
@@ -241,6 +223,8 @@ _PROCESSORS = ("logits_processor", "logits_closure")  # the current form first
 
 
 def _takes_temperature(up) -> bool:
+    """The revision's logits processor takes a ``temperature`` (before it, the engine divided the logits outside
+    the composition these entries call)."""
     return up.takes_temperature
 
 

@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from harness.targets.upstream import packing
+from harness.targets.upstream.calls import size_and_rank
 from harness.targets.upstream.shared_gradient import SumGradientOverGroup
 
 VERL_LAYOUTS = {"none": "zigzag", "zigzag": "zigzag", "allgather": "contiguous"}
@@ -88,7 +89,7 @@ def checked(inputs, logits, cp_group) -> None:
     entropy flag, the CP layout) is left to verl. Under CP the ranks exchange
     their findings first, so a refusal is never one rank's alone (a hang).
     """
-    cp = packing.cp_size_and_rank(cp_group)[0]
+    cp = size_and_rank(cp_group)[0]
     if (cp > 1) != (inputs.cp_mode != "none"):
         raise ValueError(f"cp_mode={inputs.cp_mode!r} does not match the cp_group given ({cp} rank(s))")
     problem = _problem(inputs, logits, cp)
@@ -186,7 +187,7 @@ def whole_from_views(views: list[torch.Tensor], inputs, cp_group, name: str) -> 
 
     Every rank sees every rank's views, so a view of the wrong length is refused on all of them alike.
     """
-    cp = packing.cp_size_and_rank(cp_group)[0]
+    cp = size_and_rank(cp_group)[0]
     everyone = [None] * cp
     dist.all_gather_object(everyone, [v.detach().cpu() for v in views], group=cp_group)
     whole = []

@@ -34,12 +34,6 @@ computed, and adds the aggregated KL term (``kl_penalty``) when
   zeroed: the harness's MIS) per token or sequence, whose lower bound must be
   positive: the harness's "no floor" is the smallest positive double, below
   any weight ``exp(x)`` of a finite ``x > -744``.
-
-The options, each declared where the loaded verl has it (``OPTIONS``: the loss
-mode registered, the KL kind and aggregation mode accepted by verl's own
-functions, the rollout weights' function present; a revision without one is
-UNSUPPORTED for it, never run as something else); what verl has no form for
-is ``NOT_DECLARED`` with the reason.
 """
 
 from __future__ import annotations
@@ -132,6 +126,8 @@ def _aggregation(mode: str):
 
 
 def _has_rollout_weights(up) -> bool:
+    """verl's trainer has ``compute_rollout_correction_weights`` (``verl/trainer/ppo/rollout_corr_helper.py``),
+    which makes the rollout-correction weights its loss reads."""
     return up.rollout_weights is not None
 
 
