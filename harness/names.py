@@ -14,10 +14,22 @@ package's modules, so an old report's replay line keeps working.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from collections.abc import Callable
 
 OLD_CHECKS = "harness.checks"  # the module every check lived in before it became a package
+MUTANT_VARIABLE = "LPH_MUTANT"  # the mutant a process runs (harness.mutants.loader applies it at import)
+
+
+def replay_environment(environ=os.environ) -> str:
+    """What a replay line must set to rerun what ``environ`` runs: ``LPH_MUTANT=NAME `` for a mutant, else nothing.
+
+    A mutant's failure pasted as ``--target impl`` alone would run unmutated impl and pass. (Here, not in
+    ``harness.mutants``, so the checks and the gate name a replay without importing the mutants' package.)
+    """
+    name = environ.get(MUTANT_VARIABLE)
+    return f"{MUTANT_VARIABLE}={name} " if name else ""
 
 
 def _checks_modules() -> list[str]:

@@ -42,7 +42,7 @@ from harness.gate.verdicts import (
     Run,
     Verdict,
 )
-from harness.mutants.loader import replay_environment
+from harness.names import replay_environment
 from harness.ranks import hang_memo
 from harness.ranks.pool import shutdown_all
 from harness.targets import load_target

@@ -8,8 +8,8 @@ token-level sampling function runs on them once. Only response rows are ever
 evaluated (a kept set exists for sampled tokens only); every other row gets a
 zero gradient.
 
-Which rows the kept set describes (docs/sampling.md, "Packed batches and
-context parallelism"): ONE ROW PER RESPONSE ROW THIS RANK'S LOGITS HOLD, in
+Which rows the kept set describes (docs/sampling.md, "impl's sampling path",
+packed batches and CP): ONE ROW PER RESPONSE ROW THIS RANK'S LOGITS HOLD, in
 the order of those rows. The kept set travels with the logits rows, like any
 per-row data a trainer slices for its CP rank:
 

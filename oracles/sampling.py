@@ -15,7 +15,7 @@ temperature, then min-p, then top-k, then top-p over what survived (its mass
 renormalised over the survivors). A ``-inf`` logit is never kept by a derived
 rule (vLLM's kept set is the finite entries of its processed logits).
 
-Ties (docs/sampling.md, "Ties"): ``ties="all"`` (default) keeps every column
+Ties (docs/sampling.md, "Ties at the k-th value"): ``ties="all"`` (default) keeps every column
 whose value equals the boundary value (top-k: ``z_v >= k-th largest``; top-p:
 kept iff the mass of strictly larger values is ``< p``): a function of the
 values only. ``ties="lowest_id"`` orders by value descending, then id

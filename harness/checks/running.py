@@ -22,7 +22,7 @@ from harness.cases import limits as case_limits
 from harness.cases.case import Case
 from harness.checks import diagnosis, record, subtests
 from harness.checks.failure import UNSUPPORTED, mark
-from harness.mutants.loader import replay_environment
+from harness.names import replay_environment
 from harness.ranks import rank_warnings
 from harness.ranks.run import assert_collectives_consistent, run_job
 from harness.targets import Unsupported, load_target

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from harness.checks.failure import CRASH
 from harness.gate.verdicts import FAIL, Verdict
-from harness.mutants.loader import replay_environment
+from harness.names import replay_environment
 
 JOURNAL_FILE = "journal.jsonl"
 

@@ -17,17 +17,7 @@ import sys
 from pathlib import Path
 
 from harness.mutants.catalog import Mutant, by_name
-
-ENV_VAR = "LPH_MUTANT"
-
-
-def replay_environment(environ=os.environ) -> str:
-    """What a replay line must set to rerun what ``environ`` runs: ``LPH_MUTANT=NAME `` for a mutant, else nothing.
-
-    A mutant's failure pasted as ``--target impl`` alone would run unmutated impl and pass.
-    """
-    name = environ.get(ENV_VAR)
-    return f"{ENV_VAR}={name} " if name else ""
+from harness.names import MUTANT_VARIABLE as ENV_VAR
 
 
 class MutantDoesNotApply(RuntimeError):

@@ -12,10 +12,9 @@ call the Functions beneath them with the wrappers' chunk rule, and the roll runs
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from harness.ranks.device import device_type
 from harness.targets.nemo_rl import policy
 from harness.targets.upstream import calls, megatron_stand_in, packing
 from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol, parameters
@@ -117,8 +116,7 @@ def _chunking(up) -> bool:
 def _cp_zigzag(up) -> bool:
     """The packed entry point takes a CP group, and the device is CUDA (see ``not_declared``)."""
     entry = up.from_parallel_logits_to_logprobs_packed_sequences
-    on_cuda = os.environ.get("LPH_DEVICE", "cpu").startswith("cuda")
-    return on_cuda and entry is not None and "cp_group" in parameters(entry)
+    return device_type() == "cuda" and entry is not None and "cp_group" in parameters(entry)
 
 
 NEMO_RL = Family(

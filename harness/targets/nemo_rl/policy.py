@@ -14,7 +14,7 @@ each loaded alone too; ``BatchedDataDict`` (annotations only) is ``dict``;
 the pydantic ``ClippedPGLossConfig`` is a strict settings object
 (``LossConfig``) naming any field the revision reads and the entry does not map.
 
-Conventions (docs/policy-losses.md, "NeMo-RL"):
+Conventions (docs/policy-losses.md, "Framework conventions at a glance"):
 
 * the data dict's per-token entries are ``[B, R + 1]``: NeMo drops column 0
   (the first token has no next-token log-prob), so the entry prepends a
