@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from harness.cases.case import Case
-from harness.checks.forward_only import check_token_forward_only
-from harness.checks.parity import check_token_backward, check_token_forward
+from harness.checks.forward_only import check_packed_forward_only, check_token_forward_only
+from harness.checks.parity import check_packed_backward, check_packed_forward, check_token_backward, check_token_forward
+from harness.ranks.errors import RankError
 from harness.targets import load_target
 from harness.targets.upstream.loader import MissingUpstream
 from tests.fakes.reach_targets import HERE, MsSwift
@@ -25,6 +26,10 @@ SPEC = "tests/fakes/reach_targets.py:MsSwift"
 CASES = [
     Case(seed=1, vocab=12, samples=((6, 4),), temperature=0.8, with_entropy=True),
     Case(seed=2, vocab=16, tp=2, samples=((5, 3),), with_entropy=True),
+]
+PACKED = [
+    Case(seed=3, vocab=12, samples=((7, 3), (5, 2)), with_entropy=True, temperature=0.8, pad_multiple=4),
+    Case(seed=4, vocab=12, cp=2, cp_mode="zigzag", samples=((9, 6), (5, 0), (6, 2)), with_entropy=True),
 ]
 TRAINER = "swift/megatron/trainers/grpo_trainer.py"
 UTILS = "swift/megatron/trainers/vocab_parallel_utils.py"
@@ -47,7 +52,8 @@ def test_declares_what_its_trainer_has_and_keys_both_roots():
     target = load_target(SPEC)
     assert target.name == "ms_swift-0.0.0+stand-in"
     assert {"token", "entropy", "temperature", "token_policy_loss"} <= target.capabilities
-    assert {"entropy_gate", "chunking", "packed"} <= set(target.not_declared)
+    assert {"packed", "cp_zigzag"} <= target.capabilities
+    assert {"entropy_gate", "chunking", "cp_allgather"} <= set(target.not_declared)
     assert {TRAINER, UTILS, "megatron/core/tensor_parallel/cross_entropy.py", "megatron/core/utils.py"} <= set(
         target.executed
     )
@@ -96,6 +102,22 @@ def test_a_trainer_without_its_forward_step_is_an_error_naming_it(tmp_path):
     root, _spec = _edited(tmp_path, TRAINER, "def forward_step(", "def renamed_forward_step(")
     with pytest.raises(MissingUpstream, match="MegatronGRPOTrainer.forward_step"):
         MsSwift(root)
+
+
+@pytest.mark.parametrize("case", PACKED, ids=lambda c: f"cp{c.cp}")
+def test_packed_passes_parity_and_forward_only(case):
+    check_packed_forward(case, SPEC)
+    check_packed_backward(case, SPEC)
+    check_packed_forward_only(case, SPEC)
+
+
+def test_a_packed_composition_without_its_cp_reconstruction_fails(tmp_path):
+    """Gathering the sequences whole is forward_step's step: one that skips it fails zigzag CP (its batch step
+    then meets a rank's rows where it wants whole sequences)."""
+    _root, spec = _edited(tmp_path, TRAINER, "if args.context_parallel_size > 1:", "if False:")
+    check_packed_forward(PACKED[0], spec)
+    with pytest.raises(RankError, match="must match the existing size"):
+        check_packed_forward(PACKED[1], spec)
 
 
 def test_megatron_root_is_required_and_named(monkeypatch):

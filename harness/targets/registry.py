@@ -58,7 +58,7 @@ class Legacy:
 
 # name, import name, marker file, adapter class, PyPI distribution (None: checkouts only)
 _LEGACY_ROWS = (
-    ("vllm", "vllm", "vllm/v1/sample/ops/topk_topp_sampler.py", "vllm.sampler:VllmSamplerTarget", None),
+    ("vllm", "vllm", "vllm/v1/sample/ops/topk_topp_sampler.py", "vllm.sampler:VllmSamplerTarget", "vllm"),
 )  # fmt: skip
 # The hidden-state paths of families on their old adapters, and the expectations those paths add.
 _HIDDEN: dict = {}

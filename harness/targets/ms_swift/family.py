@@ -9,12 +9,14 @@ strict stand-in ``self``:
   micro-batch: the model's fresh output divided IN PLACE by the temperature,
   ``compute_logps_and_entropy_from_logits`` (``vocab_parallel_utils.py``: its
   own log-softmax and entropy, then Megatron's vocab-parallel cross entropy,
-  which shifts its input in place), the packed-to-batch step. The model is the
-  translation: it answers with a fresh copy of the protocol's logits
-  ``[1, rows, V_local]`` (a model's output is its own tensor; the copy is a
-  buffer the trainer does not make, which the memory checks charge), labels
-  ``[1, rows]`` are the protocol's targets (Megatron's batch is already
-  shifted), one micro-batch, ``padding_free`` off (nothing to unpad), CP 1;
+  which shifts its input in place). The model is the translation: it answers
+  with a fresh copy of the protocol's logits ``[1, rows, V_local]`` (a model's
+  output is its own tensor; the copy is a buffer the trainer does not make,
+  which the memory checks charge), labels ``[1, rows]`` are the protocol's
+  targets (Megatron's batch is already shifted), ``padding_free`` off, CP 1;
+* packed: ``forward_step`` again, ``padding_free`` on, zigzag CP, with
+  ms-swift's own ``reconstruct_tensor_cp`` and ``pad_logps_back_to_batch``
+  (``packed.py``);
 * the GRPO loss: ``loss_func`` (``policy.py``), which ``forward_step`` hands
   Megatron's schedule.
 
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import types
 
-from harness.targets.ms_swift import megatron, policy
+from harness.targets.ms_swift import megatron, packed, policy
 from harness.targets.upstream import calls, megatron_stand_in
 from harness.targets.upstream.family import Entry, Family
 from harness.targets.upstream.locate import Locate
@@ -39,6 +41,15 @@ from harness.targets.upstream.placeholders import refusing
 UTILS = "swift/megatron/trainers/vocab_parallel_utils.py"
 TRAINER = "swift/megatron/trainers/grpo_trainer.py"
 OWNER = "MegatronGRPOTrainer"
+HELPERS = {  # key: the file, the definition, what it reads that the record binds instead of importing
+    "reconstruct_tensor_cp": ("swift/megatron/trainers/utils.py", "reconstruct_tensor_cp", ("mpu",)),
+    # swift.utils' helper serves only the position_ids fallback; forward_step passes seq_lengths
+    "pad_logps_back_to_batch": (
+        "swift/rlhf_trainers/utils.py",
+        "pad_logps_back_to_batch",
+        ("get_cu_seqlens_from_position_ids",),
+    ),
+}
 
 
 def _refused(name: str, why: str):
@@ -68,8 +79,8 @@ def trainer_stand_ins(up) -> dict:
         "gather": lambda tensor, group=None: tensor,  # metrics over data-parallel ranks: one here
         "gather_object": lambda objects, group=None: objects,
         "logger": refusing("ms_swift.logger"),
-        "reconstruct_tensor_cp": _refused("reconstruct_tensor_cp", "context parallelism is not declared"),
-        "pad_logps_back_to_batch": _refused("pad_logps_back_to_batch", "padding_free is off"),
+        "reconstruct_tensor_cp": up.reconstruct_tensor_cp,
+        "pad_logps_back_to_batch": up.pad_logps_back_to_batch,
         "RouterReplayHelper": _refused("RouterReplayHelper", "routing replay is off"),
         "set_router_replay_data": _refused("set_router_replay_data", "routing replay is off"),
         "RouterReplayAction": None,
@@ -91,10 +102,26 @@ def _prepare(up) -> None:
             "compute_logps_and_entropy_from_logits",
             stand_ins={"mpu": state, "tensor_parallel": up.megatron.tensor_parallel},
         )
+    bound = {
+        "mpu": up.mpu,
+        "get_cu_seqlens_from_position_ids": refusing("swift.utils.get_cu_seqlens_from_position_ids"),
+    }
+    for key, (path, name, names) in HELPERS.items():  # what forward_step calls besides the utilities: ms-swift's own
+        up.read_from[key] = path
+        setattr(up, key, _alone(up, path, name, {n: bound[n] for n in names}))
     for key, name in (("forward_step", "forward_step"), ("loss_func", "loss_func")):
         up.read_from[key] = f"{TRAINER} ({OWNER}.{name})"
         setattr(up, key, _method(up, name))
     policy.prepare(up)
+
+
+def _alone(up, path, name, stand_ins):
+    if up.loader.read(path) is None:
+        return None
+    try:
+        return up.loader.symbol(path, name, stand_ins=stand_ins)
+    except LookupError:  # the revision has no such definition
+        return None
 
 
 def _method(up, name):
@@ -104,17 +131,6 @@ def _method(up, name):
         return up.loader.method(TRAINER, OWNER, name, stand_ins=trainer_stand_ins(up))
     except LookupError:
         return None
-
-
-class _Model:
-    """The model ``forward_step`` calls: its output is a fresh copy of the protocol's logits ``[1, rows, V_local]``
-    (still in the caller's graph), whatever the batch (the rows are the batch)."""
-
-    def __init__(self, logits):
-        self.logits = logits
-
-    def __call__(self, **data):
-        return self.logits.unsqueeze(0).clone()
 
 
 def token(up, call: calls.TokenCall):
@@ -131,7 +147,7 @@ def token(up, call: calls.TokenCall):
         loss_func=_refused("loss_func", "the token entry reads the log-probs only"),
     )
     data = {"grpo_batch": batch, "labels": call.targets.unsqueeze(0), "input_ids": call.targets.unsqueeze(0)}
-    log_probs, loss = up.forward_step(trainer, iter([data]), _Model(call.logits))
+    log_probs, loss = up.forward_step(trainer, iter([data]), packed.Model(call.logits))
     entropy = loss.keywords["data"]["per_token_entropy"]
     return log_probs.squeeze(0), (entropy.squeeze(0) if call.with_entropy else None)
 
@@ -148,16 +164,24 @@ MS_SWIFT = Family(
             token,
             frozenset({"token", "entropy", "temperature"}),
         ),
+        Entry(
+            "packed_log_probs",
+            ("forward_step", "compute_logps_and_entropy_from_logits", *HELPERS),
+            packed.packed,
+            frozenset({"packed", "entropy", "temperature", "cp_zigzag"}),
+        ),
         Entry("token_policy_loss", ("loss_func",), policy.token_policy_loss, frozenset({"token_policy_loss"})),
     ),
     options=policy.OPTIONS,
     not_declared={
         "entropy_gate": "compute_logps_and_entropy_from_logits has no switch: the entropy is built with its graph",
         "chunking": "only the entropy is chunked, at a fixed entropy_chunk_size=512 rows the trainer never changes",
-        "packed": "forward_step's packed layout (padding_free rows, CP reconstruction by packed_seq_params) is not "
-        "mapped onto the protocol's packed inputs yet",
-        "policy_loss": "loss_func takes the log-probs forward_step produced: its loss from logits needs the packed "
-        "entry (token_policy_loss runs loss_func itself)",
+        "cp_allgather": "ms-swift's contiguous CP gathers every sequence whole on every rank with only the rank's own "
+        "rows in the graph and computes the whole loss on each rank; a rank's zigzag view of rows another rank holds "
+        "has no gradient path there (the protocol's allgather view is a redistribution ms-swift does not make)",
+        "bshd": "the padding-free micro-batch is ms-swift's packed form; its padded form is [B, T] rows, not mapped",
+        "policy_loss": "forward_step hands loss_func its log-probs (token_policy_loss runs loss_func itself); the loss "
+        "from logits, with the CP loss convention, is not mapped yet",
         **policy.NOT_DECLARED,
     },
     expectations=("ms_swift.toml",),

@@ -2,7 +2,8 @@
 
 Written from scratch for tests/test_ms_swift_target.py and test_ms_swift_policy.py: the module imports absent
 packages and the class derives from absent trainers, so only the methods can be loaded. ``forward_step``: the
-model's output divided in place by the temperature, then the utilities' log-probs and entropy; ``loss_func``:
+model's output divided in place by the temperature, then the utilities' log-probs and entropy, whole sequences
+gathered under CP and the padding-free rows put back into a batch; ``loss_func``:
 token or GSPO-token ratios clipped PPO-style (``args.delta`` capping the ratio), a clamped k3 KL, and the
 aggregations of ``loss_type`` ``grpo`` / ``bnpo`` / ``dr_grpo``.
 """
@@ -12,10 +13,10 @@ from functools import partial
 import torch
 from megatron.core import mpu
 from swift.rl_core.data import GRPOBatch
-from swift.rlhf_trainers.utils import profiling_decorator
+from swift.rlhf_trainers.utils import pad_logps_back_to_batch, profiling_decorator
 
 from .rlhf_mixin import MegatronRLHFTrainer
-from .utils import gather
+from .utils import gather, reconstruct_tensor_cp
 from .vocab_parallel_utils import compute_logps_and_entropy_from_logits
 
 
@@ -26,11 +27,26 @@ class MegatronGRPOTrainer(MegatronRLHFTrainer):
         grpo_batch: GRPOBatch = data.pop("grpo_batch")
         data = self._prepare_batch(data)
         labels = data.pop("labels", None)
+        params = data.get("packed_seq_params")
         output = model(**data)
         if mpu.is_pipeline_last_stage():
             if self.temperature != 1.0:
                 output.div_(self.temperature)
             logps, entropy = compute_logps_and_entropy_from_logits(output, labels, compute_entropy=self.compute_entropy)
+            args, width = self.args, grpo_batch.completion_mask.shape[1]
+            if args.context_parallel_size > 1:
+                count = params.seq_lens.shape[0]
+                logps = reconstruct_tensor_cp(args.context_parallel_size, logps, params, count, args.cp_partition_mode)
+                if entropy is not None:
+                    cp = args.context_parallel_size
+                    entropy = reconstruct_tensor_cp(cp, entropy, params, count, args.cp_partition_mode)
+            if args.padding_free:
+                lengths, rows = grpo_batch.seq_lengths, self.micro_batch_size
+                logps, _ = pad_logps_back_to_batch(logps, logits_to_keep=width, batch_size=rows, seq_lengths=lengths)
+                if entropy is not None:
+                    entropy, _ = pad_logps_back_to_batch(
+                        entropy, logits_to_keep=width, batch_size=rows, seq_lengths=lengths, pad_value=float("nan")
+                    )
             output = logps
             data["per_token_entropy"] = entropy
         data["grpo_batch"] = grpo_batch
