@@ -128,6 +128,18 @@ def test_megatron_root_is_required_and_named(monkeypatch):
         MS_SWIFT.target(HERE / "ms_swift")
 
 
+def test_an_installed_megatron_is_found_beside_the_stand_in(monkeypatch):
+    """Without LPH_MEGATRON_PATH the installed package serves, though the kernel's stand-in holds ``megatron``."""
+    from harness.targets.ms_swift.family import MS_SWIFT
+    from harness.targets.upstream import megatron_stand_in
+
+    megatron_stand_in.install()
+    monkeypatch.delenv("LPH_MEGATRON_PATH", raising=False)
+    monkeypatch.syspath_prepend(str(HERE / "megatron"))
+    target = MS_SWIFT.target(HERE / "ms_swift")
+    assert target.up.megatron.loader.root == HERE / "megatron"
+
+
 def test_spec_installs_the_pypi_distribution_and_names_its_directory():
     from harness.gate import specs
 

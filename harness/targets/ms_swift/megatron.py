@@ -20,6 +20,7 @@ its top, so the names the two files import from it are loaded alone
 from __future__ import annotations
 
 import ast
+import sys
 import types
 
 from harness.targets.upstream.loader import Loader
@@ -48,7 +49,12 @@ def _imported_from_utils(loader: Loader) -> list[str]:
 def load(state: types.ModuleType) -> types.SimpleNamespace:
     """Megatron's cross entropy at its root, on the parallel-state stand-in ``state``: ``tensor_parallel`` (the
     package as ms-swift imports it), the ``loader`` (what executed), the ``revision``."""
-    located = find("megatron-core", LOCATE, install_hint=HINT)
+    # The kernel's stand-in registers ``megatron`` in this process; the installed package is looked up without it.
+    stand_ins = {name: sys.modules.pop(name) for name in [n for n in sys.modules if n.split(".")[0] == "megatron"]}
+    try:
+        located = find("megatron-core", LOCATE, install_hint=HINT)
+    finally:
+        sys.modules.update(stand_ins)
     loader = Loader(located.root, ("megatron",))
     loader.modules["megatron.core.parallel_state"] = state
     utils = types.ModuleType("megatron.core.utils")
