@@ -61,10 +61,7 @@ def find(
             named = f"{family}={given}" if where is not None else f"{locate.variable}={given}"
             raise FileNotFoundError(f"{named}: no {locate.marker} under it (give the root of a {family} checkout)")
     else:
-        try:
-            spec = importlib.util.find_spec(locate.package)
-        except ValueError:  # registered without a spec (the harness's Megatron stand-in): not an installed package
-            spec = None
+        spec = importlib.util.find_spec(locate.package)
         if spec is None or not spec.submodule_search_locations:
             raise ModuleNotFoundError(
                 f"{locate.package} is not installed: {install_hint or locate.install_hint(family)}, "
