@@ -95,33 +95,22 @@ def _prepare(up) -> None:
     up.roots = (up.megatron.loader,)
     up.mpu = _mpu(state)
     up.read_from = {"compute_logps_and_entropy_from_logits": UTILS}
-    up.compute_logps_and_entropy_from_logits = None
-    if up.loader.read(UTILS) is not None:
-        up.compute_logps_and_entropy_from_logits = up.loader.symbol(
-            UTILS,
-            "compute_logps_and_entropy_from_logits",
-            stand_ins={"mpu": state, "tensor_parallel": up.megatron.tensor_parallel},
-        )
+    up.compute_logps_and_entropy_from_logits = up.loader.symbol_if_present(
+        UTILS,
+        "compute_logps_and_entropy_from_logits",
+        stand_ins={"mpu": state, "tensor_parallel": up.megatron.tensor_parallel},
+    )
     bound = {
         "mpu": up.mpu,
         "get_cu_seqlens_from_position_ids": refusing("swift.utils.get_cu_seqlens_from_position_ids"),
     }
     for key, (path, name, names) in HELPERS.items():  # what forward_step calls besides the utilities: ms-swift's own
         up.read_from[key] = path
-        setattr(up, key, _alone(up, path, name, {n: bound[n] for n in names}))
+        setattr(up, key, up.loader.symbol_if_present(path, name, stand_ins={n: bound[n] for n in names}))
     for key, name in (("forward_step", "forward_step"), ("loss_func", "loss_func")):
         up.read_from[key] = f"{TRAINER} ({OWNER}.{name})"
         setattr(up, key, _method(up, name))
     policy.prepare(up)
-
-
-def _alone(up, path, name, stand_ins):
-    if up.loader.read(path) is None:
-        return None
-    try:
-        return up.loader.symbol(path, name, stand_ins=stand_ins)
-    except LookupError:  # the revision has no such definition
-        return None
 
 
 def _method(up, name):

@@ -62,14 +62,8 @@ ARGUMENT_STAND_INS = {
 
 def prepare(up) -> None:
     """The fields of ms-swift's Megatron RLHF arguments (the dataclass loaded alone; empty where absent)."""
-    up.config_fields = frozenset()
-    if up.loader.read(ARGUMENTS) is None:
-        return
-    try:
-        mixin = up.loader.symbol(ARGUMENTS, "RLHFMegatronArgumentsMixin", stand_ins=ARGUMENT_STAND_INS)
-    except LookupError:
-        return
-    up.config_fields = frozenset(f.name for f in dataclasses.fields(mixin))
+    mixin = up.loader.symbol_if_present(ARGUMENTS, "RLHFMegatronArgumentsMixin", stand_ins=ARGUMENT_STAND_INS)
+    up.config_fields = frozenset(f.name for f in dataclasses.fields(mixin)) if mixin is not None else frozenset()
 
 
 def _configured(*fields):
