@@ -120,6 +120,17 @@ def test_a_packed_composition_without_its_cp_reconstruction_fails(tmp_path):
         check_packed_forward(PACKED[1], spec)
 
 
+def test_token_ids_that_do_not_fill_their_sample_are_refused_by_name():
+    """The labels are built from the token ids: a short row must not broadcast into wrong labels."""
+    from harness.targets.protocol import PackedInputs
+
+    inputs = PackedInputs([torch.tensor([1, 2, 3])], [5], [3], [torch.ones(3)], "thd", 1)
+    options = {"tp_group": None, "cp_group": None, "chunk_size": None, "with_entropy": False, "entropy_grad": True}
+    flags = {"temperature": 1.0, "response_only": False, "loss_mask_only": False}
+    with pytest.raises(ValueError, match=r"tokens\[0\]"):
+        MsSwift().packed_log_probs(torch.randn(5, 6), inputs, **options, **flags)
+
+
 def test_megatron_root_is_required_and_named(monkeypatch):
     from harness.targets.ms_swift.family import MS_SWIFT
 

@@ -40,9 +40,14 @@ class Model:
 def labels(inputs, cp: int, cp_rank: int, device) -> torch.Tensor:
     """This rank's labels ``[1, rows]``: per sequence, the next token at response positions, -100 elsewhere."""
     pieces = []
-    for tokens, total, response, length in zip(
-        inputs.tokens, inputs.total_lengths, inputs.response_lengths, packing.padded_lengths(inputs, cp)
+    for i, (tokens, total, response, length) in enumerate(
+        zip(inputs.tokens, inputs.total_lengths, inputs.response_lengths, packing.padded_lengths(inputs, cp))
     ):
+        if tokens.numel() != total:  # the labels are built from them: a short row would broadcast into wrong labels
+            raise ValueError(
+                f"tokens[{i}] holds {tokens.numel()} ids but total_lengths[{i}] = {total}: give each sample's full "
+                "token ids (ms-swift's labels are built from them)"
+            )
         row = torch.full((length,), IGNORED, dtype=torch.long, device=device)
         first = max(total - response - 1, 0)
         row[first : total - 1] = tokens.to(device=device, dtype=torch.long)[first + 1 : total]
