@@ -44,11 +44,10 @@ def _token_run(target) -> Callable:
 def token_peers() -> dict[str, Callable]:
     """``name -> run(logits, targets) -> (log_probs, entropy)`` for each token-level peer that loads."""
     from harness.targets import registry
-    from harness.targets.ms_swift.token import MsSwiftTarget
 
     table = {}
-    for label, build in (("trl", lambda: registry.target("trl")), ("ms-swift", MsSwiftTarget)):
-        target = _loaded(label, build)
+    for label in ("trl", "ms_swift"):
+        target = _loaded(label, lambda: registry.target(label))  # noqa: B023  (called at once)
         if target is not None:
             table[target.name] = _token_run(target)
     return table

@@ -1,9 +1,8 @@
-"""The ms-swift GRPO-loss adapter's seams, offline on the stand-in tree ``tests/fakes/ms_swift_grpo``.
+"""ms-swift's Megatron GRPO loss entry, offline on the stand-in tree ``tests/fakes/ms_swift``.
 
-The stand-in's module imports accelerate, TRL and ms-swift's own batch type
-(absent here) and its trainer derives from TRL's: the adapter must load the
-method alone with its stand-ins, declare exactly the options the method
-reads, and pass the token-level checks on them.
+The stand-in's ``loss_func`` is a method of a trainer whose module imports
+absent packages: the record must load it alone, declare the options its
+Megatron arguments have fields for, and pass the token-level checks on them.
 """
 
 import pytest
@@ -11,25 +10,14 @@ import pytest
 from harness.cases import policy
 from harness.cases.case import Case
 from harness.checks.token_policy import check_token_kl_term_gradient, check_token_policy_loss
-from harness.targets.ms_swift.policy import MsSwiftPolicyTarget
-from tests.fakes.reach_targets import HERE
+from tests.fakes.reach_targets import MsSwift
 
-ROOT = HERE / "ms_swift_grpo"
+SPEC = "tests/fakes/reach_targets.py:MsSwift"
 CASE = Case(seed=41, vocab=12, samples=((7, 4), (3, 0), (6, 5)), mask_mode="mixed")
 
 
-class _Fake(MsSwiftPolicyTarget):
-    def __init__(self):
-        super().__init__(root=ROOT)
-
-
-SPEC = f"{__file__}:_Fake"
-
-
-def test_declares_what_the_method_reads():
-    target = _Fake()
-    assert target.name == "ms-swift-1.0.0+grpo-stand-in"
-    assert target.capabilities == {
+def test_declares_the_options_its_arguments_have():
+    assert MsSwift().capabilities >= {
         "token_policy_loss",
         "policy_agg_seq-mean-token-mean",
         "policy_agg_token-mean",
@@ -39,12 +27,14 @@ def test_declares_what_the_method_reads():
         "policy_gspo_dual_clip",
         "policy_kl_low_var_kl",
     }
+    assert "policy_cispo" in MsSwift().not_declared
 
 
 @pytest.mark.parametrize(
     "options",
     [
         {},
+        {"aggregation": "sum-of-sample-mean"},
         {"kind": "gspo", "dual_clip_c": policy.DUAL_CLIP_C, "aggregation": "token-mean"},
         {"kl_coef": 0.1, "kl_kind": "low_var_kl", "aggregation": "seq-mean-token-mean"},
         {"aggregation": "seq-mean-token-sum-norm", "horizon": 64.0, "dual_clip_c": policy.DUAL_CLIP_C},

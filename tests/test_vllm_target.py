@@ -106,3 +106,9 @@ def test_the_gate_knows_the_family(tmp_path):
     assert resolved.family == "vllm"
     assert resolved.run_as == f"vllm={tmp_path.resolve()}"
     assert resolved.env == {PATH_VARIABLE: str(tmp_path.resolve())}
+
+
+def test_a_release_spec_installs_the_wheel_without_dependencies():
+    """``vllm==X``: the wheel's sampler files serve (``--no-deps``: only they are executed)."""
+    resolved = resolve("vllm==9.9.9")
+    assert resolved.family == "vllm" and resolved.pip_requirement == "vllm==9.9.9"

@@ -29,6 +29,7 @@ ON_KERNEL = {
     "liger": "harness.targets.liger.family:LIGER",
     "trl": "harness.targets.trl.family:TRL",
     "verl": "harness.targets.verl.family:VERL",
+    "ms_swift": "harness.targets.ms_swift.family:MS_SWIFT",
 }
 
 
@@ -57,9 +58,7 @@ class Legacy:
 
 # name, import name, marker file, adapter class, PyPI distribution (None: checkouts only)
 _LEGACY_ROWS = (
-    ("ms_swift", "swift", "swift/megatron/trainers/vocab_parallel_utils.py",
-     "ms_swift.token:MsSwiftTarget", "ms-swift"),
-    ("vllm", "vllm", "vllm/v1/sample/ops/topk_topp_sampler.py", "vllm.sampler:VllmSamplerTarget", None),
+    ("vllm", "vllm", "vllm/v1/sample/ops/topk_topp_sampler.py", "vllm.sampler:VllmSamplerTarget", "vllm"),
 )  # fmt: skip
 # The hidden-state paths of families on their old adapters, and the expectations those paths add.
 _HIDDEN: dict = {}

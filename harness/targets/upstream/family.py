@@ -188,8 +188,10 @@ class FamilyTarget(Target):
 
     @property
     def executed(self) -> tuple[str, ...]:
-        """Every upstream file executed so far (relative to the root): what a history replay keys and replays."""
-        return self.loader.executed
+        """Every upstream file executed so far (relative to its root): what a history replay keys and replays. A
+        second root a record's prepare loads (``up.roots``: its loaders; ms-swift's Megatron-core) adds its files."""
+        second = (path for loader in getattr(self.up, "roots", ()) for path in loader.executed)
+        return tuple(sorted({*self.loader.executed, *second}))
 
     def _bind(self) -> types.SimpleNamespace:
         """The revision's modules and symbols by the record's keys (None where absent)."""

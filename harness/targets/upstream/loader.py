@@ -139,6 +139,15 @@ class Loader:
             found = symbols.load_symbol(self._file(path), name, stand_ins=stand_ins, package=package)
         return found
 
+    def symbol_if_present(self, path: str, name: str, *, stand_ins: dict | None = None):
+        """``symbol``, or None where the revision lacks the file or the definition (a path the record may lack)."""
+        if not (self.root / path).is_file():
+            return None
+        try:
+            return self.symbol(path, name, stand_ins=stand_ins)
+        except LookupError:
+            return None
+
     def method(self, path: str, class_name: str, method: str, *, stand_ins: dict | None = None):
         """``class_name.method`` of the file ``path`` as a plain function, its class never built (``symbols.py``)."""
         with self.present(scopes=("load", "call")):
