@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 
 import torch
 
 from harness.targets.protocol import PolicyOptions
 from harness.targets.upstream import calls
-from harness.targets.upstream.family import Option
+from harness.targets.upstream.family import Option, configured
 from harness.targets.upstream.placeholders import refusing
 from harness.targets.upstream.settings import StrictSettings
 
@@ -66,14 +67,8 @@ def prepare(up) -> None:
     up.config_fields = frozenset(f.name for f in dataclasses.fields(mixin)) if mixin is not None else frozenset()
 
 
-def _configured(*fields):
-    """Declared where ms-swift's Megatron arguments have every one of ``fields`` (the settings the option sets)."""
-
-    def holds(up) -> bool:
-        return set(fields) <= up.config_fields
-
-    holds.__doc__ = f"RLHFMegatronArgumentsMixin has {', '.join(fields)}"
-    return holds
+# an option declared by the settings that select it
+_configured = functools.partial(configured, "RLHFMegatronArgumentsMixin")
 
 
 OPTIONS = (

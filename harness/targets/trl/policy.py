@@ -28,12 +28,13 @@ field it sets is present (``OPTIONS``):
 from __future__ import annotations
 
 import collections
+import functools
 
 import torch
 
 from harness.targets.protocol import PolicyOptions
 from harness.targets.upstream import calls
-from harness.targets.upstream.family import Option
+from harness.targets.upstream.family import Option, configured
 from harness.targets.upstream.settings import OneProcessAccelerator, StrictSettings
 
 LOSS_TYPES = {  # the harness's aggregation -> TRL's loss_type
@@ -51,14 +52,8 @@ class TrainerSettings(StrictSettings):
     MAPPED_IN = "harness/targets/trl/policy.py (trainer_settings)"
 
 
-def _configured(*fields):
-    """Declared where TRL's ``GRPOConfig`` has every one of ``fields`` (the settings the option sets)."""
-
-    def holds(up) -> bool:
-        return set(fields) <= up.config_fields
-
-    holds.__doc__ = f"GRPOConfig has {', '.join(fields)}"
-    return holds
+# an option declared by the settings that select it
+_configured = functools.partial(configured, "GRPOConfig")
 
 
 OPTIONS = (

@@ -141,6 +141,21 @@ def parameters(fn) -> set[str]:
     return set(inspect.signature(fn).parameters) if fn is not None else set()
 
 
+def configured(where: str, *fields: str) -> Callable:
+    """An ``Option`` condition: the revision's configuration class (``where``) has every one of ``fields``.
+
+    The record's ``prepare`` reads the class's field names into ``up.config_fields`` (TRL's ``GRPOConfig``,
+    ms-swift's Megatron RLHF arguments): an option is declared by the settings that select it, never by a
+    keyword in a method's source.
+    """
+
+    def holds(up) -> bool:
+        return set(fields) <= up.config_fields
+
+    holds.__doc__ = f"{where} has {', '.join(fields)}"
+    return holds
+
+
 def _holds(up, expression) -> bool:
     """``"name"``: the symbol is present; ``"name(p)"``: and takes ``p``; ``a & b``: both; a callable: its
     answer on the revision (a registry's entries: data the revision holds, never its source text)."""
