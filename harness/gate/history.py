@@ -229,7 +229,10 @@ class ReleaseRevisions(Revisions):
     """Published releases instead of commits: a revision is a version, its tree the release's install."""
 
     def key(self, revision: str) -> str:
-        return releases.content_key(releases.install(self.family, revision), sorted(self.paths))
+        try:
+            return releases.content_key(releases.install(self.family, revision), sorted(self.paths))
+        except RuntimeError:  # pip could not install it: its own key, and load_error says why (an ERROR row)
+            return f"uninstallable-{revision}"
 
     def tree(self, revision: str) -> Path:
         return releases.install(self.family, revision)

@@ -71,13 +71,22 @@ def parse(text: str, *, present: bool = True) -> Spec:
 
 
 def install(spec: Spec) -> Path | None:
-    """A release spec's install directory, installed once with ``--no-deps`` (other kinds: ``directory``)."""
+    """A release spec's install directory, installed once with ``--no-deps`` (other kinds: ``directory``).
+
+    ``--ignore-requires-python``: only the files under test are loaded, never the package's environment, so a
+    release that asks for a newer Python (SkyRL 0.4.0: >=3.12) is still installed; code this Python cannot run is
+    then the loader's ERROR. A release pip cannot install raises RuntimeError with pip's own error lines, which a
+    history turns into an ERROR row instead of ending the replay.
+    """
     directory = spec.directory
     if spec.kind != "release" or (directory.is_dir() and any(directory.iterdir())):
         return directory
     from harness.targets import registry
 
     requirement = f"{registry.family(spec.family).locate.pypi}=={spec.where}"
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(directory)]
-    subprocess.run([*command, requirement], check=True)
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-requires-python"]
+    done = subprocess.run([*command, "--target", str(directory), requirement], capture_output=True, text=True)
+    if done.returncode != 0:
+        errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")] or [f"exit {done.returncode}"]
+        raise RuntimeError(f"pip install --no-deps {requirement} failed: {' '.join(errors)}")
     return directory
