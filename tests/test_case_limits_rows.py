@@ -12,7 +12,6 @@ from harness.cases import limits as case_limits
 from harness.cases.case import Case
 from harness.checks.parity import require_rows_within_limits
 from harness.targets.protocol import Target
-from harness.targets.upstream.combined import combined_limits
 
 
 class _Path(Target):
@@ -33,9 +32,3 @@ def test_an_example_above_the_bound_is_unsupported_naming_it():
         require_rows_within_limits("impl", case)  # no bound: runs
     finally:
         case_limits.activate(None)
-
-
-def test_a_family_takes_each_paths_limits_the_smaller_where_both_bound():
-    token, hidden = _Path({"max_samples": 3, "max_hidden_rows": 512}), _Path({"max_hidden_rows": 256})
-    assert combined_limits(token, hidden) == {"max_samples": 3, "max_hidden_rows": 256}
-    assert combined_limits(_Path(), _Path()) is None

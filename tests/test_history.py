@@ -21,7 +21,6 @@ import pytest
 from harness.checks.parity import check_packed_forward
 from harness.gate import history
 from harness.gate.verdicts import FAIL, PASS, Run, Verdict
-from harness.targets import registry
 from tests.fakes.slime import targets as slime_fakes
 from tests.fakes.verl import targets as fakes
 
@@ -98,12 +97,6 @@ def test_tags_replay_consecutive_releases_in_version_order(repo, tmp_path, monke
     (row,) = history.json.loads((reports / "verl" / "history.json").read_text())["rows"]
     assert (row["commit"], row["title"]) == ("v0.10", "v0.2 -> v0.10")
     assert row["errors"] and row["errors"][0].startswith("adapter cannot load")
-
-
-def test_every_family_on_its_old_adapter_names_its_files_under_test():
-    for family in registry.LEGACY:
-        paths = registry.family(family).files
-        assert paths and all(path.endswith(".py") and not path.startswith("/") for path in paths), family
 
 
 def test_pypi_releases_replay_each_release_against_the_one_before(tmp_path, monkeypatch):

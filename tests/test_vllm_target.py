@@ -20,7 +20,7 @@ from harness.cases.sampling import sampling_case
 from harness.checks.sampling import check_sampling
 from harness.gate.specs import resolve
 from harness.targets import load_target
-from harness.targets.vllm.sampler import PATH_VARIABLE, VllmSamplerTarget, vllm_root
+from harness.targets.vllm.family import VLLM
 from tests.fakes.vllm import targets as stand_ins
 
 CORRECT = f"{stand_ins.__file__}:correct"
@@ -94,18 +94,27 @@ def test_entropy_is_unsupported():
 
 
 def test_a_checkout_without_the_sampler_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setenv(PATH_VARIABLE, str(tmp_path))
-    with pytest.raises(FileNotFoundError, match=PATH_VARIABLE):
-        vllm_root()
+    monkeypatch.setenv(VLLM.locate.variable, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=f"{VLLM.locate.variable}=.*topk_topp_sampler.py"):
+        VLLM.target()
     with pytest.raises(FileNotFoundError, match="topk_topp_sampler.py"):
-        VllmSamplerTarget(tmp_path)
+        VLLM.target(tmp_path)
+
+
+def test_a_sampler_file_without_the_function_is_an_error_naming_it(tmp_path):
+    """Declared means present: the file the record names without its function is a load ERROR, never UNSUPPORTED."""
+    sampler = tmp_path / "vllm/v1/sample/ops/topk_topp_sampler.py"
+    sampler.parent.mkdir(parents=True)
+    sampler.write_text("def apply_top_k_top_p(logits, k, p):\n    return logits\n")
+    with pytest.raises(LookupError, match="apply_top_k_top_p_pytorch in vllm/v1/sample/ops/topk_topp_sampler.py"):
+        VLLM.target(tmp_path)
 
 
 def test_the_gate_knows_the_family(tmp_path):
     resolved = resolve(f"vllm={tmp_path}")
     assert resolved.family == "vllm"
     assert resolved.run_as == f"vllm={tmp_path.resolve()}"
-    assert resolved.env == {PATH_VARIABLE: str(tmp_path.resolve())}
+    assert resolved.env == {VLLM.locate.variable: str(tmp_path.resolve())}
 
 
 def test_a_release_spec_installs_the_wheel_without_dependencies():

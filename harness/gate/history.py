@@ -13,8 +13,7 @@ are listed, every one of them is loaded (one subprocess for all, which is also
 how a revision that cannot be loaded becomes an ERROR row with its reason),
 and the files any of them executed join the key until nothing new appears. A
 module that moved between files, or a helper a loss module started to import,
-is therefore in the key from the revision that executes it. (A family still on
-its old adapter keys by the adapter's ``files_under_test``.)
+is therefore in the key from the revision that executes it.
 
 The selection is the whole suite, less the deselections the family's record
 writes down with their reason and measured cost; pytest arguments given here
@@ -62,7 +61,7 @@ family = sys.argv[1]
 for tree in sys.argv[2:]:
     try:
         built = load_target(f"{family}={tree}")
-        print(json.dumps({"tree": tree, "executed": list(registry.executed_files(family, built))}), flush=True)
+        print(json.dumps({"tree": tree, "executed": list(built.executed)}), flush=True)
     except Exception as exc:
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         print(json.dumps({"tree": tree, "error": last}), flush=True)

@@ -31,8 +31,7 @@ def inputs(name: str) -> list[Path]:
     """The files the page is made from: the registry, the record's module, its expectations files."""
     record = registry.family(name)
     files = [ROOT / "harness/targets/registry.py"]
-    if isinstance(record, Family):
-        files.append(ROOT / (registry.ON_KERNEL[name].partition(":")[0].replace(".", "/") + ".py"))
+    files.append(ROOT / (registry.FAMILIES[name].partition(":")[0].replace(".", "/") + ".py"))
     files += [ROOT / "expectations" / f for f in record.expectations if (ROOT / "expectations" / f).is_file()]
     return files
 
@@ -63,15 +62,23 @@ def render(name: str, snapshot: dict | None = None) -> str:
         ],
     )
     lines.append("")
-    lines += _kernel(record) if isinstance(record, Family) else _legacy(record)
+    lines += _kernel(record)
     lines += _newest_run(name, snapshot)
     lines += _expectations(record)
     return "\n".join(lines).rstrip() + "\n"
 
 
 def _kernel(record: Family) -> list[str]:
-    lines = ["## Files it executes", "", "The current dotted name first, then the older forms a history reaches.", ""]
-    lines += table(("key", "module (older forms after)"), [(k, ", ".join(m.names)) for k, m in record.modules.items()])
+    lines = ["## Files it executes", ""]
+    if record.modules:
+        lines += ["The current dotted name first, then the older forms a history reaches.", ""]
+        lines += table(
+            ("key", "module (older forms after)"), [(k, ", ".join(m.names)) for k, m in record.modules.items()]
+        )
+    if record.prepare is not None:
+        lines += [""] * bool(record.modules) + [
+            f"Definitions its `prepare` loads alone: {_first_paragraph(record.prepare)}"
+        ]
     lines += ["", "## Entry points", "", "The first entry of a method whose symbols are all present serves it.", ""]
     rows = []
     for entry in record.entries:
@@ -136,19 +143,6 @@ def _called(symbol) -> str:
 
 def _condition(when) -> str:
     return code(when) if isinstance(when, str) else cell(_first_paragraph(when) or "a fact of the revision")
-
-
-def _legacy(record) -> list[str]:
-    lines = [
-        "## On its old adapter",
-        "",
-        f"Not yet a record on the upstream kernel: {code(record.adapter)}"
-        + (f" (hidden-state path {code(record.hidden)})" if record.hidden else "")
-        + ". Its histories are keyed by the adapter's list of files:",
-        "",
-    ]
-    lines += [f"- {code(path)}" for path in record.files] or ["- (none listed)"]
-    return lines + [""]
 
 
 def _expectations(record) -> list[str]:

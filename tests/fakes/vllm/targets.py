@@ -1,15 +1,15 @@
-"""``VllmSamplerTarget`` on each stand-in checkout (specs such as ``tests/fakes/vllm/targets.py:correct``)."""
+"""The vLLM family on each stand-in checkout (specs such as ``tests/fakes/vllm/targets.py:correct``)."""
 
 from pathlib import Path
 
-from harness.targets.vllm.sampler import VllmSamplerTarget
+from harness.targets.vllm.family import VLLM
 
 HERE = Path(__file__).resolve().parent
 
 
-def correct() -> VllmSamplerTarget:
-    return VllmSamplerTarget(HERE / "correct")
+def correct():
+    return VLLM.target(HERE / "correct")
 
 
-def unrenormalised() -> VllmSamplerTarget:
-    return VllmSamplerTarget(HERE / "unrenormalised")
+def unrenormalised():
+    return VLLM.target(HERE / "unrenormalised")
