@@ -247,6 +247,7 @@ def _raw_verdict(report, target: str) -> Verdict | None:
             kind=facts.kind,
             check=facts.check,
             case=facts.case,
+            options=facts.options,
             replay=facts.replay or f"{replay_environment()}python -m pytest '{report.nodeid}' --target {target}",
             figures={**facts.figures, **figures},
             diverged=facts.diverged,

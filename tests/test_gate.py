@@ -252,7 +252,10 @@ def fake_replay(outcomes: dict):
 
     def replay(items, target, env, timeout_s):
         calls.append((env.get("side"), list(items)))
-        return [Replayed(check, case, outcomes[(env.get("side"), case)], "replayed") for check, case in items]
+        answers = [(call, outcomes[(env.get("side"), call[1])]) for call in items]
+        return [
+            Replayed(check, case, outcome, "replayed", options=options) for (check, case, options), outcome in answers
+        ]
 
     replay.calls = calls
     return replay
@@ -280,9 +283,21 @@ def test_new_fail_fixed_and_still_failing():
     assert decision.exit_code == 1
     # Only the differing checks were replayed, each on the other side.
     assert sorted(replay.calls) == [
-        ("base", [(CHECK, "c3")]),
-        ("head", [(CHECK, "c1")]),
+        ("base", [(CHECK, "c3", "")]),
+        ("head", [(CHECK, "c1", "")]),
     ]
+
+
+def test_a_replay_runs_the_check_as_the_test_called_it():
+    """A ``_bit_for_bit`` twin calls its check with ``exact=True``: replayed on the other side without it, the
+    tolerant check would pass there and a failure both sides share would read NEW FAIL."""
+    base_side, head_side = sides()
+    exact = '{"exact": true}'
+    head = run(failing(GATE, "c3", options=exact))
+    replay = fake_replay({("base", "c3"): FAIL})
+    decision = compare.compare(run(verdict(GATE)), head, base_side, head_side, replay=replay)
+    assert replay.calls == [("base", [(CHECK, "c3", exact)]), ("head", [])]
+    assert {row.id: row.outcome for row in decision.rows} == {GATE: "STILL FAILING"}
 
 
 def test_counterexamples_replayed_across_decide_pre_existing():
@@ -374,7 +389,7 @@ def test_hang_that_does_not_reproduce_becomes_error():
     result = run(real, flaky, plain)
     replay = fake_replay({("head", "c1"): FAIL, ("head", "c2"): PASS})
     assert retries.confirm_hangs(result, "T", {"side": "head"}, replay=replay) == [PARITY]
-    assert [case for _, items in replay.calls for _, case in items] == ["c1", "c2"]  # only the hangs replayed
+    assert [case for _, items in replay.calls for _, case, _ in items] == ["c1", "c2"]  # only the hangs replayed
     assert result.verdicts[GATE].outcome == FAIL and result.verdicts[SPECIAL].outcome == FAIL
     assert result.verdicts[PARITY].outcome == ERROR and "did not reproduce" in result.verdicts[PARITY].reason
 
@@ -450,7 +465,7 @@ def test_a_hang_where_a_rank_finished_is_not_replayed():
     result = run(proven, timed_out)
     replay = fake_replay({("head", "c1"): PASS, ("head", "c2"): FAIL})
     assert retries.confirm_hangs(result, "T", {"side": "head"}, replay=replay) == []
-    assert [case for _, items in replay.calls for _, case in items] == ["c2"]
+    assert [case for _, items in replay.calls for _, case, _ in items] == ["c2"]
     assert result.verdicts[GATE].outcome == FAIL and result.verdicts[PARITY].outcome == FAIL
 
 

@@ -81,7 +81,7 @@ def suite(spec: str, ids=tuple(CHECKS)) -> Run:
 
 
 def in_process(items, target, env, timeout_s):
-    return [replays.replay_one(check, case, target) for check, case in items]
+    return [replays.replay_one(check, case, target, options) for check, case, options in items]
 
 
 def compare_runs(base: Run, head: Run):

@@ -50,7 +50,7 @@ def _replay_answering(outcome, kind):
 
     def replay(items, target, env, timeout_s):
         calls.append((env.get("side"), list(items)))
-        return [Replayed(check, case, outcome, "replayed", kind) for check, case in items]
+        return [Replayed(check, case, outcome, "replayed", kind, options=options) for check, case, options in items]
 
     replay.calls = calls
     return replay
@@ -63,7 +63,7 @@ def test_base_vs_pr_a_failure_that_changes_kind_is_red_unless_the_base_fails_tha
     decision = compare.compare(base, head, base_side, head_side, replay=replay)
     assert [row.outcome for row in decision.rows] == ["FAILS DIFFERENTLY"] and decision.exit_code == 1
     assert "the base fails as value, the PR as hang" in decision.new_failures[0].reason
-    assert replay.calls[0] == ("base", [(CHECK, "c2")])  # the PR's counterexample, replayed on the base
+    assert replay.calls[0] == ("base", [(CHECK, "c2", "")])  # the PR's counterexample, replayed on the base
     same = compare.compare(base, head, base_side, head_side, replay=_replay_answering(FAIL, HANG))
     assert [row.outcome for row in same.rows] == ["STILL FAILING (hang)"] and same.exit_code == 0
     alike = compare.compare(base, run(failing(PARITY, "c2", failure.VALUE)), base_side, head_side, replay=replay)

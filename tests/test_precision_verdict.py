@@ -9,6 +9,11 @@ AssertionError, the contract verdict.
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -18,6 +23,7 @@ from harness.checks import record
 from harness.checks.hidden import check_hidden_chunk_invariance
 from harness.checks.parity import check_token_backward, check_token_forward
 from harness.checks.tolerance import PRECISION_ULPS, PrecisionOnly, compare
+from harness.gate.specs import ROOT
 
 FAKES = "tests/fakes/failure_targets.py:"
 BF16_UNIT = torch.finfo(torch.bfloat16).eps
@@ -91,6 +97,20 @@ def test_chunking_that_rounds_differently_passes_the_contract_and_fails_bit_for_
     check_hidden_chunk_invariance(HIDDEN, FAKES + "HiddenChunkRounding")
     with pytest.raises(AssertionError, match="not bit-identical"):
         check_hidden_chunk_invariance(HIDDEN, FAKES + "HiddenChunkRounding", exact=True)
+
+
+def test_a_bit_for_bit_failure_replays_as_bit_for_bit():
+    """The replay line carries the keyword the test passed: without ``exact=True`` a pasted line would run the
+    tolerant check and print PASS."""
+    with pytest.raises(AssertionError) as info:
+        check_hidden_chunk_invariance(HIDDEN, FAKES + "HiddenChunkRounding", exact=True)
+    (line,) = [n.removeprefix("Replay: ") for n in info.value.__notes__ if n.startswith("Replay: ")]
+    assert """--options '{"exact": true}'""" in line, line
+    command = [sys.executable, "-m", *shlex.split(line.partition("python -m ")[2])]
+    replayed = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "LPH_ABLATION": "0"}
+    )
+    assert replayed.returncode == 1 and "not bit-identical" in replayed.stdout + replayed.stderr, replayed.stdout
 
 
 def test_a_chunking_defect_still_fails_the_contract():

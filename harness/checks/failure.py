@@ -78,6 +78,7 @@ class Facts:
     headline: str = ""  # the exception's type and first line, for people (never parsed)
     check: str = ""  # module:function of a replayable check
     case: str = ""  # the Case as JSON
+    options: str = ""  # the keywords the test passed to the check (``exact=True``, ``level=``) as JSON, "" for none
     replay: str = ""  # the one-line replay command
     figures: dict = field(default_factory=dict)  # e.g. max_error, bound, peak_bytes
     missing: list = field(default_factory=list)  # for UNSUPPORTED: the capabilities the target lacked

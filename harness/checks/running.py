@@ -12,6 +12,7 @@ every rank and judges the collectives as one output among the others.
 from __future__ import annotations
 
 import functools
+import json
 import sys
 
 from hypothesis import reject
@@ -28,8 +29,16 @@ from harness.ranks.run import assert_collectives_consistent, run_job
 from harness.targets import Unsupported, load_target
 
 
-def replay_command(check: str, case: Case, spec: str) -> str:
-    return f"{replay_environment()}python -m harness.replay {check} --target {spec} --case '{case.to_json()}'"
+def options_json(options: dict) -> str:
+    """The keywords a test passed to a check, as a verdict holds them ("" for none)."""
+    return json.dumps(options, sort_keys=True) if options else ""
+
+
+def replay_command(check: str, case: Case, spec: str, options: str = "") -> str:
+    """The line that reruns ``check`` on ``case``; ``options`` (``options_json``): the keywords the test passed (a
+    ``_bit_for_bit`` twin's ``exact=True``), without which a pasted line would run the tolerant check and pass."""
+    given = f" --options '{options}'" if options else ""
+    return f"{replay_environment()}python -m harness.replay {check} --target {spec}{given} --case '{case.to_json()}'"
 
 
 def replayable(fn):
@@ -55,14 +64,18 @@ def replayable(fn):
             exc = subtests.finish(collected, escaping)
             if exc is None:
                 return result
-            replay = replay_command(name, case, spec)
-            mark(exc, check=name, case=case.to_json(), replay=replay)  # the verdict's facts (the outer check wins)
+            options = options_json(kwargs)
+            replay = replay_command(name, case, spec, options)
+            mark(
+                exc, check=name, case=case.to_json(), options=options, replay=replay
+            )  # the verdict's facts (the outer check wins)
             exc.add_note(f"Case: {case.to_json()}")  # for a person reading the traceback
             exc.add_note(f"Replay: {replay}")
             # A verdict on the target, not yet diagnosed (a check calling another check diagnoses once, inside).
             verdict = isinstance(exc, Exception) and not isinstance(exc, HypothesisException)
             if verdict and not hasattr(exc, "diagnosis"):
-                found = diagnosis.diagnose(wrapper, case, spec, exc, name) if diagnosis.should_ablate() else None
+                bound = functools.partial(wrapper, **kwargs)  # each ablation runs the check as the test called it
+                found = diagnosis.diagnose(bound, case, spec, exc, name) if diagnosis.should_ablate() else None
                 diagnosis.attach(exc, diagnosis=found, warnings=rank_warnings.merged(seen))
             raise exc
 

@@ -113,9 +113,9 @@ def _replays_needed(base: dict, head: dict) -> tuple[list, list]:
             comparable = b.outcome in (PASS, FAIL) and h.replayable
             if h_state == FAIL and comparable and not (b_state == FAIL and _same(b_unit, h_unit)):
                 if not _unmasked(b, b_state, b_unit, h_unit):
-                    on_base.append((h.check, h.case))
+                    on_base.append(h.call)
             if b_state == FAIL and h_state in (PASS, UNJUDGED) and h.outcome != ERROR and b.replayable:
-                on_head.append((b.check, b.case))
+                on_head.append(b.call)
     return list(dict.fromkeys(on_base)), list(dict.fromkeys(on_head))
 
 
@@ -151,10 +151,10 @@ def compare(
     """Classify every output of every check of ``head_run`` against ``base_run`` (see the module docstring)."""
     base_checks, head_checks = base_run.checks(), head_run.checks()
     on_base, on_head = _replays_needed(base_checks, head_checks)
-    replayed: dict[tuple[str, str, str], Replayed] = {}
+    replayed: dict[tuple[str, ...], Replayed] = {}
     for side, items in ((base, on_base), (head, on_head)):
         for result in replay(items, side.target, side.env, REPLAY_TIMEOUT_S):
-            replayed[(side.label, result.check, result.case)] = result
+            replayed[(side.label, *result.call)] = result
     title = f"`{head.label}` vs base `{base.label}`"
     decision = Decision(mode="base-vs-pr", title=title, tiers=tuple(tiers))
     for key in sorted(head_checks):
@@ -173,15 +173,15 @@ class Sides:
 
     def on_base(self, h: Verdict, output: str) -> tuple[str, dict]:
         """The PR's counterexample replayed on the base: (state of ``output``, its FAIL entry)."""
-        result = self.replayed.get((self.base.label, h.check, h.case)) if h.replayable else None
+        result = self.replayed.get((self.base.label, *h.call)) if h.replayable else None
         return ("", {}) if result is None else result.output(output)
 
     def on_head(self, b: Verdict, output: str) -> tuple[str, dict]:
-        result = self.replayed.get((self.head.label, b.check, b.case)) if b.replayable else None
+        result = self.replayed.get((self.head.label, *b.call)) if b.replayable else None
         return ("", {}) if result is None else result.output(output)
 
     def replay_note(self, h: Verdict) -> str:
-        result = self.replayed.get((self.base.label, h.check, h.case)) if h.replayable else None
+        result = self.replayed.get((self.base.label, *h.call)) if h.replayable else None
         if result is not None and result.outcome not in (PASS, FAIL):
             return f"`{h.id}`: replay on the base gave {result.outcome}: {result.reason}"
         return ""

@@ -34,6 +34,11 @@ class Replayed:
     reason: str = ""
     kind: str = ""
     subtests: dict = field(default_factory=dict)  # of a FAIL: output -> PASS or FAIL entry with its signature
+    options: str = ""  # the keywords the check was called with, as JSON (``Verdict.options``)
+
+    @property
+    def call(self) -> tuple[str, str, str]:
+        return self.check, self.case, self.options
 
     def output(self, output: str) -> tuple[str, dict]:
         """(PASS / FAIL / MASKED / UNJUDGED, the FAIL entry) of one output in this replay."""
@@ -52,31 +57,33 @@ class Replayed:
         return "UNJUDGED", {}
 
 
-def replay_one(check: str, case_json: str, target: str) -> Replayed:
-    """Run ``check`` on the Case in this process; never raises."""
+def replay_one(check: str, case_json: str, target: str, options: str = "") -> Replayed:
+    """Run ``check`` on the Case in this process, with the keywords ``options`` (JSON) it was called with; never
+    raises."""
     from harness.cases.case import Case
     from harness.names import resolve
 
     try:
         function = resolve(check)
-        function(Case.from_json(case_json), target)
+        function(Case.from_json(case_json), target, **(json.loads(options) if options else {}))
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # the check's failure, whatever it raised (pytest's skip is a BaseException)
         facts = failure.facts_of(exc)
         if facts.kind == failure.UNSUPPORTED:
-            return Replayed(check, case_json, "UNSUPPORTED", facts.headline)
-        return Replayed(check, case_json, "FAIL", facts.headline, facts.kind, facts.subtests)
-    return Replayed(check, case_json, "PASS")
+            return Replayed(check, case_json, "UNSUPPORTED", facts.headline, options=options)
+        return Replayed(check, case_json, "FAIL", facts.headline, facts.kind, facts.subtests, options=options)
+    return Replayed(check, case_json, "PASS", options=options)
 
 
-def replay_in_subprocess(items: list[tuple[str, str]], target: str, env: dict, timeout_s: float) -> list[Replayed]:
-    """Replay ``items`` ((check, case json) pairs) against ``target`` in a child with ``env`` added."""
+def replay_in_subprocess(items: list[tuple[str, str, str]], target: str, env: dict, timeout_s: float) -> list[Replayed]:
+    """Replay ``items`` (``Verdict.call``: check, Case JSON, options JSON) against ``target`` in a child with ``env``
+    added."""
     if not items:
         return []
     with tempfile.TemporaryDirectory(prefix="lph-replay-") as tmp:
         source, result = Path(tmp) / "in.json", Path(tmp) / "out.json"
-        source.write_text(json.dumps([{"check": c, "case": k} for c, k in items]))
+        source.write_text(json.dumps([{"check": c, "case": k, "options": o} for c, k, o in items]))
         command = [sys.executable, "-m", "harness.gate.replays", "--target", target, "--in", str(source)]
         command += ["--out", str(result)]
         child_env = {**os.environ, **env}
@@ -84,21 +91,21 @@ def replay_in_subprocess(items: list[tuple[str, str]], target: str, env: dict, t
             subprocess.run(command, cwd=ROOT, env=child_env, timeout=timeout_s, check=True)
         except (subprocess.TimeoutExpired, subprocess.CalledProcessError) as exc:
             reason = f"the replay process did not finish cleanly: {exc}"
-            return [Replayed(c, k, "ERROR", reason) for c, k in items]
+            return [Replayed(c, k, "ERROR", reason, options=o) for c, k, o in items]
         return [Replayed(**entry) for entry in json.loads(result.read_text())]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.gate.replays", description=__doc__.splitlines()[0])
     parser.add_argument("--target", required=True)
-    parser.add_argument("--in", dest="source", required=True, help="JSON list of {check, case}")
+    parser.add_argument("--in", dest="source", required=True, help="JSON list of {check, case, options}")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     from harness.ranks.pool import shutdown_all
 
     items = json.loads(Path(args.source).read_text())
     try:
-        results = [replay_one(item["check"], item["case"], args.target) for item in items]
+        results = [replay_one(item["check"], item["case"], args.target, item.get("options", "")) for item in items]
     finally:
         shutdown_all()
     Path(args.out).write_text(json.dumps([asdict(r) for r in results]))

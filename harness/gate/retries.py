@@ -42,11 +42,11 @@ def confirm_hangs(run: Run, target: str, env: dict, *, replay=replay_in_subproce
     ]
     if not hangs:
         return []
-    results = replay([(v.check, v.case) for v in hangs], target, env, REPLAY_TIMEOUT_S)
-    replayed = {(r.check, r.case): r for r in results}
+    results = replay([v.call for v in hangs], target, env, REPLAY_TIMEOUT_S)
+    replayed = {r.call: r for r in results}
     changed = []
     for verdict in hangs:
-        result = replayed.get((verdict.check, verdict.case))
+        result = replayed.get(verdict.call)
         if (
             result is None
             or result.outcome not in (PASS, FAIL)

@@ -37,6 +37,7 @@ class Verdict:
     kind: str = ""  # of a FAIL: harness.checks.failure's kinds
     check: str = ""  # module:function of the replayable check
     case: str = ""  # the shrunk Case as JSON
+    options: str = ""  # the keywords the test passed to the check, as JSON ("" for none)
     replay: str = ""  # the command that reruns it
     figures: dict = field(default_factory=dict)
     missing: list = field(default_factory=list)  # of an UNSUPPORTED: the capabilities the target lacked
@@ -59,6 +60,11 @@ class Verdict:
         """The reason, with the diagnosis when there is one."""
         summary = self.diagnosis_summary
         return f"{self.reason} [diagnosis: {summary}]" if summary else self.reason
+
+    @property
+    def call(self) -> tuple[str, str, str]:
+        """What a replay reruns: the check, the Case, the keywords the test passed it."""
+        return self.check, self.case, self.options
 
     @property
     def replayable(self) -> bool:
