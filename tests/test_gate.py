@@ -300,6 +300,23 @@ def test_a_replay_runs_the_check_as_the_test_called_it():
     assert {row.id: row.outcome for row in decision.rows} == {GATE: "STILL FAILING"}
 
 
+def test_an_output_the_pr_never_reaches_on_the_bases_counterexample_is_not_fixed():
+    """The base fails the loss on c1; the PR passes the loss on its own examples but raises on c1 before judging it
+    (slime #1185: an in-place write makes the backward raise). The loss is not FIXED: the PR never gave one there."""
+    base_side, head_side = sides()
+    loss_fails = {"loss": {"outcome": FAIL, "kind": failure.VALUE, "headline": "got nan"}}
+    base = run(failing(PARITY, "c1", subtests=loss_fails))
+    crashed = {"": {"outcome": FAIL, "kind": failure.ERROR, "headline": "RankError: modified by an inplace operation"}}
+    head = run(failing(PARITY, "c2", kind=failure.ERROR, subtests={**crashed, "loss": {"outcome": PASS}}))
+
+    def replay(items, target, env, timeout_s):
+        return [Replayed(c, k, FAIL, "RankError", failure.ERROR, crashed, options=o) for c, k, o in items]
+
+    decision = compare.compare(base, head, base_side, head_side, replay=replay)
+    assert not decision.fixed, decision.rows
+    assert any("fails the whole check before judging" in note for note in decision.notes), decision.notes
+
+
 def test_counterexamples_replayed_across_decide_pre_existing():
     """A PR failure the base also fails on that Case is not new; a base failure the PR still fails is not fixed."""
     base_side, head_side = sides()

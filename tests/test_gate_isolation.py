@@ -77,7 +77,7 @@ def verdict(nodeid: str, spec: str) -> Verdict:
 
 
 def suite(spec: str, ids=tuple(CHECKS)) -> Run:
-    return Run(spec, {nodeid: verdict(nodeid, STAND_INS + spec) for nodeid in ids})
+    return Run(STAND_INS + spec, {nodeid: verdict(nodeid, STAND_INS + spec) for nodeid in ids})
 
 
 def in_process(items, target, env, timeout_s):

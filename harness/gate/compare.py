@@ -322,6 +322,13 @@ def _head_passes(decision: Decision, b: Verdict, h_unit: Unit, sides: Sides) -> 
         decision.rows.append(row(h_unit, STILL_FAILING, detail))
         decision.still_failing.append(Entry(h_unit.id, b_unit.tier, detail, b.case, b.replay, output=h_unit.output))
         return
+    if replayed == MASKED:
+        # The PR fails the whole check on the base's counterexample before this output is judged: not shown to pass.
+        decision.notes.append(
+            f"`{b_unit.name}` failed on the base; on its counterexample the PR fails the whole check before judging "
+            f"it ({found.get('headline', '')}): not FIXED"
+        )
+        return
     if h_unit.outcome == UNJUDGED and replayed != PASS:
         decision.notes.append(
             f"`{b_unit.name}` failed on the base; the PR's run did not judge it and its replay gave "
