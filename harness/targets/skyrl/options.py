@@ -106,7 +106,10 @@ def algorithm_settings(options, *, eps_clip, eps_clip_high, entropy_coef, with_e
         eps_clip_low=eps_clip,
         eps_clip_high=eps_clip_high,
         clip_ratio_c=options.dual_clip_c if dual else 3.0,
-        cispo=stand_ins.AlgorithmSettings(cispo_eps_clip_low=eps_clip, cispo_eps_clip_high=eps_clip_high),
+        # cispo_anchor (0.4.0): "old" is the protocol's CISPO, its ratio against the old log-probs
+        cispo=stand_ins.AlgorithmSettings(
+            cispo_eps_clip_low=eps_clip, cispo_eps_clip_high=eps_clip_high, cispo_anchor="old"
+        ),
         off_policy_correction=None if options is None else _off_policy(options),
         use_kl_loss=options is not None and options.kl_coef != 0,
         kl_loss_coef=0.0 if options is None else float(options.kl_coef),
