@@ -14,6 +14,7 @@ import re
 import time
 
 import pytest
+from hypothesis import Phase, settings
 
 from bench import gpu_quick
 from bench.gpu_quick import FAILED, OK, SKIPPED, TIMED_OUT, Step, plan, run_steps
@@ -37,13 +38,22 @@ def test_plan_runs_the_five_checks_in_issue_order(cuda):
     assert calibration.args[:2] == ("-m", "bench.gpu_calibration")
     if cuda:
         assert all(step.skip is None and step.env.get("LPH_DEVICE") == "cuda" for step in steps)
-        assert topology.env["HYPOTHESIS_PROFILE"] == "ci"
+        assert kernels.env["HYPOTHESIS_PROFILE"] == topology.env["HYPOTHESIS_PROFILE"] == "device"
         assert sum(step.limit_s for step in steps) <= 8 * 60, "the device run must end inside 8 minutes"
     else:
         assert kernels.env["TRITON_INTERPRET"] == "1" and kernels.env["HYPOTHESIS_PROFILE"] == "interpreter"
         assert "--cpu" in bandwidth.args and "--cpu" in hidden.args
         assert calibration.skip and "CUDA" in calibration.skip
         assert all(step.skip is None for step in steps[:4])
+    for step in (kernels, topology):  # a profile the plugin does not register would end the step at once
+        profile = settings.get_profile(step.env["HYPOTHESIS_PROFILE"])
+        assert profile.derandomize and profile.database is None
+
+
+def test_device_profile_is_ci_without_shrinking():
+    ci, device = settings.get_profile("ci"), settings.get_profile("device")
+    assert (device.max_examples, device.derandomize) == (ci.max_examples, ci.derandomize)
+    assert Phase.shrink in ci.phases and Phase.shrink not in device.phases and Phase.generate in device.phases
 
 
 def test_output_fits_what_the_device_returns():
