@@ -257,19 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     shapes = args.shapes or (TINY if args.cpu else DEFAULT_SHAPES)
+    chosen = timing.bench_device("bench.gpu_bench", args.cpu)
+    if chosen is None:
+        return 0
+    dev, name = chosen
     if args.cpu:
-        dev = torch.device("cpu")
         os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernels on CPU tensors, before impl imports them
-        copy_bw = copy_bandwidth(dev, COPY_BYTES_CPU)
-        name = f"CPU ({os.cpu_count()} cores), torch {torch.__version__}"
-    else:
-        reason = device.no_cuda_reason()
-        if reason is not None:
-            print(f"python -m bench.gpu_bench: {reason}: skipped")
-            return 0
-        dev = torch.device("cuda", torch.cuda.current_device())
-        copy_bw = copy_bandwidth(dev)
-        name = f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, CUDA {torch.version.cuda}"
+    copy_bw = copy_bandwidth(dev, COPY_BYTES_CPU if args.cpu else COPY_BYTES)
     report = {
         "device": name,
         "cpu_dry_run": args.cpu,

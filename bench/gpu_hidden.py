@@ -34,7 +34,6 @@ from pathlib import Path
 import torch
 
 from bench import hidden_table, timing
-from harness.ranks import device
 
 OUT = Path("reports/gpu")
 SHAPES = {"4096x4096x32000": (4096, 4096, 32_000), "4096x4096x151936": (4096, 4096, 151_936)}
@@ -93,15 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help="report folder (default reports/gpu)")
     parser.add_argument("--cpu", action="store_true", help="CPU dry run on tiny shapes: proves the step runs")
     args = parser.parse_args(argv)
-    if args.cpu:
-        dev, name = torch.device("cpu"), f"CPU dry run, torch {torch.__version__}"
-    else:
-        reason = device.no_cuda_reason()
-        if reason is not None:
-            print(f"python -m bench.gpu_hidden: {reason}: skipped")
-            return 0
-        dev = torch.device("cuda", torch.cuda.current_device())
-        name = f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, CUDA {torch.version.cuda}"
+    chosen = timing.bench_device("bench.gpu_hidden", args.cpu)
+    if chosen is None:
+        return 0
+    dev, name = chosen
     missing = torch_chunked_missing()
     left_out = [path for path in TORCH_PATHS if missing is not None]
     paths = {path: run for path, run in hidden_table.PATHS.items() if path not in left_out}

@@ -10,11 +10,27 @@ say that the path runs, never how fast a GPU is.
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
 
+from harness.ranks import device
+
 CPU_DRY_RUN = "CPU dry run: these figures show that every path runs; they are not GPU speeds."
+
+
+def bench_device(prog: str, cpu: bool) -> tuple[torch.device, str] | None:
+    """The device a GPU script measures on and its description; None (after saying why) when it must skip:
+    no CUDA device and not ``cpu`` (the dry run)."""
+    if cpu:
+        return torch.device("cpu"), f"CPU ({os.cpu_count()} cores), torch {torch.__version__}"
+    reason = device.no_cuda_reason()
+    if reason is not None:
+        print(f"python -m {prog}: {reason}: skipped")
+        return None
+    dev = torch.device("cuda", torch.cuda.current_device())
+    return dev, f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, CUDA {torch.version.cuda}"
 
 
 def synchronize(dev: torch.device) -> None:
