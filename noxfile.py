@@ -227,7 +227,13 @@ def gpu(session: nox.Session) -> None:
     pip-installed into ``.nox/gpu-site`` (pip honours PIP_NO_INDEX /
     PIP_FIND_LINKS for a wheelhouse). Without CUDA it prints why and is
     skipped: exit 0.
+
+    ``nox -s gpu -- --quick [--out DIR]``: instead, the prepared device run
+    (``bench.gpu_quick``: five checks in order, each in its own time limit,
+    about 8 minutes on an H100; reports/gpu/quick/); without CUDA, its CPU
+    dry run.
     """
+    quick = "--quick" in session.posargs
     python = sys.executable
     try:
         probe = session.run(python, "-c", _GPU_PROBE, silent=True, external=True)
@@ -236,7 +242,7 @@ def gpu(session: nox.Session) -> None:
             f"nox -s gpu: torch is not importable from {python}: skipped (run nox with the CUDA torch's Python)"
         )
     version, cuda, available, count = probe.strip().splitlines()[-1].split()
-    if available != "True":
+    if available != "True" and not quick:
         session.skip(f"nox -s gpu: no CUDA device (torch {version}, cuda {cuda}): skipped")
     session.log(f"nox -s gpu: {python}: torch {version}, CUDA {cuda}, {count} device(s)")
 
@@ -263,6 +269,9 @@ def gpu(session: nox.Session) -> None:
                 "that Python, or point pip at a wheelhouse (PIP_NO_INDEX=1 PIP_FIND_LINKS=/path/to/wheels)"
             )
 
+    if quick:
+        session.run(python, "-m", "bench.gpu_quick", *(a for a in session.posargs if a != "--quick"), external=True)
+        return
     out = "reports/gpu"
     Path(out, "impl-triton").mkdir(parents=True, exist_ok=True)
     session.env["LPH_DEVICE"] = "cuda"

@@ -38,9 +38,9 @@ from pathlib import Path
 
 import torch
 
+from bench.timing import bench_device
 from harness.memory.logits import MemoryCase, handed, measure_token_memory, token_forward_backward
 from harness.memory.tracker import LiveStorageTracker
-from harness.ranks import device
 from harness.targets import load_target
 
 OUT = Path("reports/gpu")
@@ -140,12 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gpu_calibration", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT, help="report folder (default reports/gpu)")
     args = parser.parse_args(argv)
-    reason = device.no_cuda_reason()
-    if reason is not None:
-        print(f"python -m bench.gpu_calibration: {reason}: skipped")
+    chosen = bench_device("bench.gpu_calibration", cpu=False)
+    if chosen is None:
         return 0
-    dev = torch.device("cuda", torch.cuda.current_device())
-    header = f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, CUDA {torch.version.cuda}"
+    dev, header = chosen
     target = load_target("impl")
     measure_cuda(WARM_UP, target, dev)
     rows = []

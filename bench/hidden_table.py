@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
 
 from bench.peers import hidden_peers
+from bench.timing import Stopwatch
 from harness.memory.hidden import REAL_SCALES, HiddenMemoryCase, measure_hidden_memory, target_runner
 from impl.hidden_states import hidden_log_probs_and_entropy
 from impl.token_level import log_probs_and_entropy
@@ -45,6 +45,7 @@ OUT = Path("reports/bench")
 CHUNK = 1024
 ROUNDS = 5
 SHAPES = {"2048x256x16384": (2048, 256, 16_384), "1024x512x32000": (1024, 512, 32_000)}
+CPU = torch.device("cpu")
 
 
 def impl(hidden, weight, targets):
@@ -94,11 +95,11 @@ def _skyrl_fused():
     )
 
 
-def _inputs(rows: int, hidden_size: int, vocab: int):
-    g = torch.Generator().manual_seed(0)
-    hidden = (torch.randn(rows, hidden_size, generator=g) / hidden_size**0.5).requires_grad_()
-    weight = (torch.randn(vocab, hidden_size, generator=g) * 3).requires_grad_()
-    return hidden, weight, torch.randint(0, vocab, (rows,), generator=g)
+def _inputs(rows: int, hidden_size: int, vocab: int, dev: torch.device = CPU):
+    g = torch.Generator(device=dev).manual_seed(0)
+    hidden = (torch.randn(rows, hidden_size, generator=g, device=dev) / hidden_size**0.5).requires_grad_()
+    weight = (torch.randn(vocab, hidden_size, generator=g, device=dev) * 3).requires_grad_()
+    return hidden, weight, torch.randint(0, vocab, (rows,), generator=g, device=dev)
 
 
 def _step(run, hidden, weight, targets) -> None:
@@ -107,16 +108,20 @@ def _step(run, hidden, weight, targets) -> None:
     loss.backward()
 
 
-def time_paths(paths: dict, shape) -> dict:
-    """Per path: median and minimum seconds over ``ROUNDS`` interleaved rounds, after one warm-up round."""
+def time_paths(paths: dict, shape, dev: torch.device = CPU) -> dict:
+    """Per path: median and minimum seconds over ``ROUNDS`` interleaved rounds, after one warm-up round
+    (``bench.timing.Stopwatch``: perf_counter on the CPU, CUDA events on a GPU)."""
     times: dict = {name: [] for name in paths}
+    watch = Stopwatch(dev)
     for round_ in range(ROUNDS + 1):
         for name, run in paths.items():
-            hidden, weight, targets = _inputs(*shape)
-            start = time.perf_counter()
+            hidden, weight, targets = _inputs(*shape, dev)
+            watch.start()
             _step(run, hidden, weight, targets)
+            seconds = watch.stop()
             if round_:
-                times[name].append(time.perf_counter() - start)
+                times[name].append(seconds)
+            del hidden, weight, targets
     return {name: (statistics.median(t), min(t)) for name, t in times.items()}
 
 
@@ -126,13 +131,13 @@ def peak_path(run, shape, fake: bool):
     return measure_hidden_memory(case, run, fake=fake)
 
 
-def _ratios(row: dict) -> dict:
-    """impl against torch's chunked path: > 1 means impl takes more."""
-    impl, torch_chunked = row["impl"], row["torch-chunked"]
+def _ratios(row: dict, baseline: str = "torch-chunked") -> dict:
+    """impl against ``baseline`` (torch's chunked path unless named): > 1 means impl takes more."""
+    impl, other = row["impl"], row[baseline]
     return {
-        "time_median": impl["seconds"] / torch_chunked["seconds"],
-        "time_min": impl["seconds_min"] / torch_chunked["seconds_min"],
-        "peak": impl["peak_bytes"] / torch_chunked["peak_bytes"],
+        "time_median": impl["seconds"] / other["seconds"],
+        "time_min": impl["seconds_min"] / other["seconds_min"],
+        "peak": impl["peak_bytes"] / other["peak_bytes"],
     }
 
 

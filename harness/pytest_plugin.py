@@ -67,6 +67,9 @@ def register_profiles() -> None:
     settings.register_profile("interpreter", base, max_examples=6, derandomize=True, database=None)
     # smoke: the gate's own end-to-end self-tests (a few derandomised examples, no shrinking).
     settings.register_profile("smoke", base, max_examples=8, derandomize=True, database=None, phases=no_shrink)
+    # device: ci's settings without shrinking, for a time-boxed GPU run (bench.gpu_quick), where shrinking a
+    # failure could outlast the step's limit and lose the verdict; the failing example is still printed.
+    settings.register_profile("device", base, max_examples=80, derandomize=True, database=None, phases=no_shrink)
 
 
 # Per-run and per-test state lives in pytest's stashes, never in module globals.

@@ -9,6 +9,7 @@ message and exit 0 when torch sees no CUDA device (forced with
 report and tolerance plumbing those scripts share with the CPU suite.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -111,7 +112,7 @@ def _run_without_cuda(module: str, out: Path) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("module", ["bench.gpu_calibration", "bench.gpu_bench"])
+@pytest.mark.parametrize("module", ["bench.gpu_calibration", "bench.gpu_bench", "bench.gpu_hidden"])
 def test_gpu_scripts_skip_cleanly_without_cuda(module, tmp_path):
     out = tmp_path / "gpu"
     proc = _run_without_cuda(module, out)
@@ -161,3 +162,18 @@ def test_gpu_bench_oracle_check_applies_the_tolerance_policy(dtype):
         return log_probs, entropy * 1.1
 
     assert not check_against_oracle(entropy_ten_percent_off, base, targets)["ok"]
+
+
+def test_gpu_hidden_without_torchs_chunked_op_measures_the_rest_and_fails(tmp_path, monkeypatch):
+    """A torch without the chunked ``linear_cross_entropy`` (older than the one pinned here): impl is still timed
+    against the unfused path, the torch paths are listed with the reason, and the run says it fell short."""
+    from bench import gpu_hidden
+
+    monkeypatch.setattr(gpu_hidden, "TINY", {"tiny": (8, 4, 16)})
+    monkeypatch.delattr(torch.nn, "LinearCrossEntropyOptions")
+    assert gpu_hidden.main(["--cpu", "--out", str(tmp_path)]) == 1
+    table = json.loads((tmp_path / "hidden.json").read_text())
+    assert set(table["left_out"]) == {"torch-chunked", "torch-reference"}
+    assert "no chunked linear_cross_entropy" in table["left_out"]["torch-chunked"]
+    assert set(table["shapes"]["tiny"]) == {"impl", "impl+entropy", "unfused"}
+    assert "tiny" in table["impl_vs_unfused"] and "impl_vs_torch_chunked" not in table
