@@ -12,10 +12,8 @@ side its own ``fixed_attribution`` and ``fixed_why``). An attribution is one of:
 * ``unmasked``: another failure that hid it went away;
 * ``harness``: the revision's layout or the adapter, not the library.
 
-Only ``defect`` rows count as blocked or fixed in the record's summary, and a
-defect row is a block only where the gate would have been red on it (its NEW
-FAILs in a gated tier); a NEW FAIL or FIXED row nobody attributed yet says so
-and counts nowhere.
+Only ``defect`` rows count as blocked or fixed in the record's summary; a
+NEW FAIL or FIXED row nobody attributed yet says so and counts nowhere.
 """
 
 from __future__ import annotations
@@ -27,9 +25,6 @@ from harness.records import store
 from harness.records.markdown import banner, cell, code, table
 
 ATTRIBUTIONS = ("defect", "reachable", "unmasked", "harness")
-# A defect row whose NEW FAILs are all in tiers the gate does not gate (hardening): the table shows it, the gate
-# would not have stopped it, so it is no block.
-UNGATED = "defect, ungated tier (not a block)"
 ATTRIBUTION = store.DATA / "attribution"
 
 
@@ -57,7 +52,6 @@ def _changed(row: dict) -> bool:
 def summary(rows: list[dict], attributed: dict[str, dict]) -> dict[str, int]:
     """Counts a reader can quote: only ``defect`` rows are blocks and fixes."""
     counts = {"revisions": len(rows), "defect blocks": 0, "defect fixes": 0, "unattributed": 0, "ERROR": 0}
-    counts[UNGATED] = 0
     counts.update({kind: 0 for kind in ATTRIBUTIONS if kind != "defect"})
     for row in rows:
         if row.get("errors"):
@@ -69,9 +63,7 @@ def summary(rows: list[dict], attributed: dict[str, dict]) -> dict[str, int]:
             counts["unattributed"] += 1
             continue
         for side, kind in _sides(row, entry):
-            if kind == "defect" and side == "new_fail" and not row.get("would_block", True):
-                counts[UNGATED] += 1  # a defect in a tier the gate does not gate: seen, not stopped
-            elif kind == "defect":
+            if kind == "defect":
                 counts["defect blocks" if side == "new_fail" else "defect fixes"] += 1
             else:
                 counts[kind] += 1
