@@ -77,6 +77,12 @@ def _sides(row: dict, entry: dict) -> list[tuple[str, str]]:
     return [("new_fail" if row["new_fail"] else "fixed", entry["attribution"])]
 
 
+def _until(about: dict) -> str:
+    """The window's end when it is not the newest revision (a replay of part of a history says so)."""
+    until = about.get("until", "HEAD")
+    return "" if until == "HEAD" else f" --until {until}"
+
+
 def _spec(family: str, about: dict) -> str:
     """The history's own spec: ``FAMILY==pypi`` or the releases it named, else a checkout (``FAMILY=PATH``)."""
     source = about.get("source", "")
@@ -92,7 +98,7 @@ def render(family: str, snapshot: dict, attributed: dict[str, dict]) -> str:
         f"Replayed on {about['date']} with harness {about['harness']}: {len(rows)} of {about['total']} revisions "
         f"from {about['since']} to {about.get('until', 'HEAD')} ({cell(about.get('source', ''))}). Selection: "
         f"{cell(about['selection'])}; Hypothesis profile `{about.get('profile', 'not recorded')}`. Regenerate: "
-        f"`nox -s history -- {_spec(family, about)} --since {about['since']}`, then `nox -s docs`.",
+        f"`nox -s history -- {_spec(family, about)} --since {about['since']}{_until(about)}`, then `nox -s docs`.",
         "",
         "Keyed by the files the loader executed: " + ", ".join(code(p) for p in about["keyed_by"]) + ".",
         "",
