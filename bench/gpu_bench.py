@@ -40,7 +40,6 @@ that every path runs; the report says "CPU dry run".
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import statistics
@@ -79,11 +78,6 @@ SHAPES = {
 }
 TINY = [name for name in SHAPES if name.startswith("tiny-")]
 DEFAULT_SHAPES = [name for name in SHAPES if name not in TINY]
-
-
-def copy_bandwidth(dev: torch.device, nbytes: int = COPY_BYTES, reps: int = 10) -> float:
-    """Device-to-device copy bandwidth in bytes/s, counting the read and the write of every byte."""
-    return timing.copy_bandwidth(dev, nbytes, reps)
 
 
 def _inputs(rows: int, vocab: int, dtype: str, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -162,11 +156,6 @@ def _error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-def _free(dev: torch.device) -> None:
-    gc.collect()
-    timing.free(dev)
-
-
 def bench_shape(name: str, runs: dict, dev: torch.device, copy_bw: float, warmup: int, reps: int) -> dict:
     rows, vocab, dtype = SHAPES[name]
     base, targets = _inputs(rows, vocab, dtype, dev)
@@ -189,7 +178,7 @@ def bench_shape(name: str, runs: dict, dev: torch.device, copy_bw: float, warmup
                 entry["checks"][impl_name] = check_against_oracle(runs[impl_name], base, targets, expected)
             except Exception as exc:  # noqa: BLE001 - reported as a failed check; the table still runs
                 entry["checks"][impl_name] = {"ok": False, "comparisons": [f"raised {_error(exc)}"]}
-    _free(dev)
+    timing.free(dev)
     for impl_name, run in runs.items():
         try:
             result = time_forward_backward(run, base, targets, warmup, reps)
@@ -201,13 +190,13 @@ def bench_shape(name: str, runs: dict, dev: torch.device, copy_bw: float, warmup
             achieved = floor_bytes / result["median_s"]
             result.update(achieved_GBps=achieved / GB, fraction_of_copy_bw=achieved / copy_bw)
         entry["results"][impl_name] = result
-        _free(dev)
+        timing.free(dev)
     naive = entry["results"].get("naive", {}).get("median_s")
     for result in entry["results"].values():
         if naive and "median_s" in result:
             result["speedup_vs_naive"] = naive / result["median_s"]
     del base, targets
-    _free(dev)
+    timing.free(dev)
     return entry
 
 
@@ -263,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     dev, name = chosen
     if args.cpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernels on CPU tensors, before impl imports them
-    copy_bw = copy_bandwidth(dev, COPY_BYTES_CPU if args.cpu else COPY_BYTES)
+    copy_bw = timing.copy_bandwidth(dev, COPY_BYTES_CPU if args.cpu else COPY_BYTES)
     report = {
         "device": name,
         "cpu_dry_run": args.cpu,

@@ -26,7 +26,6 @@ Without CUDA and without ``--cpu`` it prints why and exits 0.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 from pathlib import Path
@@ -54,7 +53,6 @@ def peak(run, shape, dev: torch.device) -> int:
     """Peak bytes of one forward+backward, inputs and gradients included: the allocator on a GPU, else the tracker."""
     if dev.type != "cuda":
         return hidden_table.peak_path(run, shape, fake=False).peak
-    gc.collect()
     timing.free(dev)
     baseline = timing.start_peak(dev)
     inputs = hidden_table._inputs(*shape, dev)

@@ -128,15 +128,16 @@ def plan(cuda: bool, profile: str | None = None) -> list[Step]:
         # its kernels: a higher deadline floor, so that is never read as a hang (docs/usage.md, "GPU").
         pytest_env = {**device_env, "HYPOTHESIS_PROFILE": profile or "device", "LPH_DEADLINE_FLOOR_S": "20"}
         kernel_env = topology_env = pytest_env
-        bench_args, limits, workers = ("--shapes", *BANDWIDTH_SHAPES), LIMITS_S, GPU_WORKERS
+        limits, workers = LIMITS_S, GPU_WORKERS
     else:
         # One thread per process: on a shared CPU, torch's OpenMP threads spin against the other loads and
         # stretch millisecond ops to seconds.
         device_env = {"OMP_NUM_THREADS": "1"}
         kernel_env = {**device_env, "TRITON_INTERPRET": "1", "HYPOTHESIS_PROFILE": profile or "interpreter"}
         topology_env = {**device_env, "HYPOTHESIS_PROFILE": profile or "smoke"}
-        bench_args, limits, workers = ("--cpu",), dict.fromkeys(ORDER, CPU_LIMIT_S), 0
+        limits, workers = dict.fromkeys(ORDER, CPU_LIMIT_S), 0
     cpu_flag = () if cuda else ("--cpu",)
+    bench_args = ("--shapes", *BANDWIDTH_SHAPES) if cuda else cpu_flag
     return [
         Step(
             "1-kernels",

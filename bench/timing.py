@@ -10,6 +10,7 @@ say that the path runs, never how fast a GPU is.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 
@@ -77,6 +78,8 @@ def copy_bandwidth(dev: torch.device, nbytes: int, reps: int = 10) -> float:
 
 
 def free(dev: torch.device) -> None:
+    """Drop what the last measurement left: Python garbage, then the CUDA cache (on a GPU)."""
+    gc.collect()
     if dev.type == "cuda":
         torch.cuda.empty_cache()
 

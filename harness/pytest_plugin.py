@@ -58,7 +58,8 @@ def register_profiles() -> None:
     no_shrink = [Phase.explicit, Phase.generate]
     # dev: quick local feedback. ci: derandomised, no example database (reproducible CI).
     settings.register_profile("dev", base, max_examples=15)
-    settings.register_profile("ci", base, max_examples=80, derandomize=True, database=None)
+    ci = settings(base, max_examples=80, derandomize=True, database=None)
+    settings.register_profile("ci", ci)
     # mutants: like ci but without shrinking (only the failure matters). thorough: >= 1000 random examples.
     settings.register_profile("mutants", base, max_examples=40, derandomize=True, database=None, phases=no_shrink)
     settings.register_profile("thorough", base, max_examples=1000, phases=list(Phase))
@@ -69,7 +70,7 @@ def register_profiles() -> None:
     settings.register_profile("smoke", base, max_examples=8, derandomize=True, database=None, phases=no_shrink)
     # device: ci's settings without shrinking, for a time-boxed GPU run (bench.gpu_quick), where shrinking a
     # failure could outlast the step's limit and lose the verdict; the failing example is still printed.
-    settings.register_profile("device", base, max_examples=80, derandomize=True, database=None, phases=no_shrink)
+    settings.register_profile("device", ci, phases=no_shrink)
 
 
 # Per-run and per-test state lives in pytest's stashes, never in module globals.

@@ -66,9 +66,8 @@ def replayable(fn):
                 return result
             options = options_json(kwargs)
             replay = replay_command(name, case, spec, options)
-            mark(
-                exc, check=name, case=case.to_json(), options=options, replay=replay
-            )  # the verdict's facts (the outer check wins)
+            # the verdict's facts (the outer check wins)
+            mark(exc, check=name, case=case.to_json(), options=options, replay=replay)
             exc.add_note(f"Case: {case.to_json()}")  # for a person reading the traceback
             exc.add_note(f"Replay: {replay}")
             # A verdict on the target, not yet diagnosed (a check calling another check diagnoses once, inside).

@@ -30,8 +30,10 @@ def _first_paragraph(fn) -> str:
 def inputs(name: str) -> list[Path]:
     """The files the page is made from: the registry, the record's module, its expectations files."""
     record = registry.family(name)
-    files = [ROOT / "harness/targets/registry.py"]
-    files.append(ROOT / (registry.FAMILIES[name].partition(":")[0].replace(".", "/") + ".py"))
+    files = [
+        ROOT / "harness/targets/registry.py",
+        ROOT / (registry.FAMILIES[name].partition(":")[0].replace(".", "/") + ".py"),
+    ]
     files += [ROOT / "expectations" / f for f in record.expectations if (ROOT / "expectations" / f).is_file()]
     return files
 
@@ -76,9 +78,9 @@ def _kernel(record: Family) -> list[str]:
             ("key", "module (older forms after)"), [(k, ", ".join(m.names)) for k, m in record.modules.items()]
         )
     if record.prepare is not None:
-        lines += [""] * bool(record.modules) + [
-            f"Definitions its `prepare` loads alone: {_first_paragraph(record.prepare)}"
-        ]
+        if record.modules:
+            lines.append("")
+        lines.append(f"Definitions its `prepare` loads alone: {_first_paragraph(record.prepare)}")
     lines += ["", "## Entry points", "", "The first entry of a method whose symbols are all present serves it.", ""]
     rows = []
     for entry in record.entries:
