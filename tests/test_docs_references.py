@@ -4,10 +4,11 @@ The README and ``docs/`` name files, modules, symbols and nox sessions in
 backticks; a rename that leaves one behind makes the manual lie to the reader
 who follows it. This scan reads every code span, keeps the ones that name
 something of this repository (a path under one of its top-level entries, a
-dotted module of its packages, ``module:attr`` or ``module.attr``, ``nox -s
-NAME``) and checks each against the tree, without importing anything. Names
-of upstream code (``slime/...``, ``verl.utils...``) start with no entry of
-this repository and are not its business; ``reports/`` is output.
+dotted module of its packages, ``module:attr`` or ``module.attr``, a constant
+such as ``FAMILIES`` or ``LPH_DEVICE``, ``nox -s NAME``) and checks each
+against the tree, without importing anything. Names of upstream code
+(``slime/...``, ``verl.utils...``) start with no entry of this repository and
+are not its business; ``reports/`` is output.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ FILES = ("noxfile.py", "pyproject.toml", "README.md", "conftest.py")
 INSTALLED = "logprob_harness."  # the installed names of impl/ and oracles/ (README, "Installing impl")
 
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
+CONSTANT = re.compile(r"[A-Z][A-Z0-9]*_[A-Z0-9_]+|[A-Z]{4,}")  # ``FAMILIES``, ``LPH_DEVICE``: a name the repo defines
 SESSION = re.compile(r"\bnox -s ([a-z_]+)")
 PATH = re.compile(r"^[\w.\-/*<>]+$")
 SUFFIXES = (".md", ".py", ".toml", ".yml", ".json", ".png", ".svg", ".txt", ".xml")
@@ -71,6 +73,26 @@ def _defined_names(path: Path) -> frozenset:
     return frozenset(names)
 
 
+@cache
+def _repository_words(root: Path) -> frozenset:
+    """Every name the repository's code defines or reads (an environment variable is a string constant there),
+    and every word of its CI files: what a bare constant in the manual may name."""
+    words = set()
+    for package in PACKAGES:
+        for path in (root / package).rglob("*.py"):
+            if "fakes" in path.parts:  # stand-ins for upstream code, not the repository's names
+                continue
+            words |= _defined_names(path)
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    words.update(re.findall(r"\w+", node.value))
+    words |= _defined_names(root / "noxfile.py")
+    for path in [*(root / "ci").glob("*"), *(root / ".ci").glob("*")]:
+        if path.is_file():
+            words.update(re.findall(r"\w+", path.read_text()))
+    return frozenset(words)
+
+
 def _symbol_exists(root: Path, dotted: str) -> bool:
     """``a.b.c`` (a module) or ``a.b:attr`` / ``a.b.attr`` / ``a.b.Class.method`` (a module and what it defines)."""
     module, _, attr = dotted.partition(":")
@@ -107,6 +129,9 @@ def stale_references(text: str, root: Path = ROOT) -> list[str]:
             if word.split("/")[0] in TOP_LEVEL and "/" in word and PATH.match(word.split(":")[0]):
                 if not _path_exists(root, word):
                     stale.append(word)
+            elif CONSTANT.fullmatch(word):
+                if word not in _repository_words(root):
+                    stale.append(word)
             elif word in FILES or word.endswith(SUFFIXES):  # a bare file name: of an output, or said with its page
                 continue
             elif re.fullmatch(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?", word) and "." in word.split(":")[0]:
@@ -122,11 +147,13 @@ def test_every_name_in_the_manual_exists(page):
 
 
 def test_a_planted_stale_name_is_found():
+    constant = "NO_SUCH_" + "CONSTANT"  # not a literal here: this module is part of the words the repository holds
     text = (
         "Run `nox -s nosuchsession`; see `harness/gate/nosuch.py`, `harness.gate.runner:no_such_function`, "
-        "`harness.checks.parity.no_such_check` and `impl.nosuchmodule`. Upstream `slime/utils/ppo_utils.py` "
-        "and `verl.utils.torch_functional` are not ours; `harness/gate/runner.py`, `harness.gate.runner:main`, "
-        "`logprob_harness.impl.token_level`, `nox -s tests` and `expectations/<family>.toml` exist."
+        f"`harness.checks.parity.no_such_check`, `impl.nosuchmodule` and `{constant}`. Upstream "
+        "`slime/utils/ppo_utils.py` and `verl.utils.torch_functional` are not ours; `harness/gate/runner.py`, "
+        "`harness.gate.runner:main`, `logprob_harness.impl.token_level`, `FAMILIES`, `LPH_DEVICE`, `nox -s tests` and "
+        "`expectations/<family>.toml` exist."
     )
     assert stale_references(text) == [
         "nox -s nosuchsession",
@@ -134,4 +161,5 @@ def test_a_planted_stale_name_is_found():
         "harness.gate.runner:no_such_function",
         "harness.checks.parity.no_such_check",
         "impl.nosuchmodule",
+        constant,
     ]
