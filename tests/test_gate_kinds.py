@@ -147,6 +147,24 @@ def test_commit_conditions_select_the_entries_of_a_checkout(tmp_path):
     assert set(expectations.applicable(entries, expectations.Revision(checkout=str(tmp_path)))[0]) == {(PARITY, None)}
 
 
+def test_device_conditions_select_the_entries_of_a_device_type(tmp_path):
+    entries = {(PARITY, None): known(PARITY, device="cpu"), (GATE, None): known(GATE)}
+    kept, notes = expectations.applicable(entries, expectations.Revision(version="1.0", device="cpu"))
+    assert set(kept) == {(PARITY, None), (GATE, None)} and not notes
+    kept, _ = expectations.applicable(entries, expectations.Revision(version="1.0", device="cuda"))
+    assert set(kept) == {(GATE, None)}
+    kept, notes = expectations.applicable(entries, expectations.Revision())
+    assert set(kept) == {(PARITY, None), (GATE, None)} and "not evaluated" in notes[0]
+    path = tmp_path / "e.toml"
+    path.write_text(f'[[known]]\nid = "{PARITY}"\nreason = "x"\ndevice = "cpu"\n')
+    assert expectations.load(path)[(PARITY, None)].device == "cpu"
+    path.write_text(expectations.render(run(failing(PARITY, "c", failure.GRADIENT)), expectations.load(path), "h"))
+    assert expectations.load(path)[(PARITY, "")].device == "cpu"  # kept on a rewrite
+    path.write_text(f'[[known]]\nid = "{PARITY}"\nreason = "x"\ndevice = "gpu"\n')
+    with pytest.raises(ValueError, match="device 'gpu' is none of"):
+        expectations.load(path)
+
+
 def test_shipped_expectations_carry_the_failure_kind_of_every_entry():
     paths = sorted(expectations.EXPECTATIONS_DIR.glob("*.toml"))
     assert paths

@@ -12,6 +12,7 @@ The file is TOML, one file per target family (``expectations/slime.toml``,
     link = "https://github.com/NovaSky-AI/SkyRL/issues/1648"
     versions = "<0.4"        # optional: only for releases in this PEP 440 range (PyPI specs)
     before = "4f1c2e9"       # optional: only for checkouts that do not contain this commit
+    device = "cpu"           # optional: only for runs on this device type (how the target runs there)
 
 The reason says what is wrong UPSTREAM (never "flaky", never "the harness
 is strict"); a check is expected to fail, never loosened to pass. Only
@@ -23,7 +24,9 @@ the expected status per subtest the same way). A field the signature leaves
 out accepts anything. An entry without ``output`` (a file written before
 sub-verdicts) stands for whichever outputs of its check fail, judged by
 ``kind`` alone. ``versions`` and ``before`` let one file serve a family's
-history. ``--update-expectations`` rewrites the file from a run, one entry
+history; ``device`` marks a failure of the path a target takes on one device
+type only (TransformerEngine's CPU path runs past its CUDA-only input
+validation). ``--update-expectations`` rewrites the file from a run, one entry
 per failing output with the signature it failed with, keeping the reasons
 and conditions already written (an output's own entry, else its check's
 entry without an output), and marking new entries for a human to explain;
@@ -46,6 +49,7 @@ from harness.checks.signature import FIELDS as signature_fields
 from harness.gate.specs import ADAPTERS
 from harness.gate.units import units_of
 from harness.gate.verdicts import FAIL, Run
+from harness.ranks.device import DEVICE_TYPES
 
 FAMILIES = tuple(ADAPTERS)
 
@@ -53,7 +57,8 @@ EXPECTATIONS_DIR = Path(__file__).resolve().parents[2] / "expectations"
 TO_EXPLAIN = "TO EXPLAIN: "
 
 
-KEYS = ("id", "output", "reason", "link", "outcome", "tier", "kind", "signature", "versions", "before")
+CONDITIONS = ("versions", "before", "device")
+KEYS = ("id", "output", "reason", "link", "outcome", "tier", "kind", "signature", *CONDITIONS)
 SIGNATURE_KEYS = tuple(name for name in signature_fields if name != "kind")
 
 
@@ -67,6 +72,7 @@ class Expectation:
     kind: str = ""  # how the check fails; empty: any failure
     versions: str = ""  # PEP 440 specifier: the entry holds only for releases in it
     before: str = ""  # a commit: the entry holds only for checkouts that do not contain it
+    device: str = ""  # "cpu" or "cuda": the entry holds only for runs on that device type
     output: str | None = None  # the failing output ("" : the check as a whole); None: any output (older files)
     signature: tuple = ()  # (name, value) pairs of harness/checks/signature.py's fields, without the kind
 
@@ -82,10 +88,11 @@ class Expectation:
 
 @dataclass(frozen=True)
 class Revision:
-    """What the conditions of an entry are evaluated on: a release's version or a checkout."""
+    """What the conditions of an entry are evaluated on: a release's version or a checkout, the device type."""
 
     version: str = ""
     checkout: str = ""
+    device: str = ""
 
     def contains(self, commit: str) -> bool | None:
         """Whether the checkout's HEAD contains ``commit`` (None: not a git checkout, or unknown commit)."""
@@ -114,6 +121,11 @@ def holds(entry: Expectation, revision: Revision) -> tuple[bool, str]:
         if contained is None:
             return True, f"`{entry.id}`: before {entry.before!r} not evaluated (no git checkout holding it)"
         if contained:
+            return False, ""
+    if entry.device:
+        if not revision.device:
+            return True, f"`{entry.id}`: device {entry.device!r} not evaluated (the run's device is not recorded)"
+        if revision.device != entry.device:
             return False, ""
     return True, ""
 
@@ -172,7 +184,9 @@ def load(path: Path | str) -> dict[tuple, Expectation]:
                 raise ValueError(
                     f"{path}: entry {entry['id']}: versions {entry['versions']!r} is no PEP 440 range"
                 ) from None
-        fields = {key: entry.get(key, "") for key in ("link", "tier", "kind", "versions", "before")}
+        if entry.get("device") and entry["device"] not in DEVICE_TYPES:
+            raise ValueError(f"{path}: entry {entry['id']}: device {entry['device']!r} is none of {DEVICE_TYPES}")
+        fields = {key: entry.get(key, "") for key in ("link", "tier", "kind", *CONDITIONS)}
         pairs = tuple(
             (name, tuple(value) if isinstance(value, list) else value)
             for name, value in sorted(expected_signature.items())
@@ -221,7 +235,7 @@ def _entry(entry: Expectation) -> list[str]:
     fields = [(name, value) for name, value in entry.signature if value not in ("", (), [])]
     if fields:
         lines.append("signature = { " + ", ".join(f"{name} = {_value(value)}" for name, value in fields) + " }")
-    for key in ("reason", "link", "versions", "before"):
+    for key in ("reason", "link", *CONDITIONS):
         value = getattr(entry, key)
         if value or key == "reason":
             lines.append(f"{key} = {_quote(value)}")

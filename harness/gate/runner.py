@@ -28,6 +28,7 @@ from harness.gate import base_cache, expectations, journal, retries, single, spe
 from harness.gate import compare as comparison
 from harness.gate.tiers import CHECK_DIRECTORIES, CONTRACT, TIERS, parse_tiers
 from harness.gate.verdicts import Run
+from harness.ranks.device import device_type
 
 PYTEST_OK = (0, 1)  # all passed / some checks failed: both are verdicts; anything else is a broken run
 PYTEST_NOTHING_LEFT = 5  # no test collected: after a crash, every check but the crashed ones had its verdict
@@ -162,11 +163,12 @@ def _expectations_paths(head: specs.ResolvedSpec, args) -> tuple[Path, ...]:
 
 def _revision(resolved: specs.ResolvedSpec) -> expectations.Revision:
     """The release or checkout an expectation's conditions are evaluated on."""
+    device = device_type()
     if resolved.pip_requirement:
-        return expectations.Revision(version=resolved.pip_requirement.partition("==")[2])
+        return expectations.Revision(version=resolved.pip_requirement.partition("==")[2], device=device)
     if resolved.family and resolved.env:
-        return expectations.Revision(checkout=next(iter(resolved.env.values())))
-    return expectations.Revision()
+        return expectations.Revision(checkout=next(iter(resolved.env.values())), device=device)
+    return expectations.Revision(device=device)
 
 
 def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> int:
