@@ -4,7 +4,7 @@ The capabilities are probed on the loaded functions: the fake's registry has
 only ``vanilla`` (with ``clip_ratio_c``) and its ``agg_loss`` only
 ``seq-mean-token-mean``, so exactly those options are declared, and a Case
 needing another one is UNSUPPORTED, never run as plain PPO. Both entry
-points go through the same composition (``verl_policy.matrix_loss``).
+points go through the same composition (``verl_policy.loss``).
 """
 
 import pytest

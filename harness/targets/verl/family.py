@@ -1,19 +1,15 @@
-"""The verl family (verl-project/verl): ``verl==X`` or ``verl=PATH``.
+"""The verl family (verl-project/verl): ``verl==X`` or ``verl=PATH``; what each entry calls and translates is on
+the generated page (docs/records/families/verl.md).
 
-The generated page (docs/records/families/verl.md) says what each entry calls and translates; this says why.
-verl composes its log-probs in its Megatron engine, not in a library function: the temperature division in
-place, the entropy on the divided logits after backing them up with ``clone()``, the log-probs from the backup
-(``MegatronEngineWithLMHead._lm_head_logits_processor``), and around it ``forward_step``'s packing, CP split,
-label roll (``need_roll`` is verl's decision) and CP gather (``gptmodel_forward_model_engine``). The entries
-call those, loaded as plain functions with the engine never built (``self`` holds the engine config it reads,
-``stand_ins.engine``; the model is the harness's logits, ``packed.RowsModel``), so a revision is checked as it
-composes its steps. The hidden-state path is ``FusedLinearForPPO``, the torch backend of verl's fused LM head
-(its FSDP default).
+verl composes its log-probs in its Megatron engine, not in a library function (temperature division in place,
+entropy on the divided logits after a ``clone()`` backup, log-probs from the backup; around it ``forward_step``'s
+packing, CP split, label roll and CP gather). The entries call those, the engine never built (``self`` holds the
+config it reads, ``stand_ins.engine``; the model is the harness's logits, ``packed.RowsModel``), so a revision is
+checked as it composes its steps.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import torch
@@ -36,25 +32,22 @@ def _prepare(up) -> None:
     record maps, or the load is an ERROR naming it)."""
     if up.modules["util"] is not None:
         stand_ins.logger_once(up.modules["util"])
-    up.verl_F = up.modules["torch_functional"]
     up.rollout_weights = verl_policy.rollout_weights(up)
     processor = up.logits_processor
     if processor is None and up.logits_closure is not None:
-        processor = up.logits_closure(**dict.fromkeys(up.logits_closure.free))
-    up.takes_temperature = processor is not None and "temperature" in parameters(processor)
-    if up.logits_processor is None and up.logits_closure is not None:
         unmapped = set(up.logits_closure.free) - set(_settings(None, True))
         if unmapped:
             raise MissingUpstream(
                 f"{ENGINE}: forward_step's logits_processor reads {sorted(unmapped)}, which the verl record does "
                 "not map (harness/targets/verl/family.py, _settings)"
             )
+        processor = up.logits_closure(**dict.fromkeys(up.logits_closure.free))
+    up.takes_temperature = processor is not None and "temperature" in parameters(processor)
     if up.takes_temperature and up.expand_as_nested is None:
         raise MissingUpstream(f"{up.root}: no expand_as_nested in verl/utils/torch_functional.py (the engine's)")
 
 
 def _settings(chunk_size, with_entropy: bool) -> dict:
-    """What the engine's forward_step binds the processor with: its engine, the outputs asked for, thd data."""
     return {
         "self": stand_ins.engine(chunk_size),
         "calculate_entropy": with_entropy,
@@ -65,12 +58,11 @@ def _settings(chunk_size, with_entropy: bool) -> dict:
     }
 
 
-def _processor(up, call, with_entropy: bool):
+def _processor(up, call):
     """verl's logits processor as the engine binds it: the method's ``functools.partial``, or the closure."""
-    if call.temperature != 1.0 and not up.takes_temperature:
-        # declared by the hidden path: this revision's processor takes none (its engine divided elsewhere)
+    if call.temperature != 1.0 and not up.takes_temperature:  # declared by the hidden path, not this one
         raise ValueError(f"temperature={call.temperature}: this revision's logits processor takes no temperature")
-    settings = _settings(call.chunk_size, with_entropy)
+    settings = _settings(call.chunk_size, call.with_entropy)
     if up.logits_processor is None:
         return up.logits_closure(**{name: settings[name] for name in up.logits_closure.free})
     taken = parameters(up.logits_processor)
@@ -78,32 +70,25 @@ def _processor(up, call, with_entropy: bool):
     return functools.partial(up.logits_processor, settings["self"], **flags)
 
 
-# ---- token level ------------------------------------------------------------------------------
-
-
 def token(up, call: calls.TokenCall):
     """verl's processor on ``[1, rows, V_local]``, a view of what the job hands (a copy already,
-    ``harness.jobs.inputs``: verl divides the model output in place, and a clone here would hide that write from
-    the inputs-unmutated check and add a logits-sized copy to every memory trace), the temperature one float32
-    per row as the engine expands it,
-    ``calculate_entropy`` the call's ``with_entropy``, the entropy's chunk the call's ``chunk_size`` (verl chunks
-    the entropy only), the other outputs (sum of squared probabilities, distillation) off."""
-    rows = call.logits.shape[0]
-    logits = call.logits.unsqueeze(0)  # the model output the engine owns: verl divides it in place
+    ``harness.jobs.inputs``: verl divides the model output in place, and a clone here would hide that write from the
+    inputs-unmutated check), the temperature one float32 per row as the engine expands it, ``calculate_entropy`` the
+    call's ``with_entropy``, the entropy's chunk the call's ``chunk_size`` (verl chunks the entropy only), the other
+    outputs (sum of squared probabilities, distillation) off."""
+    logits = call.logits.unsqueeze(0)
     arguments = [logits, call.targets.unsqueeze(0)]
-    if up.takes_temperature:  # one per row, as the engine expands it
-        arguments.append(torch.full((1, rows), float(call.temperature), dtype=torch.float32, device=logits.device))
-    out = _processor(up, call, call.with_entropy)(*arguments)
+    if up.takes_temperature:
+        arguments.append(
+            torch.full(logits.shape[:2], float(call.temperature), dtype=torch.float32, device=logits.device)
+        )
+    out = _processor(up, call)(*arguments)
     entropy = out["entropy"][0] if call.with_entropy else None
     return out["log_probs"][0], entropy
 
 
-# ---- packed level and policy loss ----------------------------------------------------------------
-
-
-def _forward(up, call: calls.PackedCall, with_entropy: bool) -> dict:
-    """verl's engine forward on the harness's rows: per output, the samples' sequences (nested ``[B, T_i]``,
-    gathered over CP)."""
+def _forward(up, call: calls.PackedCall) -> dict:
+    """verl's engine forward on the harness's rows: per output, the samples' sequences (gathered over CP)."""
     inputs, logits = call.inputs, call.logits
     verl_packed.checked(inputs, logits, call.cp_group)
     cp, device = call.cp[0], logits.device
@@ -117,7 +102,7 @@ def _forward(up, call: calls.PackedCall, with_entropy: bool) -> dict:
         verl_packed.RowsModel(logits, call.cp_group),
         input_ids,
         {},
-        logits_processor=_processor(up, call, with_entropy),
+        logits_processor=_processor(up, call),
         logits_processor_args=arguments,
         data_format="thd",
         **{k: v for k, v in layout.items() if k in parameters(up.engine_forward)},
@@ -132,7 +117,7 @@ def packed(up, call: calls.PackedCall):
     if not call.inputs.tokens:
         return [], ([] if call.with_entropy else None)
     cp, cp_rank = call.cp
-    out = _forward(up, call, call.with_entropy)
+    out = _forward(up, call)
     views = packing.view_positions(call.inputs, cp, cp_rank)
     log_probs = verl_packed.views(out["log_probs"].unbind(), views, call.cp_group)
     entropy = verl_packed.views(out["entropy"].unbind(), views, call.cp_group) if call.with_entropy else None
@@ -143,62 +128,31 @@ def policy_loss(up, call: calls.PolicyCall):
     """``ppo_loss`` on the packed forward's output (``policy.py``); under CP verl's loss reads the gathered
     batch, so the advantages, old log-probs and the options' per-sample tensors are gathered from the views, and
     each rank's share is the value / ``cp`` with verl's gradient."""
-    inputs, (cp, cp_rank) = call.inputs, call.cp
-    out = _forward(up, call, call.with_entropy)
-    advantages, old_log_probs, options = call.advantages, call.old_log_probs, call.options
-    if cp > 1:  # verl's loss reads the whole batch on every rank (its gather): the views made whole
-        advantages = verl_packed.whole_from_views(advantages, inputs, call.cp_group, "advantages")
-        old_log_probs = verl_packed.whole_from_views(old_log_probs, inputs, call.cp_group, "old_log_probs")
-        options = _whole_options(options, inputs, call.cp_group)
-    loss = verl_policy.packed_loss(
-        up,
-        out,
-        inputs,
-        advantages=advantages,
-        old_log_probs=old_log_probs,
-        options=options,
-        eps_clip=call.eps_clip,
-        eps_clip_high=call.eps_clip_high,
-        entropy_coef=call.entropy_coef,
-    )
-    if cp > 1:
-        # Each rank's loss is the whole batch's; its share (the harness's convention) keeps that gradient.
+    (cp, cp_rank), out = call.cp, _forward(up, call)
+    loss = verl_policy.packed_loss(up, call, out)
+    if cp > 1:  # each rank's loss is the whole batch's; its share (the harness's convention) keeps that gradient
         loss = loss - loss.detach() * (1 - 1 / cp)
-    responses = packing.view_positions(inputs, cp, cp_rank)
+    responses = packing.view_positions(call.inputs, cp, cp_rank)
     log_probs = verl_packed.picked(out["log_probs"].unbind(), responses)
     entropy = verl_packed.picked(out["entropy"].unbind(), responses) if call.with_entropy else None
     return loss, log_probs, entropy
 
 
-def _whole_options(options, inputs, cp_group):
-    """The options' per-sample tensors (views like the advantages under CP) made whole, as verl's loss reads them."""
-    if options is None:
-        return None
-    changes = {
-        name: verl_packed.whole_from_views(getattr(options, name), inputs, cp_group, name)
-        for name in ("ref_log_probs", "rollout_log_probs")
-        if getattr(options, name) is not None
-    }
-    return dataclasses.replace(options, **changes) if changes else options
-
-
 def token_policy_loss(up, call: calls.TokenPolicyCall):
-    """``ppo_loss`` on ``[B, R]`` log-prob matrices (``policy.py``)."""
-    return verl_policy.matrix_loss(
-        up,
-        call.log_probs,
-        call.entropy,
-        call.loss_mask,
-        old=call.old_log_probs,
-        adv=call.advantages,
-        eps_clip=call.eps_clip,
-        eps_clip_high=call.eps_clip_high,
-        entropy_coef=call.entropy_coef,
-        options=call.options,
+    """``ppo_loss`` on ``[B, R]`` log-prob matrices (``policy.py``), each row the response of a sequence with a
+    one-token prompt."""
+    rows, width = call.log_probs.shape
+
+    def sequences(matrix):  # position p: token p + 1
+        return torch.cat([matrix, matrix.new_zeros(rows, 1)], dim=1).reshape(-1)
+
+    output = {"log_probs": sequences(call.log_probs)}
+    if call.entropy is not None:
+        output["entropy"] = sequences(call.entropy)
+    lengths = [(width + 1, width)] * rows
+    return verl_policy.loss(
+        up, call, output, lengths, call.loss_mask, old=call.old_log_probs, adv=call.advantages, options=call.options
     )
-
-
-# ---- hidden states ---------------------------------------------------------------------------------
 
 
 def hidden(up, call: calls.HiddenCall):
@@ -219,7 +173,14 @@ _PROCESSOR = (
     "(a closure in forward_step; the method _lm_head_logits_processor since #6848) are not in this revision"
 )
 _ENGINE_FORWARD = f"{_PROCESSOR}, or not its engine forward (gptmodel_forward_no_padding since #3600, 2025-10)"
-_PROCESSORS = ("logits_processor", "logits_closure")  # the current form first
+
+
+def _both_forms(serves: str, more: tuple, translate, brings: set, since: str) -> tuple[Entry, Entry]:
+    """The entry through the current processor (required), then through an older revision's closure (``since``)."""
+    return (
+        Entry(serves, ("logits_processor", *more), translate, frozenset(brings)),
+        Entry(serves, ("logits_closure", *more), translate, frozenset(brings), since=since),
+    )
 
 
 def _takes_temperature(up) -> bool:
@@ -227,8 +188,6 @@ def _takes_temperature(up) -> bool:
     the composition these entries call)."""
     return up.takes_temperature
 
-
-_CORE_ALGOS = ("get_policy_loss_fn", "agg_loss", "kl_penalty")  # read by the options (ppo_loss imports them)
 
 VERL = Family(
     name="verl",
@@ -250,42 +209,22 @@ VERL = Family(
         "engine_forward": Symbol("model_forward", ("gptmodel_forward_model_engine", "gptmodel_forward_no_padding")),
         "vocab_parallel_entropy_with_chunking": Symbol("tensor_parallel", ("vocab_parallel_entropy_with_chunking",)),
         "expand_as_nested": Symbol("torch_functional", ("expand_as_nested",)),
-        **{name: Symbol("core_algos", (name,)) for name in _CORE_ALGOS},
+        # read by the options (ppo_loss imports them)
+        **{name: Symbol("core_algos", (name,)) for name in ("get_policy_loss_fn", "agg_loss", "kl_penalty")},
         "ppo_loss": Symbol("losses", ("ppo_loss",)),
         "FusedLinearForPPO": Symbol("fused", ("FusedLinearForPPO",)),
     },
     entries=(
-        *(
-            Entry(
-                "token_log_probs",
-                (processor,),
-                token,
-                frozenset({"token", "entropy"}),
-                since=_PROCESSOR if processor == "logits_closure" else None,
-            )
-            for processor in _PROCESSORS
+        *_both_forms("token_log_probs", (), token, {"token", "entropy"}, _PROCESSOR),
+        *_both_forms(
+            "packed_log_probs", ("engine_forward",), packed, {"packed", "entropy", "cp_zigzag"}, _ENGINE_FORWARD
         ),
-        *(
-            Entry(
-                "packed_log_probs",
-                (processor, "engine_forward"),
-                packed,
-                frozenset({"packed", "entropy", "cp_zigzag"}),
-                since=_ENGINE_FORWARD if processor == "logits_closure" else None,
-            )
-            for processor in _PROCESSORS
-        ),
-        *(
-            Entry(
-                "policy_loss",
-                (processor, "engine_forward", "ppo_loss"),
-                policy_loss,
-                frozenset({"policy_loss", "entropy", "cp_zigzag"}),
-                since=f"{_ENGINE_FORWARD}, or not its ppo_loss (workers/utils/losses.py)"
-                if processor == "logits_closure"
-                else None,
-            )
-            for processor in _PROCESSORS
+        *_both_forms(
+            "policy_loss",
+            ("engine_forward", "ppo_loss"),
+            policy_loss,
+            {"policy_loss", "entropy", "cp_zigzag"},
+            f"{_ENGINE_FORWARD}, or not its ppo_loss (workers/utils/losses.py)",
         ),
         Entry(
             "token_policy_loss",

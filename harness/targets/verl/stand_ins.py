@@ -1,24 +1,9 @@
-"""What the files of the verl record import that the harness provides (the record's placeholders).
+"""What the files of the verl record import that the harness provides (the record's placeholders; why each, on
+the generated family page). Written from the upstream SIGNATURES only; no upstream code is copied.
 
-The files the record executes import, at module level, Megatron (the job's
-groups: ``megatron_stand_in``; Megatron's vocab-parallel cross entropy:
-``megatron_cross_entropy``, whose backward is the stand-in's, so a defect of
-Megatron's own kernel is out of reach), Megatron's ``PackedSeqParams`` (a
-dataclass of its fields, ``cp_partition_mode`` included: a Megatron that
-knows both CP layouts), trainer modules they use only in functions never
-called here, and third-party packages they only import. Written from the
-upstream SIGNATURES only; no upstream code is copied.
-
-Stood in even where the tree has them (``replaces``): ``verl.utils`` (the
-package's ``__init__`` re-exports ``as_torch_index`` / ``group_mean_std``,
-which ``core_algos.py`` imports for the advantage estimators; the loader
-never runs an ``__init__``), ``verl.utils.device`` (no accelerator: no NPU,
-the device name ``cpu``), ``verl.utils.model`` and
-``verl.utils.megatron_utils`` (``unwrap_model``: the harness's model is never
-wrapped), ``verl.utils.metric`` (the metric records ``ppo_loss`` returns
-beside the loss, never read here), ``verl.workers.config`` (``ActorConfig`` is the adapter's strict
-settings, ``policy.ActorSettings``: verl's GSPO and CISPO assert
-``isinstance(config, ActorConfig)``) and ``verl.trainer.config``.
+Megatron's vocab-parallel cross entropy is ``megatron_cross_entropy``'s, whose backward is the stand-in's: a
+defect of Megatron's own kernel is out of reach. ``verl.workers.config``'s ``ActorConfig`` is the adapter's strict
+settings (``policy.ActorSettings``): verl's GSPO and CISPO assert ``isinstance(config, ActorConfig)``.
 """
 
 from __future__ import annotations
@@ -32,62 +17,29 @@ from harness.targets.upstream.placeholders import Placeholder, refusing
 from harness.targets.upstream.settings import StrictSettings
 from harness.targets.verl.policy import ActorSettings
 
-DOC = "harness stand-in (harness/targets/verl/stand_ins.py)"
 
-
-def _module(name: str, package: bool = False, **attributes) -> types.ModuleType:
+def _module(name: str, *refused: str, package: bool = False, **attributes) -> types.ModuleType:
+    """A stand-in module: ``attributes``, and ``refused`` names that refuse to be used."""
     module = types.ModuleType(name)
-    module.__doc__ = DOC
+    module.__doc__ = "harness stand-in (harness/targets/verl/stand_ins.py)"
     if package:
         module.__path__ = []  # the loader finds the tree's submodules by name
-    for key, value in attributes.items():
+    for key, value in {**{r: refusing(f"{name}.{r}") for r in refused}, **attributes}.items():
         setattr(module, key, value)
     return module
 
 
-@dataclasses.dataclass
-class _PackedSeqParams:
-    """Megatron's ``PackedSeqParams`` as the packing helpers use it: a record of its fields, the CP layout's
-    (``cp_partition_mode``, which verl looks for among the fields) included."""
-
-    qkv_format: str | None = None
-    cu_seqlens_q: object = None
-    cu_seqlens_kv: object = None
-    cu_seqlens_q_padded: object = None
-    cu_seqlens_kv_padded: object = None
-    max_seqlen_q: int | None = None
-    max_seqlen_kv: int | None = None
-    local_cp_size: int | None = None
-    cp_group: object = None
-    cp_partition_mode: str | None = None
-
-
-def _refused(module: str, *names: str) -> dict:
-    return {name: refusing(f"{module}.{name}") for name in names}
-
-
-def _utils(name):
-    return _module(name, package=True, **_refused(name, "as_torch_index", "group_mean_std"))
-
-
-def _device(name):
-    return _module(
-        name,
-        get_device_name=lambda: "cpu",
-        is_npu_available=False,
-        is_cuda_available=False,
-        **_refused(name, "get_torch_device", "get_device_id"),
-    )
-
-
-def _megatron_utils(name):
-    return _module(name, unwrap_model=lambda model, *args, **kwargs: model)
-
-
-class _Aggregation:
-    """``verl.utils.metric.AggregationType``'s members, as ``ppo_loss`` names them."""
-
-    MEAN, SUM, MIN, MAX = "mean", "sum", "min", "max"
+# Megatron's PackedSeqParams as a record of its fields, the CP layout's (which verl looks for among them) included.
+_PackedSeqParams = dataclasses.make_dataclass(
+    "PackedSeqParams",
+    [
+        (field, object, None)
+        for field in (
+            "qkv_format cu_seqlens_q cu_seqlens_kv cu_seqlens_q_padded cu_seqlens_kv_padded max_seqlen_q max_seqlen_kv "
+            "local_cp_size cp_group cp_partition_mode"
+        ).split()
+    ],
+)
 
 
 class _Metric:
@@ -101,10 +53,46 @@ class _Metric:
         return {key: cls(aggregation, value) for key, value in data.items()}
 
 
-def _workers_config(name):
-    return _module(name, ActorConfig=ActorSettings, **_refused(name, "CriticConfig", "MtpConfig", "HFModelConfig"))
+_AGGREGATION = types.SimpleNamespace(MEAN="mean", SUM="sum", MIN="min", MAX="max")  # AggregationType's members
 
-
+# verl's own modules, stood in even where the tree has them (the loader never runs a package's __init__)
+_REPLACED = {
+    "verl.utils": (
+        "the package __init__'s re-exports core_algos imports",
+        lambda n: _module(n, "as_torch_index", "group_mean_std", package=True),
+    ),
+    "verl.utils.device": (
+        "no accelerator",
+        lambda n: _module(
+            n,
+            "get_torch_device",
+            "get_device_id",
+            get_device_name=lambda: "cpu",
+            is_npu_available=False,
+            is_cuda_available=False,
+        ),
+    ),
+    "verl.utils.model": (
+        "CausalLMOutputForPPO, for util.py functions never called here",
+        lambda n: _module(n, "CausalLMOutputForPPO"),
+    ),
+    "verl.utils.megatron_utils": (
+        "unwrap_model (model_forward.py)",
+        lambda n: _module(n, unwrap_model=lambda model, *args, **kwargs: model),
+    ),
+    "verl.utils.metric": (
+        "the metric records ppo_loss returns beside the loss (the package __init__ re-exports them)",
+        lambda n: _module(n, package=True, AggregationType=_AGGREGATION, Metric=_Metric),
+    ),
+    "verl.workers.config": (
+        "ActorConfig as the adapter's settings",
+        lambda n: _module(n, "CriticConfig", "MtpConfig", "HFModelConfig", ActorConfig=ActorSettings),
+    ),
+    "verl.trainer.config": (
+        "AlgoConfig, for the advantage estimators",
+        lambda n: _module(n, "AlgoConfig", package=True),
+    ),
+}
 PLACEHOLDERS = (
     Placeholder(
         "megatron.core.parallel_state", "the job's TP/CP groups", lambda n: megatron_stand_in.install(), "process"
@@ -120,28 +108,7 @@ PLACEHOLDERS = (
         "PackedSeqParams, a record (util.py)",
         lambda n: _module(n, PackedSeqParams=_PackedSeqParams),
     ),
-    Placeholder("verl.utils", "the package __init__'s re-exports core_algos imports", _utils, replaces=True),
-    Placeholder("verl.utils.device", "no accelerator", _device, replaces=True),
-    Placeholder(
-        "verl.utils.model",
-        "CausalLMOutputForPPO, for util.py functions never called here",
-        lambda n: _module(n, **_refused(n, "CausalLMOutputForPPO")),
-        replaces=True,
-    ),
-    Placeholder("verl.utils.megatron_utils", "unwrap_model (model_forward.py)", _megatron_utils, replaces=True),
-    Placeholder(
-        "verl.utils.metric",
-        "the metric records ppo_loss returns beside the loss (the package __init__ re-exports them)",
-        lambda n: _module(n, package=True, AggregationType=_Aggregation, Metric=_Metric),
-        replaces=True,
-    ),
-    Placeholder("verl.workers.config", "ActorConfig as the adapter's settings", _workers_config, replaces=True),
-    Placeholder(
-        "verl.trainer.config",
-        "AlgoConfig, for the advantage estimators",
-        lambda n: _module(n, package=True, **_refused(n, "AlgoConfig")),
-        replaces=True,
-    ),
+    *(Placeholder(name, why, build, replaces=True) for name, (why, build) in _REPLACED.items()),
     *(
         Placeholder(name, "imported at module level for functions never called here")
         for name in ("tensordict", "transformers", "omegaconf", "codetiming", "hydra")
@@ -150,8 +117,6 @@ PLACEHOLDERS = (
 
 
 class EngineSettings(StrictSettings):
-    """verl's Megatron ``engine_config`` as the logits processor reads it; a setting not mapped raises, naming it."""
-
     READ_AS = "verl engine config"
     MAPPED_IN = "harness/targets/verl/stand_ins.py (engine)"
 
@@ -167,26 +132,23 @@ def engine(chunk_size) -> Engine:
     """The engine whose processor chunks the entropy by ``chunk_size`` (None: unchunked)."""
     return Engine(
         engine_config=EngineSettings(
-            entropy_from_logits_with_chunking=chunk_size is not None,
-            entropy_from_logits_chunk_size=chunk_size,
+            entropy_from_logits_with_chunking=chunk_size is not None, entropy_from_logits_chunk_size=chunk_size
         )
     )
 
 
 class _LoggerOnce(logging.LoggerAdapter):
-    """verl's module logger with the ``warning_once`` that importing transformers adds to ``logging.Logger``."""
+    """verl's module logger with the ``warning_once`` that importing transformers adds to ``logging.Logger``
+    (util.py pads short sequences with it)."""
+
+    warned: set = set()
 
     def warning_once(self, message, *args, **kwargs):
-        if message not in _WARNED:
-            _WARNED.add(message)
+        if message not in self.warned:
+            self.warned.add(message)
             self.warning(message, *args, **kwargs)
 
 
-_WARNED: set = set()
-
-
 def logger_once(module) -> None:
-    """Give ``module``'s logger the ``warning_once`` a verl process has (util.py pads short sequences with it)."""
-    logger = getattr(module, "logger", None)
-    if isinstance(logger, logging.Logger):
-        module.logger = _LoggerOnce(logger, {})
+    if isinstance(getattr(module, "logger", None), logging.Logger):
+        module.logger = _LoggerOnce(module.logger, {})
