@@ -106,27 +106,19 @@ def token(up, call: calls.TokenCall):
 
 
 def labels(inputs, cp: int, cp_rank: int, device) -> torch.Tensor:
-    """This rank's labels ``[1, rows]``: per sequence (padded to ``2·cp·c_i``, zigzag chunks ``r`` and
-    ``2·cp − 1 − r``, ``packing.py``), the next token at response positions, -100 elsewhere."""
-    pieces = []
-    for i, (tokens, total, response, length) in enumerate(
-        zip(inputs.tokens, inputs.total_lengths, inputs.response_lengths, packing.padded_lengths(inputs, cp))
-    ):
+    """This rank's labels ``[1, rows]``: the next token at each position of the rank's zigzag view of a response
+    (``packing.py``: Megatron's layout), -100 elsewhere."""
+    out = torch.full((1, packing.local_sequence_rows(inputs, cp)), IGNORED, dtype=torch.long, device=device)
+    views = zip(packing.view_positions(inputs, cp, cp_rank), packing.view_local_rows(inputs, cp, cp_rank))
+    for i, (tokens, total, (positions, rows)) in enumerate(zip(inputs.tokens, inputs.total_lengths, views)):
         if tokens.numel() != total:  # the labels are built from them: a short row would broadcast into wrong labels
             raise ValueError(
                 f"tokens[{i}] holds {tokens.numel()} ids but total_lengths[{i}] = {total}: give each sample's full "
                 "token ids (ms-swift's labels are built from them)"
             )
-        row = torch.full((length,), IGNORED, dtype=torch.long, device=device)
-        first = max(total - response - 1, 0)
-        row[first : total - 1] = tokens.to(device=device, dtype=torch.long)[first + 1 : total]
-        if cp > 1:
-            chunk = length // (2 * cp)
-            row = torch.cat(
-                [row[cp_rank * chunk : (cp_rank + 1) * chunk], row[(2 * cp - 1 - cp_rank) * chunk :][:chunk]]
-            )
-        pieces.append(row)
-    return torch.cat(pieces).unsqueeze(0) if pieces else torch.zeros(1, 0, dtype=torch.long, device=device)
+        following = tokens.to(device=device, dtype=torch.long)[torch.tensor(positions, dtype=torch.long) + 1]
+        out[0, torch.tensor(rows, dtype=torch.long, device=device)] = following
+    return out
 
 
 def _view(batch: torch.Tensor, inputs, cp: int, cp_rank: int) -> list[torch.Tensor]:
