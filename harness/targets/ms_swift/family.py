@@ -1,39 +1,21 @@
-"""ms-swift (modelscope/ms-swift) as a record on the upstream kernel: ``ms_swift==X`` or ``ms_swift=PATH``.
+"""ms-swift (modelscope/ms-swift): ``ms_swift==X`` or ``ms_swift=PATH``.
 
-What runs is ms-swift's Megatron GRPO trainer, ``MegatronGRPOTrainer``
-(``swift/megatron/trainers/grpo_trainer.py``), its methods loaded alone
-(``Loader.method``: the module imports the whole trainer stack) and run with a
-strict stand-in ``self``:
-
-* token level: ``forward_step``, the composition the trainer runs per
-  micro-batch: the model's fresh output divided IN PLACE by the temperature,
-  ``compute_logps_and_entropy_from_logits`` (``vocab_parallel_utils.py``: its
-  own log-softmax and entropy, then Megatron's vocab-parallel cross entropy,
-  which shifts its input in place). The model is the translation: it answers
-  with a fresh copy of the protocol's logits ``[1, rows, V_local]`` (a model's
-  output is its own tensor; the copy is a buffer the trainer does not make,
-  which the memory checks charge), labels ``[1, rows]`` are the protocol's
-  targets (Megatron's batch is already shifted), ``padding_free`` off, CP 1;
-* packed: ``forward_step`` again, ``padding_free`` on, zigzag CP, with
-  ms-swift's own ``reconstruct_tensor_cp`` and ``pad_logps_back_to_batch``
-  (``packed.py``);
-* the GRPO loss: ``loss_func`` (``policy.py``), which ``forward_step`` hands
-  Megatron's schedule.
-
-Megatron's cross entropy is Megatron's own file, not the harness's stand-in:
-it is what ms-swift's code calls, so a defect of it (its in-place shift, its
-normaliser) is in reach, and its files are in ``executed``. Megatron is a
-second root (``megatron.py``), located and loaded through the kernel's root
-finder and loader; ``megatron.core.parallel_state`` is the harness's stand-in
-(the job's groups).
+What runs is ``MegatronGRPOTrainer.forward_step`` (the trainer's own per-micro-batch composition: the in-place
+temperature division, ``compute_logps_and_entropy_from_logits``, under CP ``reconstruct_tensor_cp``, padding-free
+``pad_logps_back_to_batch``) and ``loss_func`` (``policy.py``), each loaded alone, since the trainer module imports
+the whole trainer stack, and run with a strict stand-in ``self``. The log-probs are Megatron's own
+``vocab_parallel_cross_entropy`` (``megatron.py``: a second root), so its in-place shift and normaliser are in reach.
 """
 
 from __future__ import annotations
 
 import types
 
-from harness.targets.ms_swift import megatron, packed, policy
-from harness.targets.upstream import calls, megatron_stand_in
+import torch
+
+from harness.targets.ms_swift import megatron, policy
+from harness.targets.ms_swift.policy import Settings
+from harness.targets.upstream import calls, megatron_stand_in, packing
 from harness.targets.upstream.family import Entry, Family
 from harness.targets.upstream.locate import Locate
 from harness.targets.upstream.placeholders import refusing
@@ -41,27 +23,18 @@ from harness.targets.upstream.placeholders import refusing
 UTILS = "swift/megatron/trainers/vocab_parallel_utils.py"
 TRAINER = "swift/megatron/trainers/grpo_trainer.py"
 OWNER = "MegatronGRPOTrainer"
-HELPERS = {  # key: the file, the definition, what it reads that the record binds instead of importing
-    "reconstruct_tensor_cp": ("swift/megatron/trainers/utils.py", "reconstruct_tensor_cp", ("mpu",)),
+DEFINITIONS = {  # each loaded alone: its file, and what it imports that the record binds instead
+    "compute_logps_and_entropy_from_logits": (UTILS, ("mpu", "tensor_parallel")),
+    "reconstruct_tensor_cp": ("swift/megatron/trainers/utils.py", ("mpu",)),
     # swift.utils' helper serves only the position_ids fallback; forward_step passes seq_lengths
-    "pad_logps_back_to_batch": (
-        "swift/rlhf_trainers/utils.py",
-        "pad_logps_back_to_batch",
-        ("get_cu_seqlens_from_position_ids",),
-    ),
+    "pad_logps_back_to_batch": ("swift/rlhf_trainers/utils.py", ("get_cu_seqlens_from_position_ids",)),
 }
-
-
-def _refused(name: str, why: str):
-    def refuse(*args, **kwargs):
-        raise NotImplementedError(f"{name} is stood in by harness/targets/ms_swift/family.py ({why}) and must not run")
-
-    return refuse
+IGNORED = -100  # ms-swift's label for a position whose next token is no completion token
 
 
 def _mpu(state) -> types.ModuleType:
-    """ms-swift's ``mpu``: the kernel's parallel-state stand-in (the job's TP/CP groups) and what the trainer asks
-    beyond it: one pipeline stage (the last), one data-parallel rank (the harness runs no data parallelism)."""
+    """The kernel's parallel state and what the trainer asks beyond it: the last pipeline stage, one data-parallel
+    rank (the harness runs no data parallelism)."""
     view = types.ModuleType("megatron.core.mpu")
     view.__dict__.update({k: v for k, v in vars(state).items() if k.startswith("get_")})
     view.is_pipeline_last_stage = lambda *args, **kwargs: True
@@ -70,75 +43,112 @@ def _mpu(state) -> types.ModuleType:
     return view
 
 
-def trainer_stand_ins(up) -> dict:
-    """Module-level names of the trainer's file its two methods read, bound instead of running their imports."""
-    return {
-        "mpu": up.mpu,
-        "compute_logps_and_entropy_from_logits": up.compute_logps_and_entropy_from_logits,
-        "profiling_decorator": lambda function: function,  # timing only
-        "gather": lambda tensor, group=None: tensor,  # metrics over data-parallel ranks: one here
-        "gather_object": lambda objects, group=None: objects,
-        "logger": refusing("ms_swift.logger"),
-        "reconstruct_tensor_cp": up.reconstruct_tensor_cp,
-        "pad_logps_back_to_batch": up.pad_logps_back_to_batch,
-        "RouterReplayHelper": _refused("RouterReplayHelper", "routing replay is off"),
-        "set_router_replay_data": _refused("set_router_replay_data", "routing replay is off"),
-        "RouterReplayAction": None,
-        "GRPOBatch": object,  # an annotation
-    }
-
-
 def _prepare(up) -> None:
     """Megatron's cross entropy from its root; ms-swift's utilities and trainer methods loaded alone on it."""
     state = megatron_stand_in.install()
     up.megatron = megatron.load(state)
     up.roots = (up.megatron.loader,)
     up.mpu = _mpu(state)
-    up.read_from = {"compute_logps_and_entropy_from_logits": UTILS}
-    up.compute_logps_and_entropy_from_logits = up.loader.symbol_if_present(
-        UTILS,
-        "compute_logps_and_entropy_from_logits",
-        stand_ins={"mpu": state, "tensor_parallel": up.megatron.tensor_parallel},
-    )
     bound = {
         "mpu": up.mpu,
+        "tensor_parallel": up.megatron.tensor_parallel,
         "get_cu_seqlens_from_position_ids": refusing("swift.utils.get_cu_seqlens_from_position_ids"),
     }
-    for key, (path, name, names) in HELPERS.items():  # what forward_step calls besides the utilities: ms-swift's own
+    up.read_from = {}
+    for key, (path, names) in DEFINITIONS.items():
         up.read_from[key] = path
-        setattr(up, key, up.loader.symbol_if_present(path, name, stand_ins={n: bound[n] for n in names}))
-    for key, name in (("forward_step", "forward_step"), ("loss_func", "loss_func")):
-        up.read_from[key] = f"{TRAINER} ({OWNER}.{name})"
-        setattr(up, key, _method(up, name))
+        setattr(up, key, up.loader.symbol_if_present(path, key, stand_ins={n: bound[n] for n in names}))
+    trainer_names = {  # the trainer file's module-level names its two methods read, bound instead of imported
+        "mpu": up.mpu,
+        **{key: getattr(up, key) for key in DEFINITIONS},
+        "profiling_decorator": lambda function: function,  # timing only
+        "gather": lambda tensor, group=None: tensor,  # metrics over data-parallel ranks: one here
+        "gather_object": lambda objects, group=None: objects,
+        "logger": refusing("ms_swift.logger"),
+        "RouterReplayHelper": refusing("RouterReplayHelper"),  # routing replay is off
+        "set_router_replay_data": refusing("set_router_replay_data"),
+        "RouterReplayAction": None,
+        "GRPOBatch": object,  # an annotation
+    }
+    for name in ("forward_step", "loss_func"):
+        up.read_from[name] = f"{TRAINER} ({OWNER}.{name})"
+        try:
+            setattr(up, name, up.loader.method(TRAINER, OWNER, name, stand_ins=trainer_names))
+        except LookupError:  # no such file or method (MissingUpstream is one): the entry reports it
+            setattr(up, name, None)
     policy.prepare(up)
 
 
-def _method(up, name):
-    if up.loader.read(TRAINER) is None:
-        return None
-    try:
-        return up.loader.method(TRAINER, OWNER, name, stand_ins=trainer_stand_ins(up))
-    except LookupError:
-        return None
+def _forward_step(up, call, data: dict, logits, micro_batch_size: int, **args):
+    """``forward_step(trainer, iter([data]), model)``: the log-probs it returns, the entropy it hands ``loss_func``.
+    The model answers with a fresh copy of the logits ``[1, rows, V_local]``: a model's output is its own tensor,
+    which the trainer divides in place (the memory checks charge the copy)."""
+    trainer = Settings(
+        args=Settings(**args),
+        _prepare_batch=lambda data: data,  # the batch is already this rank's (CP split, on its device)
+        enable_routing_replay=False,
+        micro_batch_size=micro_batch_size,
+        temperature=call.temperature,
+        compute_entropy=call.with_entropy,
+        loss_func=refusing("MegatronGRPOTrainer.loss_func"),  # handed to Megatron's schedule, never called here
+    )
+    log_probs, loss = up.forward_step(trainer, iter([data]), lambda **inputs: logits.unsqueeze(0).clone())
+    return log_probs, loss.keywords["data"]["per_token_entropy"]
 
 
 def token(up, call: calls.TokenCall):
     """``forward_step(trainer, iter([data]), model)``: the log-probs it returns, the entropy it hands ``loss_func``."""
-    rows = call.targets.shape[0]
-    batch = policy.Settings(completion_mask=call.targets.new_ones(1, rows, dtype=bool))
-    trainer = policy.Settings(
-        args=policy.Settings(context_parallel_size=1, padding_free=False),
-        _prepare_batch=lambda data: data,  # CP 1, tensors already on their device: the batch as it is
-        enable_routing_replay=False,
-        micro_batch_size=1,
-        temperature=call.temperature,
-        compute_entropy=call.with_entropy,
-        loss_func=_refused("loss_func", "the token entry reads the log-probs only"),
-    )
-    data = {"grpo_batch": batch, "labels": call.targets.unsqueeze(0), "input_ids": call.targets.unsqueeze(0)}
-    log_probs, loss = up.forward_step(trainer, iter([data]), packed.Model(call.logits))
-    entropy = loss.keywords["data"]["per_token_entropy"]
+    labels = call.targets.unsqueeze(0)  # Megatron's batch is already shifted: the protocol's targets
+    batch = Settings(completion_mask=call.targets.new_ones(labels.shape, dtype=bool))
+    data = {"grpo_batch": batch, "labels": labels, "input_ids": labels}
+    log_probs, entropy = _forward_step(up, call, data, call.logits, 1, context_parallel_size=1, padding_free=False)
     return log_probs.squeeze(0), (entropy.squeeze(0) if call.with_entropy else None)
+
+
+def labels(inputs, cp: int, cp_rank: int, device) -> torch.Tensor:
+    """This rank's labels ``[1, rows]``: the next token at each position of the rank's zigzag view of a response
+    (``packing.py``: Megatron's layout), -100 elsewhere."""
+    out = torch.full((1, packing.local_sequence_rows(inputs, cp)), IGNORED, dtype=torch.long, device=device)
+    views = zip(packing.view_positions(inputs, cp, cp_rank), packing.view_local_rows(inputs, cp, cp_rank))
+    for i, (tokens, total, (positions, rows)) in enumerate(zip(inputs.tokens, inputs.total_lengths, views)):
+        if tokens.numel() != total:  # the labels are built from them: a short row would broadcast into wrong labels
+            raise ValueError(
+                f"tokens[{i}] holds {tokens.numel()} ids but total_lengths[{i}] = {total}: give each sample's full "
+                "token ids (ms-swift's labels are built from them)"
+            )
+        following = tokens.to(device=device, dtype=torch.long)[torch.tensor(positions, dtype=torch.long) + 1]
+        out[0, torch.tensor(rows, dtype=torch.long, device=device)] = following
+    return out
+
+
+def _view(batch: torch.Tensor, inputs, cp: int, cp_rank: int) -> list[torch.Tensor]:
+    """Each sample's zigzag view of its response from ``[B, max_len]`` (sequence ``i`` right-aligned)."""
+    lengths = packing.padded_lengths(inputs, cp)
+    width = batch.shape[1]
+    return [
+        batch[i, torch.tensor([width - lengths[i] + p for p in positions], dtype=torch.long, device=batch.device)]
+        for i, positions in enumerate(packing.view_positions(inputs, cp, cp_rank))
+    ]
+
+
+def packed(up, call: calls.PackedCall):
+    """``forward_step(trainer, iter([data]), model)`` on the padding-free micro-batch; this rank's views."""
+    cp, cp_rank = call.cp
+    device = call.logits.device
+    lengths = packing.padded_lengths(call.inputs, cp)
+    cu_seqlens = packing.cu_seqlens_padded(call.inputs, cp, device)
+    seq_lens = torch.tensor(lengths, dtype=torch.long, device=device)
+    mask = torch.ones(len(lengths), max(lengths, default=0), dtype=torch.bool, device=device)
+    data = {
+        "grpo_batch": Settings(completion_mask=mask, seq_lengths=seq_lens),
+        "labels": labels(call.inputs, cp, cp_rank, device),
+        "packed_seq_params": Settings(cu_seqlens_q=cu_seqlens, cu_seqlens_kv=cu_seqlens, seq_lens=seq_lens),
+    }
+    logits = call.logits[: packing.local_sequence_rows(call.inputs, cp)]
+    args = {"context_parallel_size": cp, "padding_free": True, "cp_partition_mode": "zigzag"}
+    log_probs, entropy = _forward_step(up, call, data, logits, len(lengths), **args)
+    views = _view(log_probs, call.inputs, cp, cp_rank)
+    return views, (_view(entropy, call.inputs, cp, cp_rank) if call.with_entropy else None)
 
 
 MS_SWIFT = Family(
@@ -155,8 +165,8 @@ MS_SWIFT = Family(
         ),
         Entry(
             "packed_log_probs",
-            ("forward_step", "compute_logps_and_entropy_from_logits", *HELPERS),
-            packed.packed,
+            ("forward_step", *DEFINITIONS),
+            packed,
             frozenset({"packed", "entropy", "temperature", "cp_zigzag"}),
         ),
         Entry("token_policy_loss", ("loss_func",), policy.token_policy_loss, frozenset({"token_policy_loss"})),

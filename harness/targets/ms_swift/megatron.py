@@ -1,20 +1,8 @@
-"""Megatron-core as ms-swift's second root: its own vocab-parallel cross entropy, which ms-swift's log-probs call.
+"""Megatron-core as ms-swift's second root: ms-swift's log-probs are ``-tensor_parallel.vocab_parallel_cross_entropy``.
 
-``vocab_parallel_utils.py`` computes ms-swift's log-probs as
-``-tensor_parallel.vocab_parallel_cross_entropy(...)``: Megatron's code, not
-ms-swift's. The harness runs Megatron's file rather than its stand-in
-(``upstream/megatron_cross_entropy.py``, written from the signature), so what
-is checked is what ms-swift's trainer runs. Megatron is found by the kernel's
-root finder (``LPH_MEGATRON_PATH``: a Megatron-LM checkout or an unpacked
-``megatron-core`` wheel; else the installed ``megatron.core``) and executed by
-a second ``Loader`` over its root, which records the files (``executed``).
-
-``tensor_parallel/cross_entropy.py`` and ``tensor_parallel/utils.py`` are
-executed as modules; ``megatron.core.parallel_state`` is the kernel's stand-in
-(the job's groups); ``megatron/core/utils.py`` imports CUDA-only packages at
-its top, so the names the two files import from it are loaded alone
-(``Loader.symbol``); the package ``__init__`` re-exports the function, which
-``tensor_parallel`` below does the same way.
+Megatron's own file runs, not the kernel's stand-in (``upstream/megatron_cross_entropy.py``), so what is checked
+is what ms-swift's trainer runs and its files are in ``executed``. ``megatron/core/utils.py`` imports CUDA-only
+packages at its top, so the names the two cross-entropy files import from it are loaded alone.
 """
 
 from __future__ import annotations
@@ -37,7 +25,6 @@ HINT = (
 
 
 def _imported_from_utils(loader: Loader) -> list[str]:
-    """The names the cross-entropy files import from ``megatron.core.utils`` (their own import statements)."""
     names = []
     for path in IMPORTERS:
         for node in ast.walk(ast.parse(loader.read(path) or "")):
@@ -47,8 +34,8 @@ def _imported_from_utils(loader: Loader) -> list[str]:
 
 
 def load(state: types.ModuleType) -> types.SimpleNamespace:
-    """Megatron's cross entropy at its root, on the parallel-state stand-in ``state``: ``tensor_parallel`` (the
-    package as ms-swift imports it), the ``loader`` (what executed), the ``revision``."""
+    """Megatron's cross entropy on the parallel-state stand-in ``state``: ``tensor_parallel`` as ms-swift imports
+    it, the ``loader`` (what executed), the ``version``."""
     # The kernel's stand-in registers ``megatron`` in this process; the installed package is looked up without it.
     stand_ins = {name: sys.modules.pop(name) for name in [n for n in sys.modules if n.split(".")[0] == "megatron"]}
     try:

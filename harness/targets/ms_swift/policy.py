@@ -1,35 +1,17 @@
 """ms-swift's Megatron GRPO loss (``MegatronGRPOTrainer.loss_func``) at token level: the stand-in trainer, the options.
 
-``loss_func(self, output_tensor, data)`` is what ``forward_step`` hands
-Megatron's schedule: ``output_tensor`` the ``[B, T]`` log-probs,
-``data["grpo_batch"]`` the batch (masks, advantages per token, old and
-reference log-probs). The harness hands it its ``[B, R]`` matrices there, so
-the loss is ms-swift's: ratio, clip, KL, aggregation. ``self`` is a strict
-stand-in (``Settings``: a setting the method reads that is not mapped here is
-an error naming it); its metrics' reduction over data-parallel ranks is the
-identity (one process).
-
-Mapping (docs/policy-losses.md), each option declared where the Megatron
-arguments (``RLHFMegatronArgumentsMixin``, ``swift/megatron/arguments/
-megatron_args.py``) have the fields it sets:
-
-* aggregation by ``loss_type``: ``grpo`` is ``seq-mean-token-mean`` (the
-  harness's ``sum-of-sample-mean`` is it times ``B``), ``bnpo`` ``token-mean``
-  (``num_items_in_batch`` = the kept tokens, one data-parallel rank, one
-  micro-batch), ``dr_grpo`` ``seq-mean-token-sum-norm``
-  (``max_completion_length`` = the horizon, ``micro_batch_size`` = ``B``);
-* ``importance_sampling_level="sequence_token"``: GSPO-token;
-* ``args.delta`` as the dual clip, for PPO and GSPO (equal when ``delta >= 1 +
-  epsilon_high``; a smaller ``c`` is refused by name);
-* ``beta``: a KL term whose estimator is k3 with input clamp +-20 and output
-  clamp +-10, verl's ``low_var_kl``.
+``loss_func`` gets the harness's ``[B, R]`` log-probs as ``output_tensor`` and matrices in ``data["grpo_batch"]``,
+so the ratio, clip, KL and aggregation are ms-swift's. Each option is declared where the Megatron RLHF arguments
+(``megatron_args.py``) have the fields it sets (docs/policy-losses.md). ``grpo`` is ``seq-mean-token-mean`` (the
+harness's ``sum-of-sample-mean`` is it times ``B``); ``args.delta`` equals the dual clip only when
+``delta >= 1 + epsilon_high``, so a smaller ``c`` is refused by name; ``beta``'s KL is k3 clamped as verl's
+``low_var_kl``.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 
 import torch
 
@@ -52,7 +34,7 @@ class Settings(StrictSettings):
     """The ``MegatronGRPOTrainer`` (``self``), its ``args`` and the ``GRPOBatch`` its methods read, as mapped here."""
 
     READ_AS = "ms-swift MegatronGRPOTrainer"
-    MAPPED_IN = "harness/targets/ms_swift/ (family.py token, policy.py trainer_settings)"
+    MAPPED_IN = "harness/targets/ms_swift/ (family.py _forward_step, policy.py token_policy_loss)"
 
 
 # Read only by the dataclass's __post_init__ checks, which never run here (only its fields are read).
@@ -67,20 +49,17 @@ def prepare(up) -> None:
     up.config_fields = frozenset(f.name for f in dataclasses.fields(mixin)) if mixin is not None else frozenset()
 
 
-# an option declared by the settings that select it
-_configured = functools.partial(configured, "RLHFMegatronArgumentsMixin")
-
-
-OPTIONS = (
-    Option("policy_agg_seq-mean-token-mean", (_configured("loss_type"),), "token_policy_loss"),
-    Option("policy_agg_token-mean", (_configured("loss_type"),), "token_policy_loss"),
-    Option(
-        "policy_agg_seq-mean-token-sum-norm", (_configured("loss_type", "max_completion_length"),), "token_policy_loss"
-    ),
-    Option("policy_gspo", (_configured("importance_sampling_level"),), "token_policy_loss"),
-    Option("policy_dual_clip", (_configured("delta"),), "token_policy_loss"),
-    Option("policy_gspo_dual_clip", (_configured("importance_sampling_level", "delta"),), "token_policy_loss"),
-    Option("policy_kl_low_var_kl", (_configured("beta"),), "token_policy_loss"),
+OPTIONS = tuple(  # each declared by the argument fields that select it
+    Option(capability, (configured("RLHFMegatronArgumentsMixin", *fields),), "token_policy_loss")
+    for capability, fields in (
+        ("policy_agg_seq-mean-token-mean", ("loss_type",)),
+        ("policy_agg_token-mean", ("loss_type",)),
+        ("policy_agg_seq-mean-token-sum-norm", ("loss_type", "max_completion_length")),
+        ("policy_gspo", ("importance_sampling_level",)),
+        ("policy_dual_clip", ("delta",)),
+        ("policy_gspo_dual_clip", ("importance_sampling_level", "delta")),
+        ("policy_kl_low_var_kl", ("beta",)),
+    )
 )
 NOT_DECLARED = {
     "token_policy_entropy": "the loss has no entropy bonus: the entropy feeds metrics and the top-entropy mask",
@@ -92,13 +71,16 @@ NOT_DECLARED = {
 }
 
 
-def trainer_settings(*, eps_clip, eps_clip_high, rows, options) -> Settings:
-    """The stand-in ``self`` for the harness's options."""
+def token_policy_loss(up, call: calls.TokenPolicyCall):
+    """``loss_func(trainer, log_probs, data)`` on the harness's ``[B, R]`` matrices."""
+    options = call.options if call.options is not None else PolicyOptions()
+    eps_clip_high = call.eps_clip if call.eps_clip_high is None else call.eps_clip_high
     if options.dual_clip_c is not None and options.dual_clip_c < 1 + eps_clip_high:
         raise ValueError(
             f"dual_clip_c={options.dual_clip_c}: ms-swift's delta equals the dual clip only when delta >= 1 + eps_high"
         )
-    return Settings(
+    rows = call.log_probs.shape[0]
+    trainer = Settings(
         micro_batch_size=rows,
         disable_rollout_importance_sampling=True,
         rollout_importance_sampling_mode=None,
@@ -108,7 +90,7 @@ def trainer_settings(*, eps_clip, eps_clip_high, rows, options) -> Settings:
         importance_sampling_level="sequence_token" if options.kind == "gspo" else "token",
         _has_teacher=False,
         loss_type=LOSS_TYPES[options.aggregation],
-        epsilon_low=eps_clip,
+        epsilon_low=call.eps_clip,
         epsilon_high=eps_clip_high,
         compute_entropy=False,
         top_entropy_quantile=1.0,
@@ -123,14 +105,6 @@ def trainer_settings(*, eps_clip, eps_clip_high, rows, options) -> Settings:
         _flush_log_completions=lambda: None,
         args=Settings(delta=options.dual_clip_c, overlong_filter=False, num_microbatches=1),
     )
-
-
-def token_policy_loss(up, call: calls.TokenPolicyCall):
-    """``loss_func(trainer, log_probs, data)`` on the harness's ``[B, R]`` matrices."""
-    options = call.options if call.options is not None else PolicyOptions()
-    eps_clip_high = call.eps_clip if call.eps_clip_high is None else call.eps_clip_high
-    rows = call.log_probs.shape[0]
-    trainer = trainer_settings(eps_clip=call.eps_clip, eps_clip_high=eps_clip_high, rows=rows, options=options)
     mask = call.loss_mask.to(torch.bool)
     batch = Settings(
         advantages=call.advantages,

@@ -1,13 +1,9 @@
 """TRL (huggingface/trl): ``trl==X`` or ``trl=PATH``.
 
-The generated page (docs/records/families/trl.md) says what each entry calls and translates; this says why.
-``trl/trainer/utils.py`` imports the Hugging Face stack (transformers, accelerate, datasets, pandas), so the
-definitions under test are loaded alone from it (``Loader.symbol``: each with the module-level statements it
-needs), the kernels as modules. On CPU tensors the helpers take their torch path (``_supports_trl_loss_kernel``
-asks for a CUDA/XPU device); on CUDA they dispatch to the Triton kernel ``trl/kernels/logprob_entropy.py``,
-bound as TRL binds it, which ``triton_kernel`` checks alone (under the interpreter on a CPU). TRL does not shard
-the vocabulary, so at TP > 1 the token entries gather the shards first (``upstream/whole_vocab.py``, what a
-trainer does before calling it).
+``trl/trainer/utils.py`` imports the Hugging Face stack, so the definitions under test are loaded alone from it,
+the kernels as modules. On CPU tensors the helpers take their torch path (``_supports_trl_loss_kernel`` asks for
+CUDA/XPU); the Triton kernel they dispatch to on CUDA is checked alone by ``triton_kernel``. TRL does not shard the
+vocabulary: at TP > 1 the token entries gather the shards first, as a trainer does (``upstream/whole_vocab.py``).
 """
 
 from __future__ import annotations
@@ -35,29 +31,15 @@ TOKEN = ("selective_log_softmax", "selective_log_softmax_and_entropy", "entropy_
 CPU_CASE_LIMITS = {"max_hidden_rows": 16_384}
 
 
-def _is_triton_available() -> bool:
-    """What ``transformers.utils.is_triton_available`` answers on a machine: whether triton imports."""
-    return importlib.util.find_spec("triton") is not None
+def _module(**names):
+    """A placeholder's build: a module holding ``names``."""
 
+    def build(name: str) -> types.ModuleType:
+        module = types.ModuleType(name)
+        module.__dict__.update(names)
+        return module
 
-class _ModelOutput:
-    """transformers' ``ModelOutput`` as far as TRL's fused forward uses it: the base of its output dataclass."""
-
-
-def _transformers_utils(name: str) -> types.ModuleType:
-    """What TRL's files import from ``transformers.utils``: the Triton probe answered as on this machine, the
-    other availability probes (read only by module-level branches the loader never runs) False."""
-    module = types.ModuleType(name)
-    module.is_triton_available = _is_triton_available
-    module.is_peft_available = module.is_rich_available = lambda: False
-    module.ModelOutput = _ModelOutput
-    return module
-
-
-def _deepspeed(name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    module.is_deepspeed_zero3_enabled = lambda: False  # the harness runs no DeepSpeed: ZeRO-3 off
-    return module
+    return build
 
 
 PLACEHOLDERS = (
@@ -65,13 +47,18 @@ PLACEHOLDERS = (
     Placeholder(
         "transformers.utils",
         "is_triton_available (whether triton imports) and the fused forward's ModelOutput",
-        _transformers_utils,
+        _module(  # the other probes are read only by module-level branches the loader never runs
+            is_triton_available=lambda: importlib.util.find_spec("triton") is not None,
+            is_peft_available=lambda: False,
+            is_rich_available=lambda: False,
+            ModelOutput=type("ModelOutput", (), {}),  # the base of the fused forward's output dataclass
+        ),
         scope="call",
     ),
     Placeholder(
         "transformers.integrations.deepspeed",
         "is_deepspeed_zero3_enabled, asked by maybe_gather_lm_head_ctx: no DeepSpeed here",
-        _deepspeed,
+        _module(is_deepspeed_zero3_enabled=lambda: False),
         scope="call",
     ),
 )
@@ -88,27 +75,27 @@ def _prepare(up) -> None:
         "_ChunkedLogProbFunction": up.ChunkedLogProbFunction,
         "_use_triton": getattr(chunked, "_use_triton", None),
     }
+    alone = up.loader.symbol_if_present
     for name in TOKEN:
-        setattr(up, name, _alone(up, UTILS, name, kernels))
-    up.add_fused_lm_head = _alone(up, UTILS, "add_fused_lm_head", kernels) if chunked is not None else None
+        setattr(up, name, alone(UTILS, name, stand_ins=kernels))
+    up.add_fused_lm_head = alone(UTILS, "add_fused_lm_head", stand_ins=kernels) if chunked is not None else None
     if chunked is not None:
-        _backward_import(up, _alone(up, UTILS, "maybe_gather_lm_head_ctx", {}))
-    helpers = {name: _alone(up, UTILS, name, {}) for name in ("nanmin", "nanmax")}  # its metrics' helpers
+        _backward_import(up, alone(UTILS, "maybe_gather_lm_head_ctx"))
+    helpers = {name: alone(UTILS, name) for name in ("nanmin", "nanmax")}  # its metrics' helpers
     helpers = {name: helper for name, helper in helpers.items() if helper is not None}
-    up.compute_loss = None
-    if up.loader.read(GRPO_TRAINER) is not None:
-        try:
-            up.compute_loss = up.loader.method(GRPO_TRAINER, "GRPOTrainer", "_compute_loss", stand_ins=helpers)
-        except LookupError:
-            up.compute_loss = None
-    up.config_fields = _config_fields(up)
+    try:
+        up.compute_loss = up.loader.method(GRPO_TRAINER, "GRPOTrainer", "_compute_loss", stand_ins=helpers)
+    except LookupError:  # no such file or method (MissingUpstream is one): the entry reports it
+        up.compute_loss = None
+    base = type("TrainingArguments", (), {"_VALID_DICT_FIELDS": []})  # as far as a TRL config's class body reads it
+    config = alone(GRPO_CONFIG, "GRPOConfig", stand_ins={"_BaseConfig": base, "TrainingArguments": base})
+    up.config_fields = frozenset(f.name for f in dataclasses.fields(config)) if config is not None else frozenset()
 
 
 def _backward_import(up, gather_context) -> None:
     """The chunked Function's backward imports ``maybe_gather_lm_head_ctx`` from ``..trainer.utils`` when autograd
-    runs it, after the family call returned: that name is TRL's own function (its DeepSpeed probe answered by the
-    placeholder), run in the calling context, in a module the import finds then too (``sys.modules``; the loader
-    saves and restores it around its own view)."""
+    runs it, after the family call returned: TRL's own function, run in the calling context, in a module that
+    import finds then too (``sys.modules``; the loader saves and restores it around its own view)."""
 
     @functools.wraps(gather_context)
     def in_context(*params):
@@ -118,30 +105,6 @@ def _backward_import(up, gather_context) -> None:
     view = types.ModuleType("trl.trainer.utils")
     view.maybe_gather_lm_head_ctx = in_context
     up.loader.modules[view.__name__] = sys.modules[view.__name__] = view
-
-
-def _alone(up, path, name, stand_ins):
-    if up.loader.read(path) is None:
-        return None
-    try:
-        return up.loader.symbol(path, name, stand_ins=stand_ins)
-    except LookupError:  # the revision has no such definition
-        return None
-
-
-def _config_fields(up) -> frozenset:
-    """The fields of TRL's ``GRPOConfig`` (its base, transformers' ``TrainingArguments``, stood in)."""
-    config = _alone(up, GRPO_CONFIG, "GRPOConfig", {"_BaseConfig": _BaseConfig, "TrainingArguments": _BaseConfig})
-    return frozenset(f.name for f in dataclasses.fields(config)) if config is not None else frozenset()
-
-
-class _BaseConfig:
-    """transformers' ``TrainingArguments`` as far as a TRL config's class body reads it."""
-
-    _VALID_DICT_FIELDS: list = []
-
-
-# ---- the entries ---------------------------------------------------------------------------------
 
 
 def token(up, call: calls.TokenCall):
@@ -249,7 +212,7 @@ def kernel_token(up, call: calls.TokenCall):
 TRL_TRITON = Family(
     name="trl",
     locate=TRL.locate,
-    modules={"fused": Module(("trl.kernels.logprob_entropy",))},
+    modules={"fused": TRL.modules["fused"]},
     symbols={"kernel": Symbol("fused", ("selective_log_softmax_and_entropy",))},
     entries=(Entry("token_log_probs", ("kernel",), kernel_token, frozenset({"token", "entropy", "temperature"})),),
     placeholders=PLACEHOLDERS,

@@ -1,34 +1,15 @@
 """TRL's GRPO loss (``GRPOTrainer._compute_loss``) at token level: the stand-in trainer and the options' settings.
 
-The method is loaded alone (``Loader.method``: its class derives from
-transformers' ``Trainer``, which is never built) with TRL's own ``nanmin`` /
-``nanmax`` (metrics only), and runs with a stand-in ``self``
-(``TrainerSettings``, strict: a setting the method reads that is not mapped
-here is an error naming it). Its one call into the model,
-``_get_per_token_logps_and_entropies``, returns the harness's ``[B, R]``
-log-probs and entropy, so everything after it, the loss, is TRL's: ratio,
-clip, KL, aggregation, entropy bonus.
-
-Mapping (docs/policy-losses.md), each option declared where the ``GRPOConfig``
-field it sets is present (``OPTIONS``):
-
-* aggregation by ``loss_type``: ``grpo`` is ``seq-mean-token-mean`` (the
-  harness's ``sum-of-sample-mean`` is it times ``B``, the adapter's
-  arithmetic), ``dapo`` ``token-mean`` (``num_items_in_batch`` = the batch's
-  kept tokens, one process, one accumulation step, one step per generation),
-  ``dr_grpo`` ``seq-mean-token-sum-norm`` (``max_completion_length`` = the
-  constant horizon). A ``loss_type`` value a revision does not know FAILS;
-* KL: ``beta`` with TRL's k3 (unclamped), added per token before the
-  aggregation; ``use_bias_correction_kl``: the ratio-weighted KL;
-* ``delta`` (two-sided clip) as the dual clip, which it equals when
-  ``delta >= 1 + epsilon_high`` (docs/policy-losses.md); a smaller ``c`` is
-  refused by name.
+Its one call into the model, ``_get_per_token_logps_and_entropies``, answers with the harness's ``[B, R]``
+log-probs and entropy, so everything after it (ratio, clip, KL, aggregation, entropy bonus) is TRL's. Each option
+is declared where the ``GRPOConfig`` field it sets is present (docs/policy-losses.md); a ``loss_type`` value a
+revision does not know FAILS. ``grpo`` is ``seq-mean-token-mean`` (the harness's ``sum-of-sample-mean`` is it times
+``B``); ``delta`` equals the dual clip only when ``delta >= 1 + epsilon_high``, so a smaller ``c`` is refused by name.
 """
 
 from __future__ import annotations
 
 import collections
-import functools
 
 import torch
 
@@ -49,23 +30,21 @@ class TrainerSettings(StrictSettings):
     """The ``GRPOTrainer`` (``self``) and ``GRPOConfig`` (``self.args``) the method reads, as mapped here."""
 
     READ_AS = "GRPOTrainer"
-    MAPPED_IN = "harness/targets/trl/policy.py (trainer_settings)"
+    MAPPED_IN = "harness/targets/trl/policy.py (token_policy_loss)"
 
 
-# an option declared by the settings that select it
-_configured = functools.partial(configured, "GRPOConfig")
-
-
-OPTIONS = (
-    Option("policy_agg_seq-mean-token-mean", (_configured("loss_type"),), "token_policy_loss"),
-    Option("policy_agg_token-mean", (_configured("loss_type"),), "token_policy_loss"),
-    Option(
-        "policy_agg_seq-mean-token-sum-norm", (_configured("loss_type", "max_completion_length"),), "token_policy_loss"
-    ),
-    Option("policy_kl_k3", (_configured("beta"),), "token_policy_loss"),
-    Option("policy_kl_ratio_weighted", (_configured("beta", "use_bias_correction_kl"),), "token_policy_loss"),
-    Option("policy_dual_clip", (_configured("delta"),), "token_policy_loss"),
+OPTIONS = tuple(  # each declared by the GRPOConfig fields that select it
+    Option(capability, (configured("GRPOConfig", *fields),), "token_policy_loss")
+    for capability, fields in (
+        ("policy_agg_seq-mean-token-mean", ("loss_type",)),
+        ("policy_agg_token-mean", ("loss_type",)),
+        ("policy_agg_seq-mean-token-sum-norm", ("loss_type", "max_completion_length")),
+        ("policy_kl_k3", ("beta",)),
+        ("policy_kl_ratio_weighted", ("beta", "use_bias_correction_kl")),
+        ("policy_dual_clip", ("delta",)),
+    )
 )
+
 NOT_DECLARED = {
     "token_policy_entropy": "TRL's bonus is a token mean of the micro-batch whatever loss_type, the protocol's "
     "follows the loss's aggregation (Cases with a coefficient of 0 still check that the entropy moves nothing)",
@@ -77,22 +56,23 @@ NOT_DECLARED = {
 }
 
 
-def trainer_settings(log_probs, entropy, *, eps_clip, eps_clip_high, entropy_coef, options) -> TrainerSettings:
-    """The stand-in ``self``: TRL's settings for the harness's options, the model call answered with the inputs."""
+def token_policy_loss(up, call: calls.TokenPolicyCall):
+    """``_compute_loss(trainer, model, inputs)`` on the harness's ``[B, R]`` matrices."""
+    options = call.options if call.options is not None else PolicyOptions()
+    eps_clip_high = call.eps_clip if call.eps_clip_high is None else call.eps_clip_high
     if options.dual_clip_c is not None and options.dual_clip_c < 1 + eps_clip_high:
         raise ValueError(
             f"dual_clip_c={options.dual_clip_c}: TRL's delta equals the dual clip only when delta >= 1 + eps_clip_high"
         )
-    entropies = entropy if entropy is not None else torch.zeros_like(log_probs).detach()
-    bonus = entropy is not None and entropy_coef != 0
-    return TrainerSettings(
-        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (log_probs, entropies, None),
+    entropies = call.entropy if call.entropy is not None else torch.zeros_like(call.log_probs).detach()
+    trainer = TrainerSettings(
+        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (call.log_probs, entropies, None),
         top_entropy_quantile=1.0,
         off_policy_mask_threshold=None,
         importance_sampling_level="token",
         beta=float(options.kl_coef),
         loss_type=LOSS_TYPES[options.aggregation],
-        epsilon_low=eps_clip,
+        epsilon_low=call.eps_clip,
         epsilon_high=eps_clip_high,
         use_vllm=False,
         vllm_importance_sampling_correction=False,
@@ -101,29 +81,15 @@ def trainer_settings(log_probs, entropy, *, eps_clip, eps_clip_high, entropy_coe
         accelerator=OneProcessAccelerator(),
         max_completion_length=options.horizon,
         aux_loss_enabled=False,
-        _entropy_bonus_enabled=bonus,
+        _entropy_bonus_enabled=call.entropy is not None and call.entropy_coef != 0,
         use_adaptive_entropy=False,
-        entropy_coef=float(entropy_coef),
+        entropy_coef=float(call.entropy_coef),
         _metrics={"train": collections.defaultdict(list), "eval": collections.defaultdict(list)},
         args=TrainerSettings(
             delta=options.dual_clip_c,
             use_bias_correction_kl=bool(options.kl_ratio_weighted),
             steps_per_generation=1,
         ),
-    )
-
-
-def token_policy_loss(up, call: calls.TokenPolicyCall):
-    """``_compute_loss(trainer, model, inputs)`` on the harness's ``[B, R]`` matrices."""
-    options = call.options if call.options is not None else PolicyOptions()
-    eps_clip_high = call.eps_clip if call.eps_clip_high is None else call.eps_clip_high
-    trainer = trainer_settings(
-        call.log_probs,
-        call.entropy,
-        eps_clip=call.eps_clip,
-        eps_clip_high=eps_clip_high,
-        entropy_coef=call.entropy_coef,
-        options=options,
     )
     rows, width = call.log_probs.shape
     device = call.log_probs.device
