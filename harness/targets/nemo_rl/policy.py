@@ -1,43 +1,12 @@
 """NeMo-RL's policy loss (``ClippedPGLossFn``, ``nemo_rl/algorithms/loss/loss_functions.py``) at token level.
 
-``ClippedPGLossFn`` has ``input_type = LOGPROB``: NeMo's loss wrapper
-(``nemo_rl/algorithms/loss/wrapper.py``) turns the model's logits into
-next-token log-probs and calls it with them, the batch's data dict and the
-global counts ``global_valid_seqs`` / ``global_valid_toks``. That call is
-what the entry makes, with the harness's ``[B, R]`` matrices as the
-log-probs. The class is loaded alone through the family's loader (its module
-imports pydantic, ``BatchedDataDict``, the DTensor and cross-tokenizer
-helpers at the top): ``LossFunction``, ``LossType``, ``LossInputType`` and
-``MetricNormalizer`` (where the revision has it) from ``loss/interfaces.py``,
-``calculate_kl`` and ``masked_mean`` from ``nemo_rl/algorithms/utils.py``,
-each loaded alone too; ``BatchedDataDict`` (annotations only) is ``dict``;
-the pydantic ``ClippedPGLossConfig`` is a strict settings object
-(``LossConfig``) naming any field the revision reads and the entry does not map.
-
-Conventions (docs/policy-losses.md, "Framework conventions at a glance"):
-
-* the data dict's per-token entries are ``[B, R + 1]``: NeMo drops column 0
-  (the first token has no next-token log-prob), so the entry prepends a
-  zero column; ``sample_mask`` is all ones (every harness sample counts);
-* ``global_valid_toks`` is the batch's kept-token count, ``global_valid_seqs``
-  its sample count, as NeMo's wrapper all-reduces them over data parallel;
-* aggregation: ``token_level_loss=True`` is ``token-mean``, ``False``
-  ``seq-mean-token-mean``; the harness's ``sum-of-sample-mean`` is the latter
-  times ``B`` (a unit);
-* ``ratio_clip_min`` / ``ratio_clip_max`` are the clip offsets, ``ratio_clip_c``
-  the dual clip; ``use_cispo`` CISPO (NeMo asserts ``token_level_loss``);
-* KL: ``use_on_policy_kl_approximation`` weights the KL by
-  ``exp(logp - generation_logprobs)``, the generation log-probs being the old
-  ones (no rollout correction: the sampler was the old policy): the protocol's
-  ratio-weighted KL; ``kl_input_clamp_value`` / ``kl_output_clamp_value`` are
-  None (the protocol's ``k1``, ``k2``, ``k3`` are unclamped);
-* rollout corrections: ``use_importance_sampling_correction`` with
-  ``truncated_importance_sampling_type="tis"`` (TIS, floor
-  ``truncated_importance_sampling_ratio_min``) and ``"icepop"`` (MIS; no floor
-  is a floor of 0), at token level, ``generation_logprobs`` the rollout's.
-
-Combinations NeMo has no form for are refused per Case (``combination_needs``:
-UNSUPPORTED, never run as something else).
+``ClippedPGLossFn`` takes next-token log-probs (``input_type = LOGPROB``): NeMo's loss wrapper computes them and
+calls it with the batch's data dict and the global counts, which is the call the entry makes with the harness's
+``[B, R]`` matrices. Its module imports pydantic and the DTensor helpers at the top, so the class and what it reads
+(``loss/interfaces.py``, ``calculate_kl`` and ``masked_mean``) are loaded alone; the pydantic config is a strict
+settings object naming any field the revision reads and the entry does not map. The data dict's per-token entries
+are ``[B, R + 1]`` (NeMo drops column 0). The option mapping is docs/policy-losses.md's conventions table; what
+NeMo-RL has no form for is refused per Case (``combination_needs``: UNSUPPORTED, never run as something else).
 """
 
 from __future__ import annotations
