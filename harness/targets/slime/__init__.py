@@ -1,2 +1,1 @@
-"""The slime family (THUDM/slime and its forks): adapter, API detection across revisions, stand-ins for
-the dependencies its loss module imports."""
+"""The slime family and its fork miles: ``family.py`` the records, ``policy.py`` the policy-loss options."""

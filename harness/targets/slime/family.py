@@ -1,15 +1,10 @@
-"""The slime family (THUDM/slime) and its fork miles (radixark/miles): ``slime=PATH`` / ``miles=PATH``.
+"""The slime family (THUDM/slime) and its fork miles (radixark/miles). Why the translations look as they do:
 
-The generated page (docs/records/families/slime.md) says what each entry calls and translates; this says why:
-
-* slime's loss code asserts fp32 logits (its trainer hands the model output over so), so every entry casts
-  them with a differentiable ``.float()``;
-* ``args`` is a strict Namespace (``SlimeArgs``): a setting a revision reads that ``slime_args`` does not map
-  is an error naming it, never a silent default;
-* Megatron's ``mpu`` and fused cross entropy are the harness's stand-ins (``upstream/megatron_*``, the latter
-  overwriting its fp32 input as Megatron's does): a defect of Megatron's own kernel is out of reach;
-* slime's ``loss_function`` bookkeeping (micro-batches, global batch) is not applied: the checks hold one
-  micro-batch's loss.
+slime's loss code asserts fp32 logits (its trainer hands them over so), so every entry casts them with a
+differentiable ``.float()``; ``args`` is strict (a setting a revision reads that ``slime_args`` does not map is
+an error naming it, never a silent default); Megatron's ``mpu`` and fused cross entropy are the harness's
+stand-ins (``upstream/megatron_*``), so a defect of Megatron's own kernel is out of reach; ``loss_function``'s
+bookkeeping (micro-batches, global batch) is not applied: the checks hold one micro-batch's loss.
 """
 
 from __future__ import annotations
@@ -31,64 +26,39 @@ GATE_PARAMETERS = ("with_entropy_grad", "need_entropy_grad", "entropy_requires_g
 
 
 class SlimeArgs(StrictSettings):
-    """slime's ``args``: a missing setting raises an AttributeError naming it (``getattr`` defaults still work)."""
-
-    READ_AS = "slime args"
-    MAPPED_IN = "harness/targets/slime/family.py (slime_args)"
+    READ_AS, MAPPED_IN = "slime args", "harness/targets/slime/family.py (slime_args)"
 
 
-class ParallelSettings(StrictSettings):
-    """The ``parallel_state`` argument of slime #1373..#1442 (``training_utils.parallel.ParallelState``)."""
-
-    READ_AS = "slime parallel_state"
-    MAPPED_IN = "harness/targets/slime/family.py (parallel_state)"
+class ParallelSettings(StrictSettings):  # slime #1373..#1442's parallel_state argument, miles' get_parallel_state()
+    READ_AS, MAPPED_IN = "slime parallel_state", "harness/targets/slime/family.py (parallel_state)"
 
 
 def slime_args(**settings) -> SlimeArgs:
     """The ``args`` slime's loss code reads: a plain GRPO/PPO policy loss with the call's settings."""
     defaults = dict(
-        rollout_temperature=1.0,
-        log_probs_chunk_size=-1,
-        allgather_cp=False,
-        qkv_format="thd",
-        entropy_coef=0.0,
-        eps_clip=0.2,
-        eps_clip_high=0.2,
-        eps_clip_c=None,
-        advantage_estimator="grpo",
-        use_rollout_logprobs=False,
-        use_opsm=False,
-        use_tis=False,
+        rollout_temperature=1.0, log_probs_chunk_size=-1, allgather_cp=False, qkv_format="thd", entropy_coef=0.0,
+        eps_clip=0.2, eps_clip_high=0.2, eps_clip_c=None, advantage_estimator="grpo", use_rollout_logprobs=False,
+        use_opsm=False, use_tis=False, get_mismatch_metrics=False, custom_tis_function_path=None,
+        custom_pg_loss_reducer_function_path=None, use_kl_loss=False, use_unbiased_kl=False, kl_loss_coef=0.0,
+        kl_loss_type="low_var_kl", calculate_per_token_loss=False, rollout_top_p=1.0, recompute_loss_function=False,
         enable_off_policy_correction=False,  # read by the revisions between #179 and #234 (2025-08)
-        get_mismatch_metrics=False,
-        custom_tis_function_path=None,
-        custom_pg_loss_reducer_function_path=None,
-        use_kl_loss=False,
-        use_unbiased_kl=False,
-        kl_loss_coef=0.0,
-        kl_loss_type="low_var_kl",
-        calculate_per_token_loss=False,
-        rollout_top_p=1.0,
-        recompute_loss_function=False,
         use_dynamic_batch_size=False,  # read by the first revisions' policy_loss_func
-        # miles' settings (absent from slime, which never reads them)
-        true_on_policy_mode=False,
-        observe_training_entropy=False,
-        skip_actor_forward_only=False,
-    )
+        true_on_policy_mode=False, observe_training_entropy=False, skip_actor_forward_only=False,  # miles' only
+    )  # fmt: skip
     return SlimeArgs(**{**defaults, **settings})
 
 
-def _group_info(group) -> types.SimpleNamespace:
-    """What miles' code reads of a ``GroupInfo``: ``rank``, ``size``, ``group`` (``SINGLE_RANK`` for one rank)."""
-    size, rank = calls.size_and_rank(group)
-    return types.SimpleNamespace(rank=rank, size=size, group=megatron_stand_in.SINGLE_RANK if group is None else group)
-
-
 def parallel_state(tp_group, cp_group) -> ParallelSettings:
-    """The job's groups as slime's ``ParallelState`` / miles' ``get_parallel_state()`` read them; every other
-    dimension one rank (a dimension not provided raises, naming it)."""
-    tp, cp, single = _group_info(tp_group), _group_info(cp_group), _group_info(None)
+    """The job's groups as slime's ``ParallelState`` / miles' ``GroupInfo`` read them (``SINGLE_RANK`` for one
+    rank); every other dimension one rank (a dimension not provided raises, naming it)."""
+
+    def info(group):
+        size, rank = calls.size_and_rank(group)
+        return types.SimpleNamespace(
+            rank=rank, size=size, group=megatron_stand_in.SINGLE_RANK if group is None else group
+        )
+
+    tp, cp, single = info(tp_group), info(cp_group), info(None)
     return ParallelSettings(
         tp=tp, cp=cp, pp=single, ep=single, etp=single, cp_comm_type=None, is_ulysses_cp=False,
         is_pp_last_stage=True, tp_rank=tp.rank, tp_size=tp.size, tp_group=tp.group, cp_rank=cp.rank,
@@ -97,30 +67,22 @@ def parallel_state(tp_group, cp_group) -> ParallelSettings:
     )  # fmt: skip
 
 
-def _miles_state(up, tp_group, cp_group):
-    """miles finds its groups through ``get_parallel_state()``: set it for the call."""
+def _miles_state(up, tp_group, cp_group):  # miles finds its groups through get_parallel_state()
     if up.set_parallel_state is not None:
         up.set_parallel_state(parallel_state(tp_group, cp_group))
     return contextlib.nullcontext()
 
 
-def _fp32(logits):
-    """Floating logits as fp32 (differentiably), as slime's trainer hands them over; integer ones untouched, so
-    what slime does with them is what the checks see."""
+def _fp32(logits):  # integer logits untouched: what slime does with them is what the checks see
     return logits.float() if logits.is_floating_point() and logits.dtype != torch.float32 else logits
 
 
-def _accepted(fn, **keywords) -> dict:
-    """The keyword arguments among ``keywords`` that ``fn`` takes."""
-    names = parameters(fn)
-    return {key: value for key, value in keywords.items() if key in names}
+def _accepted(fn, **keywords) -> dict:  # those of keywords that fn takes
+    return {key: value for key, value in keywords.items() if key in parameters(fn)}
 
 
 def _chunk(call) -> int:
     return -1 if call.chunk_size is None else call.chunk_size
-
-
-# ---- token level ------------------------------------------------------------------------------
 
 
 def token(up, call: calls.TokenCall, **extra):
@@ -139,33 +101,34 @@ def token(up, call: calls.TokenCall, **extra):
 
 def sampling(up, call: calls.SamplingCall):
     """The keep-mask replay: the trainer's per-rank bool ``[rows, V_local]`` mask handed to the token function."""
-    if call.with_entropy:
-        raise ValueError("slime's entropy is over the full vocabulary, not the kept set (sampling_entropy)")
-    return token(up, call.replace(with_entropy=False), log_prob_keep_mask=call.kept.dense)
+    return token(up, call, log_prob_keep_mask=call.kept.dense)
 
 
-# ---- packed level and policy loss ----------------------------------------------------------------
-
-
-def _layout(up, call: calls.PackedCall, **settings):
-    """slime's logits tensor, ``args`` and layout keywords for this batch."""
+def _layout(call: calls.PackedCall, **settings):
+    """slime's logits tensor, ``args``, row lists and layout keywords for this batch."""
+    inputs = call.inputs
     args = slime_args(
-        allgather_cp=call.inputs.cp_mode == "allgather",
-        qkv_format=call.inputs.qkv_format,
+        allgather_cp=inputs.cp_mode == "allgather",
+        qkv_format=inputs.qkv_format,
         rollout_temperature=call.temperature,
         log_probs_chunk_size=_chunk(call),
         **settings,
     )
+    rows = {
+        "unconcat_tokens": list(inputs.tokens),
+        "total_lengths": list(inputs.total_lengths),
+        "response_lengths": list(inputs.response_lengths),
+    }
     scores, extra = _fp32(call.logits), {}
-    if call.inputs.qkv_format == "bshd":
-        batch = len(call.inputs.total_lengths)
+    if inputs.qkv_format == "bshd":
+        batch = len(inputs.total_lengths)
         seq_len = scores.shape[0] // batch if batch else 0
         scores = scores.view(batch, seq_len, scores.shape[-1])
         extra["max_seq_lens"] = [seq_len] * batch
     else:
         scores = scores.unsqueeze(0)
     extra["parallel_state"] = parallel_state(call.tp_group, call.cp_group)
-    return scores, args, extra
+    return scores, args, rows, extra
 
 
 def _results(out) -> dict:
@@ -179,18 +142,9 @@ def packed(up, call: calls.PackedCall):
     ``parallel_state`` argument (slime #1373..#1442)."""
     fn = up.get_log_probs_and_entropy
     wants_grad = bool(call.with_entropy and call.entropy_grad)
-    scores, args, extra = _layout(up, call, entropy_coef=1.0 if wants_grad else 0.0)
-    result = _results(
-        fn(
-            scores,
-            args=args,
-            unconcat_tokens=list(call.inputs.tokens),
-            total_lengths=list(call.inputs.total_lengths),
-            response_lengths=list(call.inputs.response_lengths),
-            with_entropy=call.with_entropy,
-            **_accepted(fn, entropy_requires_grad=wants_grad, **extra),
-        )
-    )
+    scores, args, rows, extra = _layout(call, entropy_coef=1.0 if wants_grad else 0.0)
+    keywords = _accepted(fn, entropy_requires_grad=wants_grad, **extra)
+    result = _results(fn(scores, args=args, **rows, with_entropy=call.with_entropy, **keywords))
     entropy = result.get("entropy") if call.with_entropy else None
     return list(result["log_probs"]), (list(entropy) if entropy is not None else None)
 
@@ -200,8 +154,7 @@ def policy_loss(up, call: calls.PolicyCall):
     per-sample log-probs and entropy returned are those slime's loss was built from (its own call of
     ``get_log_probs_and_entropy``, recorded); the first revisions' ``policy_loss_func`` returns ``loss / cp_size``
     (Megatron multiplies back), so the rank's share is that times the CP size."""
-    scores, args, extra = _layout(
-        up,
+    scores, args, rows, extra = _layout(
         call,
         entropy_coef=float(call.entropy_coef) if call.with_entropy else 0.0,
         observe_training_entropy=bool(call.with_entropy),
@@ -213,49 +166,42 @@ def policy_loss(up, call: calls.PolicyCall):
     batch = {
         "advantages": list(call.advantages),
         "log_probs": list(call.old_log_probs),
-        "unconcat_tokens": list(call.inputs.tokens),
-        "total_lengths": list(call.inputs.total_lengths),
-        "response_lengths": list(call.inputs.response_lengths),
+        **rows,
         "loss_masks": masks,
         **policy.batch_entries(call.options, masks),
         **{k: v for k, v in extra.items() if k != "parallel_state"},
     }
-    # The policy module's own name for the packed entry point (miles imports it from another module).
-    loss_module = up.modules["policy"]
+    loss_module = up.modules["policy"]  # its own name for the packed entry point (miles imports it elsewhere)
     original, recorded = loss_module.get_log_probs_and_entropy, {}
 
     @functools.wraps(original)
-    def recording(*call_args, **call_kwargs):
-        out = original(*call_args, **call_kwargs)
+    def recording(*arguments, **keywords):
+        out = original(*arguments, **keywords)
         recorded["result"] = _results(out)
         return out
 
     loss_module.get_log_probs_and_entropy = recording
     try:
-        if up.policy_loss_function is not None:
-            fn = up.policy_loss_function
-            per_token = call.options is not None and call.options.aggregation == "token-sum"
-            sum_of_sample_mean = up.get_sum_of_sample_mean(
+        if up.policy_loss_function is None:
+            loss, _normaliser, _metrics = up.policy_loss_func(args, batch, 1, scores)
+            loss = loss * call.cp[0]
+        else:
+            reducer = up.get_sum_of_sample_mean(
                 list(call.inputs.total_lengths),
                 list(call.inputs.response_lengths),
                 masks,
                 **_accepted(up.get_sum_of_sample_mean, qkv_format=call.inputs.qkv_format, **extra),
-                **({"calculate_per_token_loss": True} if per_token else {}),
+                **({"calculate_per_token_loss": True} if args.calculate_per_token_loss else {}),
             )
-            keywords = _accepted(fn, parallel_state=extra["parallel_state"])
-            loss, _metrics = fn(
-                args=args, batch=batch, logits=scores, sum_of_sample_mean=sum_of_sample_mean, **keywords
+            keywords = _accepted(up.policy_loss_function, parallel_state=extra["parallel_state"])
+            loss, _metrics = up.policy_loss_function(
+                args=args, batch=batch, logits=scores, sum_of_sample_mean=reducer, **keywords
             )
-        else:
-            loss, _normaliser, _metrics = up.policy_loss_func(args, batch, 1, scores)
-            loss = loss * call.cp[0]
     finally:
         loss_module.get_log_probs_and_entropy = original
     result = recorded["result"]
     return loss, list(result["log_probs"]), (list(result["entropy"]) if call.with_entropy else None)
 
-
-# ---- the records ---------------------------------------------------------------------------------
 
 PLACEHOLDERS = (
     Placeholder(
@@ -276,6 +222,7 @@ PLACEHOLDERS = (
         for name in ("megatron.core.packed_seq_params", "megatron.core.utils")
     ),
 )
+LOSS = frozenset({"policy_loss", "entropy", "temperature"})
 ENTRIES = (
     Entry(
         "token_log_probs",
@@ -287,17 +234,9 @@ ENTRIES = (
         "which the packed and policy checks run",
     ),
     Entry("packed_log_probs", ("get_log_probs_and_entropy",), packed, frozenset({"packed", "entropy", "temperature"})),
-    Entry(
-        "policy_loss",
-        ("policy_loss_function", "get_sum_of_sample_mean", "get_log_probs_and_entropy"),
-        policy_loss,
-        frozenset({"policy_loss", "entropy", "temperature"}),
-    ),
-    Entry(
-        "policy_loss",
-        ("policy_loss_func", "get_log_probs_and_entropy"),
-        policy_loss,
-        frozenset({"policy_loss", "entropy", "temperature"}),
+    *(
+        Entry("policy_loss", (*first, "get_log_probs_and_entropy"), policy_loss, LOSS)
+        for first in (("policy_loss_function", "get_sum_of_sample_mean"), ("policy_loss_func",))
     ),
     Entry(
         "sampling_log_probs",
@@ -307,10 +246,9 @@ ENTRIES = (
         since="the keep-mask replay arrived with slime #2102",
     ),
 )
-GATE = tuple(f"calculate_log_probs_and_entropy({p})" for p in GATE_PARAMETERS)
 LAYOUT_OPTIONS = (
     Option("chunking", ("calculate_log_probs_and_entropy(chunk_size)",), "packed"),
-    Option("entropy_gate", GATE, "packed"),
+    Option("entropy_gate", tuple(f"calculate_log_probs_and_entropy({p})" for p in GATE_PARAMETERS), "packed"),
     Option("bshd", ("get_log_probs_and_entropy(max_seq_lens)",), "packed"),
     Option("cp_zigzag", ("get_logits_and_tokens_offset_with_cp",), "packed"),
     Option("cp_allgather", ("allgather_cp_redistribute",), "packed"),
@@ -377,10 +315,7 @@ MILES = Family(
         "cp_utils": Module(("miles.backends.training_utils.cp_utils",)),
         "parallel": Module(("miles.backends.training_utils.parallel",)),
     },
-    symbols={
-        **_symbols("policy"),
-        "set_parallel_state": Symbol("parallel", ("set_parallel_state",)),
-    },
+    symbols=_symbols("policy") | {"set_parallel_state": Symbol("parallel", ("set_parallel_state",))},
     entries=ENTRIES,
     options=LAYOUT_OPTIONS + tuple(o for o in policy.OPTIONS if o.capability == "policy_agg_token-sum"),
     placeholders=PLACEHOLDERS,

@@ -1,25 +1,9 @@
 """The harness's policy-loss options (``PolicyOptions``) as slime's ``args`` and batch (docs/policy-losses.md).
 
-What slime's ``policy_loss_function`` reads; each option is declared where
-the definition slime calls for it is present in the revision (``OPTIONS``),
-whether or not the loss passes the setting through: an option present but
-not wired reads FAIL, never UNSUPPORTED (slime passed ``eps_clip_c`` on only
-from #2247; before it, the dual clip fails):
-
-* ``--eps-clip-c``: dual clip (PPO; ``compute_policy_loss``);
-* ``--advantage-estimator cispo``: ``compute_cispo_loss`` with slime's own
-  clip range (``1 - eps_clip``, ``1 + eps_clip_high``);
-* ``--use-kl-loss``, ``--kl-loss-type`` (``k1``, ``k2``, ``k3``,
-  ``low_var_kl``), ``--kl-loss-coef``, ``--use-unbiased-kl`` (the KL times
-  the ratio ``exp(logp - old)``, with its gradient), reduced by the same
-  reducer as the policy term;
-* ``--use-tis`` with ``--tis-clip`` / ``--tis-clip-low``
-  (``vanilla_tis_function``): token-level TIS, the floor 0 when the harness
-  has none; the batch carries ``rollout_log_probs`` and the per-sample mask
-  sums ``rollout_mask_sums`` that slime rebuilds its reducer from;
-* ``--calculate-per-token-loss``: the reducer sums tokens (``token-sum``
-  per call; slime's ``loss_function`` then divides by the global token
-  count, trainer bookkeeping the harness leaves out).
+An option is declared where the definition slime's loss calls for it is present, whether or not the loss passes
+the setting through: present but not wired reads FAIL, never UNSUPPORTED (slime passed ``eps_clip_c`` on only
+from #2247). TIS takes the floor 0 when the harness gives none; with ``--calculate-per-token-loss`` slime's
+``loss_function`` then divides by the global token count, trainer bookkeeping the harness leaves out.
 """
 
 from __future__ import annotations
@@ -27,14 +11,12 @@ from __future__ import annotations
 from harness.targets.upstream.family import Option
 
 KL_KINDS = ("k1", "k2", "k3", "low_var_kl")
-# Declared where the definitions slime's loss calls for them are present (never read from its source).
 OPTIONS = (
     Option("policy_dual_clip", ("compute_policy_loss(eps_clip_c)",), "policy_loss"),
     Option("policy_cispo", ("compute_cispo_loss",), "policy_loss"),
     *(Option(f"policy_kl_{kind}", ("compute_approx_kl",), "policy_loss") for kind in KL_KINDS),
     Option("policy_kl_ratio_weighted", ("compute_approx_kl(importance_ratio)",), "policy_loss"),
-    Option("policy_tis_token", ("vanilla_tis_function",), "policy_loss"),
-    Option("policy_tis_floor", ("vanilla_tis_function",), "policy_loss"),
+    *(Option(f"policy_tis_{form}", ("vanilla_tis_function",), "policy_loss") for form in ("token", "floor")),
     Option("policy_agg_token-sum", ("get_sum_of_sample_mean(calculate_per_token_loss)",), "policy_loss"),
 )
 NOT_DECLARED = {
