@@ -240,7 +240,7 @@ def _raw_verdict(report, target: str) -> Verdict | None:
             )
         return Verdict(report.nodeid, SKIPPED, tier, reason=facts.headline, figures=figures)
     if report.failed:
-        infrastructure = facts.kind == failure.POOL_START
+        infrastructure = facts.kind in failure.UNDECIDED
         if facts.kind == failure.PRECISION:  # rounding in the working dtype explains it: never a contract red
             tier = HARDENING
         return Verdict(

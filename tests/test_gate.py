@@ -8,6 +8,7 @@ decision, the exit code and what the reports say.
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -22,6 +23,8 @@ from harness.gate.specs import ROOT
 from harness.gate.tiers import BUDGET, CONTRACT, HARDENING, TIERS, parse_tiers, tier_of_item
 from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, UNSUPPORTED, Run, Verdict
 from harness.ranks.errors import CollectiveHang, PoolStartError, RankError, RankHang
+from harness.targets.upstream.loader import MissingUpstream
+from harness.targets.upstream.symbols import MissingUpstreamImport
 
 GATE = "regressions/test_inverted_no_grad_gate.py::test_requires_grad_equals_gate_and_gradient_matches_oracle"
 PARITY = "properties/test_backward_parity.py::test_token_backward_parity"
@@ -115,6 +118,9 @@ def test_verdict_facts_come_from_the_exception_not_its_message(wording):
     proven.diverged = True
     assert _verdict_of(proven).diverged
     assert (_verdict_of(PoolStartError(wording)).outcome, _verdict_of(RankError(wording)).kind) == (ERROR, "error")
+    # Code that cannot be loaded decides nothing about the target's behaviour: ERROR, never the check's FAIL.
+    for missing in (MissingUpstream(wording), MissingUpstreamImport("pydantic", "a module", "stand it in")):
+        assert (_verdict_of(missing).outcome, _verdict_of(missing).kind) == (ERROR, failure.LOAD)
     wrong = failure.mark(failure.CheckFailure(wording, kind=failure.GRADIENT), check=CHECK, case=CASE, replay=REPLAY)
     verdict = _verdict_of(wrong)
     assert (verdict.kind, verdict.check, verdict.case, verdict.replay) == (failure.GRADIENT, CHECK, CASE, REPLAY)
@@ -423,6 +429,9 @@ def test_errors_are_rerun_once_and_replaced():
     assert asked == [sorted([GATE, PARITY])]
     assert {k: v.outcome for k, v in result.verdicts.items()} == {GATE: PASS, PARITY: ERROR, PACKED: PASS}
     assert retries.rerun_errors(run(verdict(GATE)), rerun) == [] and len(asked) == 1
+    # Code that could not be loaded would fail to load again: not rerun.
+    unloadable = replace(verdict(GATE, ERROR, reason="MissingUpstream: no loss.py"), kind=failure.LOAD)
+    assert retries.rerun_errors(run(unloadable), rerun) == [] and len(asked) == 1
 
 
 def test_reports_and_summary(tmp_path):

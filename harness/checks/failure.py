@@ -43,6 +43,7 @@ COLLECTIVES = "collectives"  # the ranks of a group issued different collectives
 ERROR = "error"  # the target raised where it should have returned (any exception but a failed check)
 CRASH = "crash"  # the target killed the test process (a signal such as SIGSEGV): decided by the gate's journal
 POOL_START = "pool_start"  # the rank pool could not start: the machine's fault, never the target's
+LOAD = "load"  # the target's code could not be loaded (a file, symbol or import missing): no check of it ran
 UNSUPPORTED = "unsupported"  # the target lacks a capability the check needs
 ASSERTION = "assertion"  # a failed plain assertion no kind was given for
 # Over the tolerance bound, but within what rounding in the Case's working dtype explains at the output's magnitude:
@@ -65,7 +66,8 @@ FAILURE_KINDS = (
     ASSERTION,
     PRECISION,
 )
-KINDS = (*FAILURE_KINDS, POOL_START, UNSUPPORTED)
+KINDS = (*FAILURE_KINDS, POOL_START, LOAD, UNSUPPORTED)
+UNDECIDED = (POOL_START, LOAD)  # kinds the gate reads as ERROR: no verdict on the target's behaviour
 
 _ATTRIBUTE = "lph_facts"
 

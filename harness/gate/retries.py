@@ -4,7 +4,7 @@ A gate that reads a loaded runner as a broken pull request gets switched off,
 so two kinds of verdict are checked again before the gate decides:
 
 * ERROR (``PoolStartError``: the rank pool could not start, already after
-  one retry inside the pool): the check is run once more on its own; its
+  one retry inside the pool; not a load ERROR, which would fail alike): the check is run once more on its own; its
   second verdict replaces the first, and one still ERROR stays ERROR
   (undecided, exit 3), never FAIL.
 * a hang found as a Hypothesis counterexample is replayed alone on the same
@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from harness.checks import failure
 from harness.gate.replays import REPLAY_TIMEOUT_S, replay_in_subprocess
 from harness.gate.verdicts import ERROR, FAIL, HANG, PASS, Run
 
@@ -64,8 +65,9 @@ def confirm_hangs(run: Run, target: str, env: dict, *, replay=replay_in_subproce
 
 
 def rerun_errors(run: Run, rerun: Callable[[list[str]], Run]) -> list[str]:
-    """Run the checks that ended in ERROR once more (``rerun(node ids)``); their new verdicts replace the old."""
-    errored = sorted(key for key, v in run.checks().items() if v.outcome == ERROR)
+    """Run the checks that ended in ERROR once more (``rerun(node ids)``); their new verdicts replace the old. Code
+    that could not be loaded (``failure.LOAD``) is not the machine's doing: it would fail to load again."""
+    errored = sorted(key for key, v in run.checks().items() if v.outcome == ERROR and v.kind != failure.LOAD)
     if not errored:
         return []
     again = rerun(errored)

@@ -42,6 +42,8 @@ from harness.targets.upstream.placeholders import provided
 class MissingUpstream(LookupError):
     """A file or symbol the family record names is not in this revision (a load ERROR, never UNSUPPORTED)."""
 
+    failure_kind = "load"  # harness.checks.failure.LOAD: the gate reads it as ERROR, never as the check's FAIL
+
 
 def _under(name: str, tops) -> bool:
     return name.split(".")[0] in tops

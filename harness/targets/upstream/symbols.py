@@ -41,6 +41,8 @@ _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 class MissingUpstreamImport(ImportError):
     """An upstream module the code under test imports is not installed and not stood in (a load ERROR, not a FAIL)."""
 
+    failure_kind = "load"  # harness.checks.failure.LOAD
+
     def __init__(self, missing: str, where: str, how: str):
         super().__init__(f"{where} imports {missing!r}, which is not installed here. {how}", name=missing)
         self.missing, self.where, self.how = missing, where, how
