@@ -304,6 +304,26 @@ SLIME = Family(
     expectations=("slime.toml",),
 )
 
+
+def _pydantic(name: str) -> types.ModuleType:
+    """pydantic as far as miles' event logger defines its models at import: subclassable ``BaseModel`` (with the
+    ``model_fields`` its naming check reads), a
+    ``TypeAdapter`` built over them (any use of it refused), ``ConfigDict`` / ``Discriminator`` / ``NonNegativeInt``
+    as plain values."""
+    module = types.ModuleType(name)
+
+    def fields(cls, **options):  # what the models' import-time naming check reads: each field's default
+        names = {n for klass in cls.__mro__ for n in getattr(klass, "__annotations__", {})}
+        cls.model_fields = {n: types.SimpleNamespace(default=getattr(cls, n, None)) for n in names}
+
+    module.BaseModel = type("BaseModel", (), {"__init_subclass__": classmethod(fields)})
+    adapter = {"__init__": lambda self, *args, **kwargs: None, "__class_getitem__": classmethod(lambda cls, item: cls)}
+    module.TypeAdapter = type("TypeAdapter", (), adapter)
+    module.ConfigDict, module.NonNegativeInt = dict, int
+    module.Discriminator = lambda *args, **kwargs: None
+    return module
+
+
 _HUB = "miles.backends.training_utils.loss_hub"
 MILES = Family(
     name="miles",
@@ -318,7 +338,15 @@ MILES = Family(
     symbols=_symbols("policy") | {"set_parallel_state": Symbol("parallel", ("set_parallel_state",))},
     entries=ENTRIES,
     options=LAYOUT_OPTIONS + tuple(o for o in policy.OPTIONS if o.capability == "policy_agg_token-sum"),
-    placeholders=PLACEHOLDERS,
+    placeholders=(
+        *PLACEHOLDERS,
+        Placeholder(
+            "pydantic",
+            "miles' event logger (losses.py -> utils/misc.py -> logging_utils.py) builds its models and a TypeAdapter "
+            "at import; no event is logged here",
+            _pydantic,
+        ),
+    ),
     not_declared=NOT_DECLARED
     | {
         option.capability: "miles' other policy options (loss_hub/corrections.py, its own settings) are not mapped "
