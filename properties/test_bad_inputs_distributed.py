@@ -80,9 +80,9 @@ def option_rows() -> list:
             if group == "cp":
                 case, needs = CP_CASE, {"packed", "cp_allgather"}
             elif option in TOKEN_OPTIONS:
-                case, needs = TP_CASE, {"token"}
+                case, needs = TP_CASE, {"token", "vocab_parallel"}
             else:
-                case, needs = TP_PACKED_CASE, {"packed"}
+                case, needs = TP_PACKED_CASE, {"packed", "vocab_parallel"}
             mentions = (option, OPTION_MENTIONS[group, option]) if (group, option) in OPTION_MENTIONS else option
             needs = frozenset(needs | OPTION_NEEDS[option])
             rows.append(DistributedBadInput(option_row_name(group, option), case, needs, mentions))
@@ -101,7 +101,7 @@ ROWS = [
     DistributedBadInput(
         "cp_advantages_on_one_rank", CP_CASE, frozenset({"policy_loss", "cp_allgather", "entropy"}), "advantages"
     ),
-    DistributedBadInput("tp_vocab_shard_widths", TP_CASE, frozenset({"token"}), "V_local"),
+    DistributedBadInput("tp_vocab_shard_widths", TP_CASE, frozenset({"token", "vocab_parallel"}), "V_local"),
     *option_rows(),
 ]
 

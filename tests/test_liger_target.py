@@ -32,9 +32,10 @@ CASES = [
 
 
 def test_declares_token_and_hidden_only():
+    """Its vocab-parallel Function sees the TP group; the one-rank Function runs behind the gather, and says so."""
     assert load_target(FAMILY).name == "liger-0.0.0+stand-in"
-    assert load_target(FAMILY).capabilities == {"token", "hidden"}
-    assert load_target(ONE_RANK).capabilities == {"token"}
+    assert load_target(FAMILY).capabilities == {"token", "hidden", "vocab_parallel"}
+    assert load_target(ONE_RANK).capabilities == {"token"} and "vocab_parallel" in load_target(ONE_RANK).not_declared
     assert set(load_target(FAMILY).executed) == {
         "liger_kernel/ops/vocab_parallel_cross_entropy.py",
         "liger_kernel/ops/fused_linear_cross_entropy.py",

@@ -67,6 +67,7 @@ def test_capabilities_follow_the_fork():
         "chunking",
         "entropy_gate",
         "bshd",
+        "vocab_parallel",
     }
     assert "entropy_requires_grad" in parameters(target.up.calculate_log_probs_and_entropy)
     assert "entropy_requires_grad" in parameters(target.up.get_log_probs_and_entropy)

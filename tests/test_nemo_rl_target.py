@@ -64,9 +64,10 @@ def _tree(tmp_path, source=FIXED_TREE, edit=None):
 
 def test_declares_what_the_stand_in_has(monkeypatch):
     monkeypatch.delenv("LPH_DEVICE", raising=False)
-    assert load_target(FIXED).capabilities == {"token", "chunking", "entropy", "entropy_gate", "packed", "cp_zigzag"}
+    logits = {"token", "chunking", "entropy", "entropy_gate", "packed", "vocab_parallel"}
+    assert load_target(FIXED).capabilities == logits | {"cp_zigzag"}
     on_cpu = NEMO_RL.target(FIXED_TREE)
-    assert on_cpu.capabilities == {"token", "chunking", "entropy", "entropy_gate", "packed"}
+    assert on_cpu.capabilities == logits
     assert ".cuda()" in on_cpu.not_declared["cp_zigzag"]
     assert "#2036" in on_cpu.not_declared["hidden_log_probs"]
     assert "#1920" in on_cpu.not_declared["token_policy_loss"]
@@ -172,7 +173,7 @@ def test_a_revision_before_the_chunked_function_declares_token_without_chunking(
         return text
 
     root = _tree(tmp_path, edit=older)
-    assert NEMO_RL.target(root).capabilities == {"token", "packed"}
+    assert NEMO_RL.target(root).capabilities == {"token", "packed", "vocab_parallel"}
     case = Case(seed=2, vocab=16, tp=2, samples=((7, 5),), with_entropy=False)
     check_token_forward(case, f"nemo_rl={root}")
     check_token_backward(case, f"nemo_rl={root}")

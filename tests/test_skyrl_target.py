@@ -37,7 +37,7 @@ def test_names_the_version_it_loaded():
     assert load_target(FIXED).name == "skyrl-0.0.0+stand-in-fixed"
     assert load_target(FIXED).capabilities == {
         "token", "entropy", "entropy_gate", "chunking", "temperature", "packed", "cp_zigzag", "policy_loss",
-        "hidden", "hidden_tp",
+        "hidden", "hidden_tp", "vocab_parallel",
         # its apply_loss_reduction_to_advantages_minibatch is present (declared means present; the stand-in
         # implements sequence_mean only); its registry lists no other loss type, and it has no KL or correction
         "policy_agg_seq-mean-token-mean", "policy_agg_token-mean", "policy_agg_seq-mean-token-sum-norm",
@@ -47,7 +47,8 @@ def test_names_the_version_it_loaded():
 def test_packed_and_cp_are_declared_only_where_the_version_has_them():
     # The buggy stand-in, like SkyRL before its packed entry point, has token-level and fused Functions only.
     buggy = load_target(BUGGY)
-    assert buggy.capabilities == {"token", "entropy", "entropy_gate", "chunking", "temperature", "hidden", "hidden_tp"}
+    logits = {"token", "entropy", "entropy_gate", "chunking", "temperature", "vocab_parallel"}
+    assert buggy.capabilities == logits | {"hidden", "hidden_tp"}
     assert "packed entry point" in buggy.not_declared["packed_log_probs"]
 
 

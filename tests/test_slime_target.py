@@ -126,6 +126,7 @@ def test_capabilities_follow_what_the_revision_defines():
     """Declared means present: a definition or a parameter of one, never a keyword in the source."""
     # Every stand-in's compute_policy_loss takes eps_clip_c and its get_sum_of_sample_mean calculate_per_token_loss.
     base = {"entropy", "packed", "policy_loss", "temperature", "policy_dual_clip", "policy_agg_token-sum"}
+    base |= {"vocab_parallel"}  # its logits paths take the shard
     keep_mask = {"sampling", "sampling_dense", "sampling_force_keep"}
     assert load_target(FUSED).capabilities == base | {"token", "chunking", "entropy_gate"} | keep_mask
     # No gate parameter: every entropy keeps its graph.

@@ -31,7 +31,7 @@ CASES = [
 def test_declares_token_only():
     target = load_target(SPEC)
     assert target.name == "te-0.0.0+stand-in"
-    assert target.capabilities == {"token"}
+    assert target.capabilities == {"token", "vocab_parallel"}
     assert "entropy" in target.not_declared and "temperature" in target.not_declared
 
 

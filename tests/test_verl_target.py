@@ -63,7 +63,7 @@ def test_declared_where_the_revision_has_it():
     policy = {"token_policy_loss", "token_policy_entropy", "policy_dual_clip", "policy_agg_seq-mean-token-mean"}
     assert target.capabilities == {
         "token", "entropy", "chunking", "temperature", "packed", "cp_zigzag", "cp_allgather", "policy_loss",
-        "hidden",
+        "hidden", "vocab_parallel",
     } | policy  # fmt: skip
     # a tree without the engine forward (models/mcore/model_forward.py): no packed level, no loss from logits
     view_writing = fakes.view_writing()

@@ -60,6 +60,9 @@ CAPABILITIES = frozenset(
         ),
         "token_rows",  # token_log_probs(..., rows=index): only the selected rows evaluated, the others' gradient 0
         "topology_invariant",  # a row's values and gradient are the same bits at every TP degree, CP layout, chunk
+        # its own code takes this rank's vocabulary shard and the TP group, so what TP ranks disagree on is its to
+        # refuse (a library that does not shard the vocabulary runs behind a gather: upstream/whole_vocab.py)
+        "vocab_parallel",
     }
 )
 # Sampling-distribution replay (docs/sampling.md): sampling_log_probs over a kept set K.

@@ -89,7 +89,10 @@ ONE_RANK = Family(
     modules={"cross_entropy": Module((f"{_OPS}.cross_entropy",))},
     symbols={"LigerCrossEntropyFunction": Symbol("cross_entropy", ("LigerCrossEntropyFunction",))},
     entries=(Entry("token_log_probs", ("LigerCrossEntropyFunction",), one_rank_token, frozenset({"token"})),),
-    not_declared={key: why for key, why in NOT_DECLARED.items() if key != "hidden_tp"},
+    not_declared={key: why for key, why in NOT_DECLARED.items() if key != "hidden_tp"}
+    | {
+        "vocab_parallel": "LigerCrossEntropyFunction takes the whole vocabulary: under TP the shards are gathered first"
+    },
     triton=True,
 )
 

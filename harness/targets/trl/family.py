@@ -193,6 +193,8 @@ TRL = Family(
         "selective_log_softmax has none; the chunked LM head's chunk is a vocabulary width, not rows",
         "packed": "TRL's trainers pad to [B, T] and mask; the protocol's packed layouts are Megatron's",
         "hidden_tp": "TRL never shards the LM head by vocabulary (FSDP's DTensor head is gathered whole first)",
+        "vocab_parallel": "TRL does not shard the vocabulary: under TP a trainer gathers the shards first "
+        "(harness/targets/upstream/whole_vocab.py), so what TP ranks disagree on never reaches TRL's code",
         **policy.NOT_DECLARED,
     },
     expectations=("trl.toml",),
@@ -219,6 +221,8 @@ TRL_TRITON = Family(
     not_declared={
         "entropy_gate": "the kernel always builds the entropy's graph; the detach is the utils wrapper's",
         "chunking": "no chunk argument",
+        "vocab_parallel": "TRL does not shard the vocabulary: under TP a trainer gathers the shards first "
+        "(harness/targets/upstream/whole_vocab.py), so what TP ranks disagree on never reaches TRL's code",
     },
     triton=True,
 )

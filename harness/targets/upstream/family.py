@@ -199,6 +199,8 @@ class FamilyTarget(Target):
         for option in family.options:
             if option.extends in capabilities and any(_holds(self.up, when) for when in option.when):
                 capabilities.add(option.capability)
+        if capabilities & {"token", "packed"} and "vocab_parallel" not in self.not_declared:
+            capabilities.add("vocab_parallel")  # its logits path takes the shard; a whole-vocabulary one says why not
         self.capabilities = frozenset(capabilities)
 
     @property
