@@ -104,10 +104,6 @@ def _takes_temperature(up) -> bool:
     return up.wrapper is not None and up.wrapper.takes_temperature
 
 
-def _names(module: str, *names: str) -> dict:
-    return {name: Symbol(module, (name,)) for name in names}
-
-
 SKYRL = Family(
     name="skyrl",
     locate=Locate(
@@ -118,8 +114,8 @@ SKYRL = Family(
         "ppo_utils": Module(("skyrl.backends.skyrl_train.utils.ppo_utils",)),
     },
     symbols={
-        **_names("model_utils", *TOKEN, PACKED, "FusedLinearChunkedDistributedLogprob"),
-        **_names("ppo_utils", *LOSS, "compute_approx_kl", "apply_off_policy_correction"),
+        **{name: Symbol("model_utils", (name,)) for name in (*TOKEN, PACKED, "FusedLinearChunkedDistributedLogprob")},
+        **{name: Symbol("ppo_utils", (name,)) for name in (*LOSS, "compute_approx_kl", "apply_off_policy_correction")},
     },
     entries=(
         Entry(

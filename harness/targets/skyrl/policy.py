@@ -161,9 +161,9 @@ def policy_loss(up, call, options: PolicyOptions, settings, unpacked, entropy_ro
     )
     like, group = action_log_probs.detach(), call.cp_group if whole else None
     old = _data(call.old_log_probs, indices, shape, like, group)
-    rollout = None
-    if options.rollout_log_probs is not None:
-        rollout = _data(options.rollout_log_probs, indices, shape, like, group)
+    rollout = (
+        None if options.rollout_log_probs is None else _data(options.rollout_log_probs, indices, shape, like, group)
+    )
     scaled = up.apply_loss_reduction_to_advantages_minibatch(
         _scatter(call.advantages, indices, shape, full_mask),
         full_mask,

@@ -41,10 +41,7 @@ class _Logger:
     def __getattr__(self, level):
         if level.startswith("__"):
             raise AttributeError(level)
-        method = getattr(self._log, level if level != "success" else "info", None)
-        if method is None:
-            raise AttributeError(level)
-        return method
+        return getattr(self._log, "info" if level == "success" else level)  # a missing level: AttributeError
 
 
 class _Annotation:
