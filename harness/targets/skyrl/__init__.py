@@ -1,2 +1,1 @@
-"""The SkyRL family: token/packed adapter, fused LM-head (hidden-state) adapter, policy loss, stand-ins
-for what its policy-loss module imports."""
+"""The SkyRL family: its record (``family.py``), the wrapper's steps, the policy loss, the placeholders."""

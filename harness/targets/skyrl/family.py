@@ -1,30 +1,26 @@
 """The SkyRL family (NovaSky-AI/SkyRL): ``skyrl==X`` or ``skyrl=PATH``.
 
-The generated page (docs/records/families/skyrl.md) says what each entry calls and translates; this says why.
-SkyRL's wrappers (``from_parallel_logits_to_logprobs``, ``from_parallel_hidden_to_logprobs``) take a
-sequence's tokens, roll them and drop the last position, which the protocol (a target per row) cannot express
-without copying the logits: the token and hidden entries call the Functions beneath them, with the wrappers'
-chunk rule. Three steps of the Megatron wrapper's ``loss_func`` (the temperature division, the entropy gate, the
-entropy term's condition) are read from its source (``wrapper.py``), so each revision is checked with its own.
-Megatron's parallel state is the harness's stand-in (the job's groups), the import-only packages placeholders
-(``stand_ins.py``).
+SkyRL's wrappers (``from_parallel_logits_to_logprobs``, ``from_parallel_hidden_to_logprobs``) roll a sequence's
+tokens and drop its last position, which the protocol (a target per row) cannot express without copying the
+logits: the token and hidden entries call the Functions beneath them, with the wrappers' chunk rule. The Megatron
+wrapper's temperature division, entropy gate and entropy-term condition are read from its source (``wrapper.py``),
+so each revision is checked with its own.
 """
 
 from __future__ import annotations
 
 import torch
 
-from harness.targets.skyrl import options as skyrl_options
-from harness.targets.skyrl import policy as skyrl_policy
-from harness.targets.skyrl import stand_ins, wrapper
+from harness.targets.skyrl import policy, stand_ins, wrapper
 from harness.targets.upstream import calls, megatron_stand_in, packing
 from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol
 from harness.targets.upstream.locate import Locate
 from harness.targets.upstream.placeholders import Placeholder
 from harness.targets.upstream.shared_gradient import SumGradientOverGroup
 
-MODEL_UTILS = "skyrl.backends.skyrl_train.distributed.megatron.model_utils"
 PACKED = "from_parallel_logits_to_logprobs_packed_sequences"
+TOKEN = ("DistributedLogprob", "ChunkedDistributedLogprob", "vocab_parallel_entropy")
+LOSS = ("PolicyLossRegistry", "apply_loss_reduction_to_advantages_minibatch")
 
 
 def _prepare(up) -> None:
@@ -78,29 +74,11 @@ def packed(up, call: calls.PackedCall):
 def policy_loss(up, call: calls.PolicyCall):
     """The packed call, then SkyRL's registry loss on its output (``policy.py``), the entropy under the
     wrapper's gate for the loss's settings."""
-    settings = skyrl_options.algorithm_settings(
-        call.options,
-        eps_clip=call.eps_clip,
-        eps_clip_high=call.eps_clip_high,
-        entropy_coef=call.entropy_coef,
-        with_entropy=call.with_entropy,
-    )
+    options = call.options or policy.PLAIN
+    settings = policy.algorithm_settings(call, options)
     out, stream, cp, cp_rank = _packed(up, call)
     rows = _entropy(up, stream, up.wrapper.grad_enabled(settings)) if call.with_entropy else None
-    loss, entropy = skyrl_policy.policy_loss(
-        up,
-        up.wrapper,
-        out,
-        rows,
-        call.inputs,
-        advantages=call.advantages,
-        old_log_probs=call.old_log_probs,
-        settings=settings,
-        cp=cp,
-        cp_rank=cp_rank,
-        options=call.options,
-        cp_group=call.cp_group,
-    )
+    loss, entropy = policy.policy_loss(up, call, options, settings, out, rows)
     return loss, packing.per_sample_view(out, call.inputs, cp, cp_rank), entropy
 
 
@@ -126,40 +104,23 @@ def _takes_temperature(up) -> bool:
     return up.wrapper is not None and up.wrapper.takes_temperature
 
 
-def _names(module: str, *names: str) -> dict:
-    return {name: Symbol(module, (name,)) for name in names}
-
-
 SKYRL = Family(
     name="skyrl",
     locate=Locate(
         "skyrl", "skyrl/backends/skyrl_train/distributed/megatron/model_utils.py", "LPH_SKYRL_PATH", pypi="skyrl"
     ),
     modules={
-        "model_utils": Module((MODEL_UTILS,)),
+        "model_utils": Module(("skyrl.backends.skyrl_train.distributed.megatron.model_utils",)),
         "ppo_utils": Module(("skyrl.backends.skyrl_train.utils.ppo_utils",)),
     },
     symbols={
-        **_names(
-            "model_utils",
-            "DistributedLogprob",
-            "ChunkedDistributedLogprob",
-            "vocab_parallel_entropy",
-            PACKED,
-            "FusedLinearChunkedDistributedLogprob",
-        ),
-        **_names(
-            "ppo_utils",
-            "PolicyLossRegistry",
-            "apply_loss_reduction_to_advantages_minibatch",
-            "compute_approx_kl",
-            "apply_off_policy_correction",
-        ),
+        **{name: Symbol("model_utils", (name,)) for name in (*TOKEN, PACKED, "FusedLinearChunkedDistributedLogprob")},
+        **{name: Symbol("ppo_utils", (name,)) for name in (*LOSS, "compute_approx_kl", "apply_off_policy_correction")},
     },
     entries=(
         Entry(
             "token_log_probs",
-            ("DistributedLogprob", "ChunkedDistributedLogprob", "vocab_parallel_entropy"),
+            TOKEN,
             token,
             frozenset({"token", "entropy", "entropy_gate", "chunking"}),
         ),
@@ -172,13 +133,7 @@ SKYRL = Family(
         ),
         Entry(
             "policy_loss",
-            (
-                PACKED,
-                "vocab_parallel_entropy",
-                "PolicyLossRegistry",
-                "apply_loss_reduction_to_advantages_minibatch",
-                "wrapper",
-            ),
+            (PACKED, "vocab_parallel_entropy", *LOSS, "wrapper"),
             policy_loss,
             frozenset({"policy_loss", "entropy"}),
             since="needs ppo_utils.py's PolicyLossRegistry, the packed entry point and the Megatron wrapper's "
@@ -200,7 +155,7 @@ SKYRL = Family(
     options=(
         Option("temperature", (_takes_temperature,), "token"),
         Option("cp_zigzag", (f"{PACKED}(cp_group)",), "packed"),
-        *skyrl_options.OPTIONS,
+        *policy.OPTIONS,
     ),
     placeholders=(
         Placeholder(

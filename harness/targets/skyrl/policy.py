@@ -1,81 +1,108 @@
-"""SkyRL's PPO policy loss presented as the harness's ``policy_loss`` (the SkyRL record's policy entry).
+"""SkyRL's policy loss as the harness's ``policy_loss``: its options, its ``cfg.algorithm``, the loss.
 
-What runs is SkyRL's own code, loaded by the SkyRL record (``family.py``):
+What runs is ``ppo_utils.py``'s registry loss and loss reduction, which SkyRL applies by PRE-SCALING the
+advantages, on its ``[B, R_max]`` action layout; whether the entropy term enters is the wrapper's (``wrapper.py``).
+The adapter's translation, and why:
 
-* ``skyrl/backends/skyrl_train/utils/ppo_utils.py``: the clipped PG loss is
-  ``PolicyLossRegistry.get("regular")`` (``ppo_policy_loss``, what SkyRL's
-  trainer resolves for ``policy_loss_type="regular"``) and the loss reduction
-  is ``apply_loss_reduction_to_advantages_minibatch`` (SkyRL reduces a policy
-  loss by PRE-SCALING the advantages and then summing ``loss * loss_mask``).
-  Its import-time dependencies (Ray, loguru, jaxtyping, omegaconf, numpy, the
-  trainer config) are placeholders (``harness.targets.skyrl.stand_ins``); its sibling utility
-  modules (``torch_utils``, ``off_policy_correction_utils``) are SkyRL's own,
-  executed by the loader (no ``__init__`` runs).
-* the entropy gate and whether the entropy term enters the loss come from the
-  Megatron model wrapper (``workers/megatron/megatron_model_wrapper.py``),
-  whose ``loss_func`` needs a Megatron model and cannot run here: both steps
-  are compiled from its source and evaluated with ``loss_config`` bound to the
-  adapter's settings (``wrapper.py``), so the gate the harness checks
-  (docs/bugs.md #1) is the one written in SkyRL's file. In 0.3.0 both are
-  ``loss_config.use_entropy_loss``.
-
-Mapping onto the harness's policy loss (docs/math.md):
-
-* settings: ``policy_loss_type="regular"``, ``eps_clip_low`` / ``eps_clip_high``
-  = the harness's ``eps_clip`` / ``eps_clip_high``, no KL loss, no rollout
-  log-probs (so no off-policy correction), ``use_entropy_loss = with_entropy
-  and entropy_coef != 0`` with ``entropy_loss_coef = entropy_coef`` (SkyRL
-  keeps the flag and the coefficient apart; a SkyRL run asks for an entropy
-  bonus of ``c`` with the flag on and ``c``, and for none with the flag off,
-  its default);
-* reduction: the harness's ``sum_of_sample_mean`` (per-sample masked mean,
-  summed) is not one of SkyRL's reductions. Its ``sequence_mean`` is the MEAN
-  over the batch of the per-sample masked means (advantages divided by
-  ``B * max(mask count, 1)``); the PPO objective is positively homogeneous in
-  the advantage, so ``B * sequence_mean`` equals ``sum_of_sample_mean``
-  exactly (up to rounding). The adapter runs SkyRL's ``sequence_mean`` and
-  multiplies the loss by ``B``;
-* the entropy term: SkyRL's wrapper uses a batch-wide TOKEN mean of the
-  entropy (``vocab_parallel_entropy_packed_sequences`` / ``masked_mean``),
-  which is not the harness's per-sample mean and is not equal to it. The
-  adapter therefore builds ``entropy_loss_coef * sum_of_sample_mean(H)`` itself
-  from SkyRL's per-token entropy (``vocab_parallel_entropy``), summed in fp32
-  (the term is the adapter's arithmetic, so its rounding must not be charged
-  to SkyRL); only the gate
-  and the term's condition are SkyRL's;
-* tensors are SkyRL's ``[B, R_max]`` action layout: row ``i`` holds sample
-  ``i``'s response log-probs (from SkyRL's packed output, positions
-  ``[P_i − 1, T_i − 1)``), zero-padded with loss mask 0;
-* context parallelism: SkyRL gathers every sequence's log-probs onto every CP
-  rank and computes the whole batch's loss on each, leaving the CP scaling to
-  Megatron's schedule. The harness wants each CP rank's SHARE, its losses
-  adding up to the batch's, and hands each rank only its zigzag view of the
-  advantages and old log-probs. So the reduction's pre-scaling uses the full
-  loss masks, and the mask passed to ``ppo_policy_loss`` keeps only this
-  rank's view positions: the shares sum to the batch's loss, and each rank's
-  gradient is its own tokens' (what SkyRL's gather backward keeps).
+* ``sum-of-sample-mean`` is not a SkyRL reduction, but the PPO objective is positively homogeneous in the
+  advantage, so ``B`` times SkyRL's ``sequence_mean`` equals it exactly (up to rounding);
+* SkyRL's trainer reduces the KL term as a per-sample mean whatever ``loss_reduction`` says, and its wrapper's
+  entropy term is a batch-wide token mean: neither is the harness's aggregation, so both terms are the adapter's
+  arithmetic (``aggregate_views``, fp32, its rounding not charged to SkyRL) on SkyRL's estimator and entropy;
+* context parallelism: SkyRL computes the whole batch's loss on every CP rank, the harness wants each rank's
+  SHARE: the pre-scaling uses the full loss masks, the loss mask this rank's view positions only, so the shares
+  sum to the batch's loss; a sequence-level statistic (GSPO's ratio, a sequence rollout weight) reads every rank's
+  old/rollout log-probs.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
-from harness.targets.skyrl import options as skyrl_options
+from harness.targets.protocol import PolicyOptions
+from harness.targets.skyrl import stand_ins
 from harness.targets.upstream import packing
+from harness.targets.upstream.family import Option
+
+AGGREGATIONS = {
+    "sum-of-sample-mean": "sequence_mean",  # times B (the adapter); the default, no option declares it
+    "seq-mean-token-mean": "sequence_mean",
+    "token-mean": "token_mean",
+    "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",  # max_seq_len: the harness's horizon
+}
+KL_ESTIMATORS = {"k1": "k1", "k2": "k2", "abs": "abs", "low_var_kl": "k3"}
+LOSS_TYPES = {"ppo": "regular", "gspo": "gspo", "cispo": "cispo"}
+ROLLOUT = ("tis_token", "tis_sequence", "mis_token", "mis_sequence", "rs_token", "rs_sequence", "rs_geometric")
+PLAIN = PolicyOptions(kl_kind="low_var_kl")  # no options given: plain PPO (SkyRL's default estimator named)
 
 
-def _response_indices(inputs, cp: int, cp_rank: int) -> list[list[int]]:
-    """Per sample, the response index (0..R_i−1) of each position of this rank's zigzag view."""
-    return [
-        [p - (total - response - 1) for p in positions]
-        for total, response, positions in zip(
-            inputs.total_lengths, inputs.response_lengths, packing.view_positions(inputs, cp, cp_rank)
-        )
-    ]
+def _registered(name: str):
+    def holds(up) -> bool:
+        listed = getattr(up.PolicyLossRegistry, "list_available", None)
+        return listed is not None and name in set(listed())
+
+    holds.__doc__ = f"PolicyLossRegistry lists {name}"
+    return holds
+
+
+_DECLARED_BY = {  # each option (less its "policy_" prefix): what declares it where present
+    **{kind: _registered(kind) for kind in ("gspo", "cispo", "dual_clip")},
+    **{f"kl_{kind}": "compute_approx_kl" for kind in KL_ESTIMATORS},
+    **dict.fromkeys((*ROLLOUT, "mis_floor", "rs_floor"), "apply_off_policy_correction"),
+    **{f"agg_{mode}": "apply_loss_reduction_to_advantages_minibatch" for mode in list(AGGREGATIONS)[1:]},
+}
+OPTIONS = tuple(Option(f"policy_{name}", (when,), "policy_loss") for name, when in _DECLARED_BY.items())
+
+
+def _off_policy(options: PolicyOptions) -> stand_ins.AlgorithmSettings | None:
+    """SkyRL's ``off_policy_correction`` for the harness's rollout correction (None: off): TIS is a cap (no floor),
+    MIS is TIS times the rejection mask; SkyRL has no geometric-mean weight (so no MIS or TIS at that level)."""
+    mode, level = options.rollout_correction, options.rollout_level
+    if mode is None:
+        return None
+    cap, floor = options.rollout_cap, 0.0 if options.rollout_floor is None else options.rollout_floor
+    settings = dict.fromkeys(
+        ("tis_ratio_type", "sequence_mask_metric", "outlier_token_is_threshold_low", "outlier_token_is_threshold_high")
+        + ("token_mask_is_threshold_low", "token_mask_is_threshold_high")
+    )
+    if mode in ("tis", "mis"):
+        settings["tis_ratio_type"] = level
+        settings["token_tis_ratio_clip_high" if level == "token" else "sequence_tis_ratio_clip_high"] = cap
+    if mode in ("mis", "rs"):
+        if level == "token":
+            settings.update(token_mask_is_threshold_low=floor, token_mask_is_threshold_high=cap)
+        elif level == "sequence":
+            settings.update(sequence_mask_metric="product", product_mask_low=floor, product_mask_high=cap)
+        else:
+            settings.update(sequence_mask_metric="geometric", geo_mask_low=floor, geo_mask_high=cap)
+    return stand_ins.AlgorithmSettings(**settings)
+
+
+def algorithm_settings(call, options: PolicyOptions) -> stand_ins.AlgorithmSettings:
+    """SkyRL's ``cfg.algorithm`` for a ``PolicyCall`` and its options."""
+    dual = options.dual_clip_c is not None
+    return stand_ins.AlgorithmSettings(
+        policy_loss_type="dual_clip" if dual else LOSS_TYPES[options.kind],
+        loss_reduction=AGGREGATIONS[options.aggregation],
+        eps_clip_low=call.eps_clip,
+        eps_clip_high=call.clip_high,
+        clip_ratio_c=options.dual_clip_c if dual else 3.0,
+        # cispo_anchor (0.4.0): "old" is the protocol's CISPO, its ratio against the old log-probs
+        cispo=stand_ins.AlgorithmSettings(
+            cispo_eps_clip_low=call.eps_clip, cispo_eps_clip_high=call.clip_high, cispo_anchor="old"
+        ),
+        off_policy_correction=_off_policy(options),
+        use_kl_loss=options.kl_coef != 0,
+        kl_loss_coef=float(options.kl_coef),
+        kl_estimator_type=KL_ESTIMATORS.get(options.kl_kind),
+        use_entropy_loss=bool(call.with_entropy and call.entropy_coef != 0),
+        entropy_loss_coef=float(call.entropy_coef),
+    )
 
 
 def _scatter(values, indices, shape, like) -> torch.Tensor:
-    """``[B, R_max]`` zeros with each sample's view values at their response indices (differentiable)."""
+    """``[B, R_max]`` zeros with each sample's values at its column indices (differentiable)."""
     out = torch.zeros(shape, dtype=like.dtype, device=like.device)
     for i, (value, index) in enumerate(zip(values, indices)):
         if index:
@@ -84,12 +111,13 @@ def _scatter(values, indices, shape, like) -> torch.Tensor:
     return out
 
 
-def _whole_batch(values, indices, shape, like, cp_group) -> torch.Tensor:
-    """``[B, R_max]`` of per-sample view values summed over the CP group: every rank's part (views are disjoint)."""
-    full = _scatter([v.detach() for v in values], indices, shape, like)
-    if cp_group is not None and torch.distributed.is_initialized() and torch.distributed.get_world_size(cp_group) > 1:
-        torch.distributed.all_reduce(full, group=cp_group)
-    return full
+def _data(values, indices, shape, like, cp_group=None) -> torch.Tensor:
+    """Per-sample view values (data: detached) in ``[B, R_max]``; with ``cp_group``, summed over it: every rank's
+    part (views are disjoint)."""
+    out = _scatter([v.detach() for v in values], indices, shape, like)
+    if cp_group is not None and dist.is_initialized() and dist.get_world_size(cp_group) > 1:
+        dist.all_reduce(out, group=cp_group)
+    return out
 
 
 def aggregate_views(values, indices, masks, aggregation, horizon, like) -> torch.Tensor:
@@ -108,88 +136,59 @@ def aggregate_views(values, indices, masks, aggregation, horizon, like) -> torch
     return total
 
 
-def policy_loss(
-    up,
-    steps,
-    unpacked,
-    entropy_rows,
-    inputs,
-    *,
-    advantages,
-    old_log_probs,
-    settings,
-    cp,
-    cp_rank,
-    options=None,
-    cp_group=None,
-):
-    """The loss from SkyRL's packed output ``unpacked`` ``[B, U − 1]`` and per-row entropy (see the docstring).
-
-    Returns ``(loss, per-sample entropy views or None)``; ``entropy_rows`` is the per-row entropy of this rank's
-    stream computed under the wrapper's gate, or None. ``options`` (``PolicyOptions``): the loss type,
-    reduction, rollout correction and KL term of ``settings`` (``harness.targets.skyrl.options``); a
-    sequence-level statistic under CP reads every rank's old/rollout log-probs (summed over ``cp_group``)
-    and the full loss mask, this rank's share coming from its advantages alone (zero elsewhere).
-    """
-    batch = len(inputs.total_lengths)
-    longest = max(inputs.response_lengths, default=0)
-    shape = (batch, longest)
-    device = unpacked.device
-    aggregation = "sum-of-sample-mean" if options is None else options.aggregation
-    action_log_probs = torch.zeros(shape, dtype=unpacked.dtype, device=device)
-    full_mask = torch.zeros(shape, dtype=torch.float32, device=device)
-    for i, (total, response) in enumerate(zip(inputs.total_lengths, inputs.response_lengths)):
-        if response:
-            action_log_probs = action_log_probs.index_put(
-                (torch.full((response,), i, device=device), torch.arange(response, device=device)),
-                unpacked[i, total - response - 1 : total - 1],
-            )
-            full_mask[i, :response] = inputs.loss_masks[i].float().to(device)
-    indices = _response_indices(inputs, cp, cp_rank)
-    mine = _scatter([torch.ones(len(index), device=device) for index in indices], indices, shape, full_mask)
-    whole = skyrl_options.needs_whole_samples(options) and cp > 1
-    like = action_log_probs.detach()
-    if whole:
-        old = _whole_batch(old_log_probs, indices, shape, like, cp_group)
-        loss_mask = full_mask
-    else:
-        old = _scatter(old_log_probs, indices, shape, like)
-        loss_mask = full_mask * mine
-    rollout = None
-    if options is not None and options.rollout_log_probs is not None:
-        place = _whole_batch if whole else _scatter_detached
-        rollout = place(options.rollout_log_probs, indices, shape, like, cp_group)
-    raw_advantages = _scatter(advantages, indices, shape, full_mask)
+def policy_loss(up, call, options: PolicyOptions, settings, unpacked, entropy_rows):
+    """The loss from SkyRL's packed output ``unpacked [B, U - 1]`` and this rank's per-row entropy (computed under
+    the wrapper's gate, or None): ``(loss, per-sample entropy views or None)``."""
+    inputs, (cp, cp_rank) = call.inputs, call.cp
+    totals, responses, batch = inputs.total_lengths, inputs.response_lengths, len(inputs.total_lengths)
+    shape = (batch, max(responses, default=0))
+    columns = [list(range(response)) for response in responses]
+    picked = [
+        unpacked[i, total - response - 1 : total - 1] for i, (total, response) in enumerate(zip(totals, responses))
+    ]
+    action_log_probs = _scatter(picked, columns, shape, unpacked)
+    full_mask = _scatter(
+        inputs.loss_masks, columns, shape, torch.zeros((), dtype=torch.float32, device=unpacked.device)
+    )
+    # each sample's response index (0..R_i - 1) of every position of this rank's zigzag view
+    indices = [
+        [p - (total - response - 1) for p in positions]
+        for total, response, positions in zip(totals, responses, packing.view_positions(inputs, cp, cp_rank))
+    ]
+    mine = _scatter([torch.ones(len(index)) for index in indices], indices, shape, full_mask)
+    whole = cp > 1 and (
+        options.kind == "gspo" or (options.rollout_correction is not None and options.rollout_level != "token")
+    )
+    like, group = action_log_probs.detach(), call.cp_group if whole else None
+    old = _data(call.old_log_probs, indices, shape, like, group)
+    rollout = (
+        None if options.rollout_log_probs is None else _data(options.rollout_log_probs, indices, shape, like, group)
+    )
     scaled = up.apply_loss_reduction_to_advantages_minibatch(
-        raw_advantages,
+        _scatter(call.advantages, indices, shape, full_mask),
         full_mask,
         settings.loss_reduction,
         micro_batch_size=batch,
-        max_seq_len=int(options.horizon) if aggregation == "seq-mean-token-sum-norm" else longest,
+        max_seq_len=int(options.horizon) if options.aggregation == "seq-mean-token-sum-norm" else shape[1],
     )
     loss_fn = up.PolicyLossRegistry.get(settings.policy_loss_type)
-    pg_loss, _metrics = loss_fn(
+    loss_mask = full_mask if whole else full_mask * mine
+    loss, _metrics = loss_fn(
         action_log_probs, old, scaled, config=settings, loss_mask=loss_mask, rollout_logprobs=rollout
     )
-    loss = pg_loss * batch if aggregation == "sum-of-sample-mean" else pg_loss
+    if options.aggregation == "sum-of-sample-mean":
+        loss = loss * batch
+
+    def term(values):
+        return aggregate_views(values, indices, inputs.loss_masks, options.aggregation, options.horizon, like)
+
     if settings.use_kl_loss:
-        ref = _scatter([r.detach() for r in options.ref_log_probs], indices, shape, like)
+        ref = _data(options.ref_log_probs, indices, shape, like)
         kl = up.compute_approx_kl(
             action_log_probs, ref, loss_mask=full_mask * mine, kl_estimator_type=settings.kl_estimator_type
         )
-        kl_views = [kl[i, index] for i, index in enumerate(indices)]
-        term = aggregate_views(kl_views, indices, inputs.loss_masks, aggregation, options.horizon, like)
-        loss = loss + settings.kl_loss_coef * term
-    entropy = None
-    if entropy_rows is not None:
-        entropy = packing.per_sample_rows(entropy_rows, inputs, cp, cp_rank)
-        if steps.term_added(settings):
-            horizon = None if options is None else options.horizon
-            term = aggregate_views(entropy, indices, inputs.loss_masks, aggregation, horizon, like)
-            loss = loss - settings.entropy_loss_coef * term
+        loss = loss + settings.kl_loss_coef * term([kl[i, index] for i, index in enumerate(indices)])
+    entropy = None if entropy_rows is None else packing.per_sample_rows(entropy_rows, inputs, cp, cp_rank)
+    if entropy is not None and up.wrapper.term_added(settings):
+        loss = loss - settings.entropy_loss_coef * term(entropy)
     return loss, entropy
-
-
-def _scatter_detached(values, indices, shape, like, cp_group=None) -> torch.Tensor:
-    """This rank's view values in ``[B, R_max]`` (``_whole_batch``'s signature, no CP sum)."""
-    return _scatter([v.detach() for v in values], indices, shape, like)

@@ -1,27 +1,13 @@
 """SkyRL's Megatron wrapper's own steps, taken from its source and run as written.
 
-``workers/megatron/megatron_model_wrapper.py``'s ``loss_func`` composes the
-log-prob Functions with three steps of its own, and needs a Megatron model to
-run, so it cannot be called here. Its syntax tree is read instead (through
-the loader, which records the file) and each step is compiled from it and
-evaluated on the call's values, so what the checks see is the revision's
-composition, not one the adapter wrote:
-
-* the temperature: ``if temperature != 1.0 [and not fused_lm_head]:
-  logits.div_(temperature)``, run on a fresh tensor (the model output the
-  wrapper owns; the harness's logits are the caller's), only where its
-  condition holds. Temperature is declared where the method that defines
-  ``loss_func`` takes a ``temperature`` (declared means present): a revision
-  that takes it and divides nothing FAILS the temperature checks;
-* the entropy gate: the argument of the ``torch.set_grad_enabled(...)``
-  around the entropy (docs/bugs.md #1);
-* whether the entropy term enters the loss: the condition of the ``if`` that
-  builds ``entropy_loss_term``.
-
-Only expressions over ``loss_config``, ``temperature`` and ``fused_lm_head``
-(attributes, ``not``, ``and``/``or``, comparisons with constants) are
-admitted, so the evaluation is safe by construction. A wrapper without one of
-the three is None (``read``): the policy loss is then not declared.
+``workers/megatron/megatron_model_wrapper.py``'s ``loss_func`` needs a Megatron model, so it cannot be called.
+Its syntax tree is read instead (through the loader, which records the file) and three steps are compiled from
+it: the temperature division (``logits.div_(temperature)`` under its condition, run on a fresh tensor: the
+harness's logits are the caller's), the entropy gate (the ``torch.set_grad_enabled(...)`` argument, docs/bugs.md
+#1) and the condition that builds ``entropy_loss_term``. So the checks see the revision's composition, not one the
+adapter wrote: a revision that takes a ``temperature`` and divides nothing FAILS. Only expressions over
+``_ALLOWED`` names (attributes, ``not``, ``and``/``or``, comparisons, no calls) are admitted, so the evaluation is
+safe by construction. A wrapper without the gate or the term is None (``read``): no policy loss is declared.
 """
 
 from __future__ import annotations
@@ -34,8 +20,12 @@ WRAPPER = "skyrl/backends/skyrl_train/workers/megatron/megatron_model_wrapper.py
 _ALLOWED = {"loss_config", "temperature", "fused_lm_head", "logits"}
 
 
+def _evaluate(code, **names) -> bool:
+    return bool(eval(code, {"__builtins__": {}}, names))  # admitted expressions only (_admitted)
+
+
 class WrapperSteps:
-    """The three steps of one revision's ``loss_func`` (see the module docstring)."""
+    """The three steps of one revision's ``loss_func``."""
 
     def __init__(self, grad_enabled: ast.expr, term_added: ast.expr, temperature: ast.If | None, takes: bool):
         self._grad = compile(ast.Expression(grad_enabled), WRAPPER, "eval")
@@ -43,21 +33,16 @@ class WrapperSteps:
         self._divides = compile(ast.Expression(temperature.test), WRAPPER, "eval") if temperature else None
         self._division = compile(ast.Module(temperature.body, []), WRAPPER, "exec") if temperature else None
         self.takes_temperature = takes
-        self.text = f"set_grad_enabled({ast.unparse(grad_enabled)}); term if {ast.unparse(term_added)}"
-
-    @staticmethod
-    def _evaluate(code, **names) -> bool:
-        return bool(eval(code, {"__builtins__": {}}, names))  # admitted expressions only (see read())
 
     def grad_enabled(self, settings) -> bool:
-        return self._evaluate(self._grad, loss_config=settings)
+        return _evaluate(self._grad, loss_config=settings)
 
     def term_added(self, settings) -> bool:
-        return self._evaluate(self._term, loss_config=settings)
+        return _evaluate(self._term, loss_config=settings)
 
     def scaled(self, logits: torch.Tensor, temperature: float) -> torch.Tensor:
         """The logits the wrapper hands its log-prob code: its own division, on the output it owns (none: as given)."""
-        if self._divides is None or not self._evaluate(self._divides, temperature=temperature, fused_lm_head=False):
+        if self._divides is None or not _evaluate(self._divides, temperature=temperature, fused_lm_head=False):
             return logits
         names = {"logits": logits.clone(), "temperature": temperature}
         exec(self._division, {"__builtins__": {}}, names)  # one admitted statement: logits.div_(temperature)
@@ -72,15 +57,7 @@ def _admitted(node: ast.AST) -> bool:
 
 def _division(node: ast.If) -> bool:
     """``if <condition over temperature>: logits.div_(temperature)``."""
-    if len(node.body) != 1 or not isinstance(node.body[0], ast.Expr) or not _admitted(node.test):
-        return False
-    call = node.body[0].value
-    return (
-        isinstance(call, ast.Call)
-        and isinstance(call.func, ast.Attribute)
-        and call.func.attr == "div_"
-        and ast.unparse(call) == "logits.div_(temperature)"
-    )
+    return len(node.body) == 1 and _admitted(node.test) and ast.unparse(node.body[0]) == "logits.div_(temperature)"
 
 
 def read(text: str) -> WrapperSteps | None:

@@ -3,7 +3,7 @@
 * ``ChunkedDistributedLogprob.backward`` builds ``one_hot(target, V_local)``
   (int64) per chunk to place the chosen token's gradient: bug 3, and the
   same in the fused LM-head ``FusedLinearChunkedDistributedLogprob`` (the
-  hidden-state path, ``harness/targets/skyrl/hidden.py``);
+  hidden-state path, ``harness/targets/skyrl/family.py``);
 * the entropy backward subtracts from the logits it saved and adds the
   amount back ("borrow then restore"): bug 2.
 

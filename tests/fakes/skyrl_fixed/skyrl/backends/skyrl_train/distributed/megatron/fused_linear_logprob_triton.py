@@ -1,6 +1,6 @@
 """Stand-in for SkyRL 0.3.0's Triton backend module: its Function's name and its CUDA-only guard, nothing else.
 
-``harness/targets/skyrl/hidden.py`` loads this file by path as it loads the
+``harness/targets/skyrl/family.py`` loads this file by path as it loads the
 real one; on a CPU run the adapter declares no capability for it, so this
 Function is never applied by the suite there.
 """

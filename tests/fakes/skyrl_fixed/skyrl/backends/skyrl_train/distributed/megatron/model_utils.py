@@ -1,6 +1,6 @@
 """Stand-in for SkyRL's Megatron model utilities, written here: the upstream SIGNATURES only.
 
-``harness/targets/skyrl/token.py`` loads this file by path exactly as it loads the
+``harness/targets/skyrl/family.py`` loads this file by path exactly as it loads the
 real one, so the adapter's seams (finding the file, the Megatron stand-in,
 shapes ``[B, S, V_local]``, shard bounds, chunked vs whole) are tested with no
 network and no upstream checkout. The arithmetic is plain torch autograd:
