@@ -137,7 +137,7 @@ def upstream(session: nox.Session) -> None:
 def history(session: nox.Session) -> None:
     """Would the gate have caught it? Base-vs-PR over an upstream repository's commits (harness/gate/history.py).
 
-    `nox -s history -- FAMILY=PATH_TO_GIT_REPO [--since 2025-12-01] [--until REV] [--tags PATTERN] [--paths a.py,b.py]`,
+    `nox -s history -- FAMILY=PATH_TO_GIT_REPO [--since 2025-12-01] [--until REV] [--tags PATTERN]`,
     FAMILY one of slime, miles, verl, skyrl, nemo_rl, liger, trl, te, ms_swift: verdicts cached per revision of the
     files the family's adapter loads, table in reports/history/<family>/history.md; a revision the adapter cannot load
     is an ERROR row. `--tags 'v2.*'` replays consecutive release tags instead of commits; `FAMILY==pypi` (or
