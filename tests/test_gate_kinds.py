@@ -205,3 +205,8 @@ def test_signatures_match_unless_a_field_differs_or_the_failure_grew():
     assert signature.matches(base, {**base, "needs": []})  # undetermined on one side contradicts nothing
     assert "magnitude small -> large" in signature.differences({**base, "magnitude": "small"}, base)
     assert "now needs dtype" in signature.differences({**base, "independent": ["dtype"]}, narrower)
+    # One hang read by either detector (seen in NeMo-RL's history at #1349: a NEW FAIL that changed nothing).
+    deadline = {"kind": "hang", "exception": "RankHang", "message": "job ... did not finish within # s"}
+    unjoined = {"kind": "hang", "exception": "CollectiveHang", "message": "rank(s) [#] waited # s in a collective"}
+    assert signature.matches(deadline, unjoined) and signature.matches(unjoined, deadline)
+    assert not signature.matches(deadline, {**unjoined, "kind": "error", "exception": "RankError"})
