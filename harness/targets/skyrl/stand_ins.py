@@ -13,7 +13,7 @@ import logging
 import types
 import typing
 
-from harness.targets.upstream.placeholders import Placeholder, absent
+from harness.targets.upstream.placeholders import Placeholder, absent, holding
 from harness.targets.upstream.settings import StrictSettings
 
 
@@ -51,26 +51,15 @@ class _Annotation:
         return typing.Any
 
 
-def _module(**attributes):
-    """A placeholder's ``build``: a plain module holding ``attributes``."""
-
-    def build(name: str) -> types.ModuleType:
-        module = types.ModuleType(name)
-        module.__dict__.update(attributes)
-        return module
-
-    return build
-
-
-_jaxtyping = _module(Float=type("Float", (_Annotation,), {}), Integer=type("Integer", (_Annotation,), {}))
-_config = _module(__doc__="harness stand-in (harness/targets/skyrl/stand_ins.py)", AlgorithmConfig=AlgorithmSettings)
+_jaxtyping = holding(Float=type("Float", (_Annotation,), {}), Integer=type("Integer", (_Annotation,), {}))
+_config = holding(__doc__="harness stand-in (harness/targets/skyrl/stand_ins.py)", AlgorithmConfig=AlgorithmSettings)
 
 PLACEHOLDERS = (
     Placeholder("ray", "the registry's optional actor sync and @ray.remote", _ray),
-    Placeholder("loguru", "logging, also inside gspo_policy_loss", _module(logger=_Logger()), scope="call"),
+    Placeholder("loguru", "logging, also inside gspo_policy_loss", holding(logger=_Logger()), scope="call"),
     Placeholder("jaxtyping", "annotations evaluated at definition time", _jaxtyping),
     Placeholder("omegaconf", "a type annotation"),
     Placeholder("numpy", "one KL controller's arithmetic, never called here"),
-    Placeholder("skyrl.train", "the trainer package, never executed", _module(__path__=[]), replaces=True),
+    Placeholder("skyrl.train", "the trainer package, never executed", holding(__path__=[]), replaces=True),
     Placeholder("skyrl.train.config", "AlgorithmConfig, as the adapter's strict settings", _config, replaces=True),
 )

@@ -18,7 +18,7 @@ from harness.targets.trl import policy
 from harness.targets.upstream import calls
 from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol
 from harness.targets.upstream.locate import Locate
-from harness.targets.upstream.placeholders import Placeholder
+from harness.targets.upstream.placeholders import Placeholder, holding
 from harness.targets.upstream.whole_vocab import gather_vocabulary
 
 UTILS = "trl/trainer/utils.py"
@@ -31,23 +31,12 @@ TOKEN = ("selective_log_softmax", "selective_log_softmax_and_entropy", "entropy_
 CPU_CASE_LIMITS = {"max_hidden_rows": 16_384}
 
 
-def _module(**names):
-    """A placeholder's build: a module holding ``names``."""
-
-    def build(name: str) -> types.ModuleType:
-        module = types.ModuleType(name)
-        module.__dict__.update(names)
-        return module
-
-    return build
-
-
 PLACEHOLDERS = (
     Placeholder("transformers", "imported by the kernels and the helpers for the names below", scope="call"),
     Placeholder(
         "transformers.utils",
         "is_triton_available (whether triton imports) and the fused forward's ModelOutput",
-        _module(  # the other probes are read only by module-level branches the loader never runs
+        holding(  # the other probes are read only by module-level branches the loader never runs
             is_triton_available=lambda: importlib.util.find_spec("triton") is not None,
             is_peft_available=lambda: False,
             is_rich_available=lambda: False,
@@ -58,7 +47,7 @@ PLACEHOLDERS = (
     Placeholder(
         "transformers.integrations.deepspeed",
         "is_deepspeed_zero3_enabled, asked by maybe_gather_lm_head_ctx: no DeepSpeed here",
-        _module(is_deepspeed_zero3_enabled=lambda: False),
+        holding(is_deepspeed_zero3_enabled=lambda: False),
         scope="call",
     ),
 )

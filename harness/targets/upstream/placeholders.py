@@ -59,6 +59,17 @@ class AbsentModule(types.ModuleType):
         return refusing(f"{self.__name__}.{attribute}")
 
 
+def holding(**attributes):
+    """A ``build`` for a placeholder that is a plain module holding ``attributes`` (names upstream reads of it)."""
+
+    def build(name: str) -> types.ModuleType:
+        module = types.ModuleType(name)
+        module.__dict__.update(attributes)
+        return module
+
+    return build
+
+
 def absent(name: str) -> types.ModuleType:
     module = AbsentModule(name)
     module.__path__ = []  # a package, so ``import name.sub`` finds the placeholder finder
