@@ -17,7 +17,7 @@ import torch
 
 from harness.targets.protocol import PolicyOptions
 from harness.targets.upstream import calls
-from harness.targets.upstream.family import Option, configured
+from harness.targets.upstream.family import configured_options
 from harness.targets.upstream.placeholders import refusing
 from harness.targets.upstream.settings import StrictSettings
 
@@ -49,17 +49,18 @@ def prepare(up) -> None:
     up.config_fields = frozenset(f.name for f in dataclasses.fields(mixin)) if mixin is not None else frozenset()
 
 
-OPTIONS = tuple(  # each declared by the argument fields that select it
-    Option(capability, (configured("RLHFMegatronArgumentsMixin", *fields),), "token_policy_loss")
-    for capability, fields in (
-        ("policy_agg_seq-mean-token-mean", ("loss_type",)),
-        ("policy_agg_token-mean", ("loss_type",)),
-        ("policy_agg_seq-mean-token-sum-norm", ("loss_type", "max_completion_length")),
-        ("policy_gspo", ("importance_sampling_level",)),
-        ("policy_dual_clip", ("delta",)),
-        ("policy_gspo_dual_clip", ("importance_sampling_level", "delta")),
-        ("policy_kl_low_var_kl", ("beta",)),
-    )
+OPTIONS = configured_options(
+    "RLHFMegatronArgumentsMixin",
+    "token_policy_loss",
+    {
+        "policy_agg_seq-mean-token-mean": ("loss_type",),
+        "policy_agg_token-mean": ("loss_type",),
+        "policy_agg_seq-mean-token-sum-norm": ("loss_type", "max_completion_length"),
+        "policy_gspo": ("importance_sampling_level",),
+        "policy_dual_clip": ("delta",),
+        "policy_gspo_dual_clip": ("importance_sampling_level", "delta"),
+        "policy_kl_low_var_kl": ("beta",),
+    },
 )
 NOT_DECLARED = {
     "token_policy_entropy": "the loss has no entropy bonus: the entropy feeds metrics and the top-entropy mask",

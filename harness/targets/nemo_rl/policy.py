@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from harness.targets.protocol import PolicyOptions
-from harness.targets.upstream.family import Option
+from harness.targets.upstream.family import configured_options
 from harness.targets.upstream.settings import StrictSettings
 
 LOSS_FUNCTIONS = "nemo_rl/algorithms/loss/loss_functions.py"
@@ -46,32 +46,19 @@ class _ConfigBase:
         super().__init_subclass__()
 
 
-def _fields(*names: str):
-    """An option's condition: the revision's ``ClippedPGLossConfig`` declares every one of ``names``."""
-
-    def holds(up) -> bool:
-        return up.loss_fields is not None and set(names) <= up.loss_fields
-
-    holds.__doc__ = f"``ClippedPGLossConfig`` has {', '.join(f'``{name}``' for name in names)}."
-    return holds
-
-
 _KL = ("reference_policy_kl_penalty", "reference_policy_kl_type")
 _TRUNCATION = ("truncated_importance_sampling_type", "truncated_importance_sampling_ratio_min")
-OPTIONS = (
-    *(
-        Option(f"policy_agg_{mode}", (_fields("token_level_loss"),), "token_policy_loss")
-        for mode in ("token-mean", "seq-mean-token-mean")
-    ),
-    Option("policy_dual_clip", (_fields("ratio_clip_c"),), "token_policy_loss"),
-    Option("policy_cispo", (_fields("use_cispo"),), "token_policy_loss"),
-    *(Option(f"policy_kl_{kind}", (_fields(*_KL),), "token_policy_loss") for kind in ("k1", "k2", "k3")),
-    Option("policy_kl_ratio_weighted", (_fields(*_KL, "use_on_policy_kl_approximation"),), "token_policy_loss"),
-    *(
-        Option(f"policy_{mode}_{what}", (_fields(*_TRUNCATION),), "token_policy_loss")
-        for mode in ROLLOUT_TYPES
-        for what in ("token", "floor")
-    ),
+OPTIONS = configured_options(  # each declared by the ClippedPGLossConfig fields that select it
+    "ClippedPGLossConfig",
+    "token_policy_loss",
+    {
+        **{f"policy_agg_{mode}": ("token_level_loss",) for mode in ("token-mean", "seq-mean-token-mean")},
+        "policy_dual_clip": ("ratio_clip_c",),
+        "policy_cispo": ("use_cispo",),
+        **{f"policy_kl_{kind}": _KL for kind in ("k1", "k2", "k3")},
+        "policy_kl_ratio_weighted": (*_KL, "use_on_policy_kl_approximation"),
+        **{f"policy_{mode}_{what}": _TRUNCATION for mode in ROLLOUT_TYPES for what in ("token", "floor")},
+    },
 )
 NOT_DECLARED = {
     "policy_loss": "ClippedPGLossFn takes next-token log-probs (input_type LOGPROB) and has no entropy term "
@@ -102,9 +89,10 @@ NOT_DECLARED = {
 
 
 def load(up) -> None:
-    """``up.loss_class`` and ``up.loss_fields`` (the config's fields), loaded alone; None where the revision has no
-    loss package (before #1920, 2026-03, ClippedPGLossFn took logits and composed its log-probs itself)."""
-    up.loss_class = up.loss_fields = None
+    """``up.loss_class`` and ``up.config_fields`` (the config's fields), loaded alone; None and empty where the
+    revision has no loss package (before #1920, 2026-03, ClippedPGLossFn took logits and composed its log-probs
+    itself)."""
+    up.loss_class, up.config_fields = None, frozenset()
     if not (up.root / LOSS_FUNCTIONS).is_file():
         return
     absent = {"BatchedDataDict": dict}  # read in annotations only
@@ -116,7 +104,7 @@ def load(up) -> None:
             continue
     helpers = {name: up.loader.symbol(UTILS, name) for name in ("calculate_kl", "masked_mean")}
     config = up.loader.symbol(LOSS_FUNCTIONS, "ClippedPGLossConfig", stand_ins={"BaseModel": _ConfigBase})
-    up.loss_fields = frozenset(
+    up.config_fields = frozenset(
         name for klass in reversed(config.__mro__) for name in getattr(klass, "__annotations__", {})
     )
     stand_ins = {**interfaces, **helpers, **absent, "ClippedPGLossConfig": LossConfig}

@@ -15,7 +15,7 @@ import torch
 
 from harness.targets.protocol import PolicyOptions
 from harness.targets.upstream import calls
-from harness.targets.upstream.family import Option, configured
+from harness.targets.upstream.family import configured_options
 from harness.targets.upstream.settings import OneProcessAccelerator, StrictSettings
 
 LOSS_TYPES = {  # the harness's aggregation -> TRL's loss_type
@@ -33,16 +33,17 @@ class TrainerSettings(StrictSettings):
     MAPPED_IN = "harness/targets/trl/policy.py (token_policy_loss)"
 
 
-OPTIONS = tuple(  # each declared by the GRPOConfig fields that select it
-    Option(capability, (configured("GRPOConfig", *fields),), "token_policy_loss")
-    for capability, fields in (
-        ("policy_agg_seq-mean-token-mean", ("loss_type",)),
-        ("policy_agg_token-mean", ("loss_type",)),
-        ("policy_agg_seq-mean-token-sum-norm", ("loss_type", "max_completion_length")),
-        ("policy_kl_k3", ("beta",)),
-        ("policy_kl_ratio_weighted", ("beta", "use_bias_correction_kl")),
-        ("policy_dual_clip", ("delta",)),
-    )
+OPTIONS = configured_options(
+    "GRPOConfig",
+    "token_policy_loss",
+    {
+        "policy_agg_seq-mean-token-mean": ("loss_type",),
+        "policy_agg_token-mean": ("loss_type",),
+        "policy_agg_seq-mean-token-sum-norm": ("loss_type", "max_completion_length"),
+        "policy_kl_k3": ("beta",),
+        "policy_kl_ratio_weighted": ("beta", "use_bias_correction_kl"),
+        "policy_dual_clip": ("delta",),
+    },
 )
 
 NOT_DECLARED = {

@@ -156,6 +156,12 @@ def configured(where: str, *fields: str) -> Callable:
     return holds
 
 
+def configured_options(where: str, extends: str, table: dict) -> tuple[Option, ...]:
+    """One ``Option`` per capability of ``table`` (capability -> the fields of ``where`` that select it), each
+    declared where the configuration class has those fields (``configured``)."""
+    return tuple(Option(capability, (configured(where, *fields),), extends) for capability, fields in table.items())
+
+
 def _holds(up, expression) -> bool:
     """``"name"``: the symbol is present; ``"name(p)"``: and takes ``p``; ``a & b``: both; a callable: its
     answer on the revision (a registry's entries: data the revision holds, never its source text)."""
