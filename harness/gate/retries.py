@@ -4,9 +4,9 @@ A gate that reads a loaded runner as a broken pull request gets switched off,
 so two kinds of verdict are checked again before the gate decides:
 
 * ERROR (``PoolStartError``: the rank pool could not start, already after
-  one retry inside the pool; not a load ERROR, which would fail alike): the check is run once more on its own; its
-  second verdict replaces the first, and one still ERROR stays ERROR
-  (undecided, exit 3), never FAIL.
+  one retry inside the pool; not a load ERROR, which would fail alike):
+  the check is run once more on its own; its second verdict replaces the
+  first, and one still ERROR stays ERROR (undecided, exit 3), never FAIL.
 * a hang found as a Hypothesis counterexample is replayed alone on the same
   target (one subprocess for all of them). The hang-class bugs this harness
   exists for are deterministic (a rank that skips a collective skips it every

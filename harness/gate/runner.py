@@ -163,12 +163,12 @@ def _expectations_paths(head: specs.ResolvedSpec, args) -> tuple[Path, ...]:
 
 def _revision(resolved: specs.ResolvedSpec) -> expectations.Revision:
     """The release or checkout an expectation's conditions are evaluated on."""
-    device = device_type()
+    where = {}
     if resolved.pip_requirement:
-        return expectations.Revision(version=resolved.pip_requirement.partition("==")[2], device=device)
-    if resolved.family and resolved.env:
-        return expectations.Revision(checkout=next(iter(resolved.env.values())), device=device)
-    return expectations.Revision(device=device)
+        where = {"version": resolved.pip_requirement.partition("==")[2]}
+    elif resolved.family and resolved.env:
+        where = {"checkout": next(iter(resolved.env.values()))}
+    return expectations.Revision(**where, device=device_type())
 
 
 def _single(head: specs.ResolvedSpec, root: Path, tiers, args, pytest_args) -> int:
