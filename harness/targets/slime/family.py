@@ -17,9 +17,9 @@ import torch
 
 from harness.targets.slime import policy
 from harness.targets.upstream import calls, megatron_cross_entropy, megatron_stand_in
-from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol, parameters
+from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol, accepted, parameters
 from harness.targets.upstream.locate import Locate
-from harness.targets.upstream.placeholders import Placeholder
+from harness.targets.upstream.placeholders import Placeholder, holding
 from harness.targets.upstream.settings import StrictSettings
 
 GATE_PARAMETERS = ("with_entropy_grad", "need_entropy_grad", "entropy_requires_grad")
@@ -77,10 +77,6 @@ def _fp32(logits):  # integer logits untouched: what slime does with them is wha
     return logits.float() if logits.is_floating_point() and logits.dtype != torch.float32 else logits
 
 
-def _accepted(fn, **keywords) -> dict:  # those of keywords that fn takes
-    return {key: value for key, value in keywords.items() if key in parameters(fn)}
-
-
 def _chunk(call) -> int:
     return -1 if call.chunk_size is None else call.chunk_size
 
@@ -94,7 +90,7 @@ def token(up, call: calls.TokenCall, **extra):
     if call.temperature != 1.0:
         scores = scores / call.temperature
     gate = next((p for p in GATE_PARAMETERS if p in parameters(fn)), None)
-    options = _accepted(fn, tp_group=call.group, chunk_size=_chunk(call), **({gate: call.entropy_grad} if gate else {}))
+    options = accepted(fn, tp_group=call.group, chunk_size=_chunk(call), **({gate: call.entropy_grad} if gate else {}))
     log_probs, entropy = fn(scores, call.targets, with_entropy=call.with_entropy, **options, **extra)
     return log_probs.squeeze(-1), (entropy if call.with_entropy else None)
 
@@ -143,7 +139,7 @@ def packed(up, call: calls.PackedCall):
     fn = up.get_log_probs_and_entropy
     wants_grad = bool(call.with_entropy and call.entropy_grad)
     scores, args, rows, extra = _layout(call, entropy_coef=1.0 if wants_grad else 0.0)
-    keywords = _accepted(fn, entropy_requires_grad=wants_grad, **extra)
+    keywords = accepted(fn, entropy_requires_grad=wants_grad, **extra)
     result = _results(fn(scores, args=args, **rows, with_entropy=call.with_entropy, **keywords))
     entropy = result.get("entropy") if call.with_entropy else None
     return list(result["log_probs"]), (list(entropy) if entropy is not None else None)
@@ -190,10 +186,10 @@ def policy_loss(up, call: calls.PolicyCall):
                 list(call.inputs.total_lengths),
                 list(call.inputs.response_lengths),
                 masks,
-                **_accepted(up.get_sum_of_sample_mean, qkv_format=call.inputs.qkv_format, **extra),
+                **accepted(up.get_sum_of_sample_mean, qkv_format=call.inputs.qkv_format, **extra),
                 **({"calculate_per_token_loss": True} if args.calculate_per_token_loss else {}),
             )
-            keywords = _accepted(up.policy_loss_function, parallel_state=extra["parallel_state"])
+            keywords = accepted(up.policy_loss_function, parallel_state=extra["parallel_state"])
             loss, _metrics = up.policy_loss_function(
                 args=args, batch=batch, logits=scores, sum_of_sample_mean=reducer, **keywords
             )
@@ -305,23 +301,33 @@ SLIME = Family(
 )
 
 
-def _pydantic(name: str) -> types.ModuleType:
-    """pydantic as far as miles' event logger defines its models at import: subclassable ``BaseModel`` (with the
-    ``model_fields`` its naming check reads), a
-    ``TypeAdapter`` built over them (any use of it refused), ``ConfigDict`` / ``Discriminator`` / ``NonNegativeInt``
-    as plain values."""
-    module = types.ModuleType(name)
+class _BaseModel:
+    """pydantic's ``BaseModel`` as miles' event models use it at import: subclassable, with the ``model_fields``
+    (each field's default) its import-time naming check reads."""
 
-    def fields(cls, **options):  # what the models' import-time naming check reads: each field's default
+    def __init_subclass__(cls, **options):
         names = {n for klass in cls.__mro__ for n in getattr(klass, "__annotations__", {})}
         cls.model_fields = {n: types.SimpleNamespace(default=getattr(cls, n, None)) for n in names}
 
-    module.BaseModel = type("BaseModel", (), {"__init_subclass__": classmethod(fields)})
-    adapter = {"__init__": lambda self, *args, **kwargs: None, "__class_getitem__": classmethod(lambda cls, item: cls)}
-    module.TypeAdapter = type("TypeAdapter", (), adapter)
-    module.ConfigDict, module.NonNegativeInt = dict, int
-    module.Discriminator = lambda *args, **kwargs: None
-    return module
+
+class _TypeAdapter:
+    """Built over the event union at import (and subscripted in its annotation); nothing else of it exists."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __class_getitem__(cls, item):
+        return cls
+
+
+# pydantic as far as miles' event logger reads it at import; ConfigDict, Discriminator, NonNegativeInt plain values
+_PYDANTIC = holding(
+    BaseModel=_BaseModel,
+    TypeAdapter=_TypeAdapter,
+    ConfigDict=dict,
+    NonNegativeInt=int,
+    Discriminator=lambda *args, **kwargs: None,
+)
 
 
 _HUB = "miles.backends.training_utils.loss_hub"
@@ -344,7 +350,7 @@ MILES = Family(
             "pydantic",
             "miles' event logger (losses.py -> utils/misc.py -> logging_utils.py) builds its models and a TypeAdapter "
             "at import; no event is logged here",
-            _pydantic,
+            _PYDANTIC,
         ),
     ),
     not_declared=NOT_DECLARED

@@ -141,6 +141,12 @@ def parameters(fn) -> set[str]:
     return set(inspect.signature(fn).parameters) if fn is not None else set()
 
 
+def accepted(fn, **keywords) -> dict:
+    """Those of ``keywords`` that ``fn`` takes: a revision's signature decides which settings it is handed."""
+    taken = parameters(fn)
+    return {key: value for key, value in keywords.items() if key in taken}
+
+
 def configured(where: str, *fields: str) -> Callable:
     """An ``Option`` condition: the revision's configuration class (``where``) has every one of ``fields``.
 

@@ -15,7 +15,7 @@ import functools
 import torch
 
 from harness.targets.upstream import calls, packing
-from harness.targets.upstream.family import Entry, Family, Method, Module, Option, Symbol, parameters
+from harness.targets.upstream.family import Entry, Family, Method, Module, Option, Symbol, accepted, parameters
 from harness.targets.upstream.loader import MissingUpstream
 from harness.targets.upstream.locate import Locate
 from harness.targets.verl import packed as verl_packed
@@ -65,9 +65,8 @@ def _processor(up, call):
     settings = _settings(call.chunk_size, call.with_entropy)
     if up.logits_processor is None:
         return up.logits_closure(**{name: settings[name] for name in up.logits_closure.free})
-    taken = parameters(up.logits_processor)
-    flags = {k: v for k, v in settings.items() if k in taken and k != "self"}
-    return functools.partial(up.logits_processor, settings["self"], **flags)
+    engine = settings.pop("self")
+    return functools.partial(up.logits_processor, engine, **accepted(up.logits_processor, **settings))
 
 
 def token(up, call: calls.TokenCall):
@@ -105,7 +104,7 @@ def _forward(up, call: calls.PackedCall) -> dict:
         logits_processor=_processor(up, call),
         logits_processor_args=arguments,
         data_format="thd",
-        **{k: v for k, v in layout.items() if k in parameters(up.engine_forward)},
+        **accepted(up.engine_forward, **layout),
     )
 
 
