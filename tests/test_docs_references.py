@@ -58,10 +58,15 @@ def _module_file(root: Path, dotted: str) -> Path | None:
 
 
 @cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
+@cache
 def _defined_names(path: Path) -> frozenset:
     """Names a module defines at its top level (and as class attributes), read from its syntax tree."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
@@ -83,7 +88,7 @@ def _repository_words(root: Path) -> frozenset:
             if "fakes" in path.parts:  # stand-ins for upstream code, not the repository's names
                 continue
             words |= _defined_names(path)
-            for node in ast.walk(ast.parse(path.read_text())):
+            for node in ast.walk(_tree(path)):
                 if isinstance(node, ast.Constant) and isinstance(node.value, str):
                     words.update(re.findall(r"\w+", node.value))
     words |= _defined_names(root / "noxfile.py")
