@@ -231,3 +231,32 @@ def test_a_family_deselection_is_written_with_its_reason_and_cost():
     assert chosen == list(history.CHECK_DIRECTORIES) and described == "the whole suite"
     given, described = history.selection("slime", ["regressions"])
     assert given == ["regressions"] and "by hand" in described
+
+
+# ---- a file only ever loaded in part is keyed by what loading that part executes -----------------------
+
+ENGINE = "verl/workers/engine/megatron/transformer_impl.py"
+
+
+def test_a_file_loaded_in_part_is_keyed_by_the_part_so_a_commit_elsewhere_in_it_costs_no_replay(tmp_path):
+    """verl's engine module is loaded a method at a time: a commit adding another method to it touches a key
+    file (it is listed) but leaves the key as it was (no suite run, no row); one changing a module-level name the
+    method reads changes it."""
+    root = tmp_path / "verl"
+    shutil.copytree(fakes.HERE / "correct", root)
+    _two_commits(root)
+    engine = root / ENGINE
+    engine.write_text(engine.read_text() + "\n    def unrelated(self):\n        return None\n")
+    _git(root, "commit", "-qam", "another engine method", "--date=2026-01-03T00:00:00")
+    engine.write_text(engine.read_text().replace("DIVIDE = True", "DIVIDE = False"))
+    _git(root, "commit", "-qam", "leave out the temperature", "--date=2026-01-04T00:00:00")
+    revisions = history.Revisions("verl", root, root / "cache", tmp_path / "trees", [])
+    pending = history.discover(revisions, "HEAD", lambda paths: history.commits(root, paths, "2025-01-01", "HEAD"))
+    assert ENGINE in revisions.alone and ENGINE not in revisions.whole
+    assert [c.subject for c in pending] == ["another engine method", "leave out the temperature"]
+    elsewhere, step = pending
+    assert revisions.key(elsewhere.sha) == revisions.key(elsewhere.parent)
+    assert revisions.key(step.sha) != revisions.key(step.parent)
+    # Keyed by the whole file (as before), both commits would have cost a replay.
+    whole = sorted(revisions.paths)
+    assert history.content_key(root, elsewhere.sha, whole) != history.content_key(root, elsewhere.parent, whole)

@@ -153,9 +153,11 @@ def test_only_defect_rows_count_as_blocks_or_fixes(tmp_path):
     assert counts["defect blocks"] == 1 and counts["defect fixes"] == 1 and counts["reachable"] == 1
     assert counts["unattributed"] == 1 and counts["ERROR"] == 1
     about = {"date": "2026-11-27", "harness": "abc", "total": 5, "since": "2025-06-01", "selection": "all",
-             "keyed_by": ["p/loss.py"], "source": "/repo"}  # fmt: skip
+             "keyed_by": ["p/loss.py", "p/trainer.py"], "alone": {"p/trainer.py": ["Trainer.loss"]},
+             "source": "/repo"}  # fmt: skip
     page = history.render("fam", {"about": about, "rows": rows}, attributed)
     assert "| `d4` |" in page and "unattributed" in page and "loss.py: the mask sum" in page
+    assert "`p/loss.py`, `p/trainer.py` (only `Trainer.loss`)." in page  # a file keyed by its loaded part
 
 
 def test_an_attribution_outside_the_four_kinds_is_an_error_naming_the_file(tmp_path):

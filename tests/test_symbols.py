@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.targets.upstream.symbols import MissingUpstreamImport, load_symbol
+from harness.targets.upstream.symbols import MissingUpstreamImport, executed_digest, load_symbol
 
 HEAVY = Path(__file__).parent / "fakes" / "heavy_module.py"
 
@@ -81,3 +81,47 @@ def test_a_closure_inside_a_method_loads_as_a_factory_of_its_free_variables():
     assert factory(scale=2.0, self=SimpleNamespace(offset=1.0))(3.0) == 13.0
     with pytest.raises(LookupError, match="no function processor inside HeavyTrainer.loss"):
         load_inner(HEAVY, "HeavyTrainer", "loss", "processor")
+
+
+# ---- what a history keys a file by when only some of its definitions were loaded (executed_digest) ----------
+
+SELECTORS = ("wanted", "HeavyTrainer.loss", "HeavyTrainer.step.processor")
+
+
+def _digests(text: str) -> list[str]:
+    return [executed_digest(text, [selector]) for selector in SELECTORS]
+
+
+def test_a_change_outside_what_a_definition_needs_keeps_its_digest():
+    text = HEAVY.read_text()
+    elsewhere = text.replace('    return registry.lookup("x")', '    return registry.lookup("y")')  # needs_registry
+    moved = "# a comment and a moved line\n\n" + text.replace("SCALE = 2.0", "SCALE = 2.0  # the scale")
+    assert elsewhere != text and _digests(elsewhere) == _digests(text) == _digests(moved)
+
+
+@pytest.mark.parametrize(
+    "old, new, changed",
+    [
+        ("return x * SCALE", "return x * SCALE * 2", {"wanted", "HeavyTrainer.loss", "HeavyTrainer.step.processor"}),
+        ("return math.sqrt(", "return math.exp(", {"wanted"}),
+        ("_helper(x) + self.offset", "_helper(x) - self.offset", {"HeavyTrainer.loss"}),
+        ("* scale + self.offset", "* scale * self.offset", {"HeavyTrainer.step.processor"}),
+        ('scale = batch["scale"]', 'scale, shift = batch["scale"], 0', set()),  # the closure reads no new local
+        ("import math\n", "import cmath as math\n", {"wanted"}),
+    ],
+)
+def test_a_change_in_what_a_definition_executes_changes_its_digest(old, new, changed):
+    """The body, a helper it calls (followed across the module), an import it needs: each changes the digest of
+    every selector that reaches it, and only those."""
+    text = HEAVY.read_text()
+    assert old in text
+    before, after = _digests(text), _digests(text.replace(old, new))
+    assert {s for s, b, a in zip(SELECTORS, before, after) if b != a} == changed
+
+
+def test_a_definition_the_text_lacks_or_a_text_that_does_not_parse_has_its_own_digest():
+    text = HEAVY.read_text()
+    renamed = text.replace("def wanted(", "def unwanted(")
+    assert executed_digest(renamed, ["wanted"]) != executed_digest(text, ["wanted"])
+    assert executed_digest(renamed, ["wanted"]) == executed_digest("", ["wanted"])  # absent either way
+    assert executed_digest("def (", ["wanted"]) != executed_digest("def ((", ["wanted"])

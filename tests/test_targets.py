@@ -186,6 +186,14 @@ def test_the_loader_runs_no_init_file_records_every_module_it_executed_and_leave
     assert not [name for name in sys.modules if name.startswith(("lph_up", "lph_absent"))]
     with pytest.raises(MissingUpstream, match="lph_up/sub/gone.py"):
         loader.module("lph_up.sub.gone")
+    # A definition loaded alone is recorded with the file as a part (what a history keys it by); a file also
+    # executed whole is keyed whole.
+    (package / "alone.py").write_text("import lph_absent_dependency\n\n\ndef one():\n    return 1\n")
+    assert loader.symbol("lph_up/sub/alone.py", "one")() == 1
+    assert loader.symbol_if_present("lph_up/sub/alone.py", "two") is None
+    loader.symbol("lph_up/sub/helper.py", "double")
+    assert "lph_up/sub/alone.py" in loader.executed
+    assert loader.alone == {"lph_up/sub/alone.py": ("one", "two")}
 
 
 def test_family_entry_points_are_generated_from_the_call_records_with_the_protocols_arguments():

@@ -13,7 +13,10 @@ are listed, every one of them is loaded (one subprocess for all, which is also
 how a revision that cannot be loaded becomes an ERROR row with its reason),
 and the files any of them executed join the key until nothing new appears. A
 module that moved between files, or a helper a loss module started to import,
-is therefore in the key from the revision that executes it.
+is therefore in the key from the revision that executes it. A file no revision
+executed whole, only some of its definitions loaded alone (``Loader.alone``: a
+trainer method, a config class), is keyed by what loading those executes
+(``symbols.executed_digest``), so commits elsewhere in it reuse the verdict.
 
 The selection is the whole suite, less the deselections the family's record
 writes down with their reason and measured cost; pytest arguments given here
@@ -50,6 +53,7 @@ from harness.gate.runner import run_checked
 from harness.gate.tiers import CHECK_DIRECTORIES, TIERS
 from harness.gate.verdicts import Run
 from harness.targets import registry
+from harness.targets.upstream.symbols import executed_digest
 
 # Verdicts are valid for one revision of this harness: a changed suite reruns.
 HARNESS_REVISION = specs.git_revision(specs.ROOT)
@@ -61,7 +65,7 @@ family = sys.argv[1]
 for tree in sys.argv[2:]:
     try:
         built = load_target(f"{family}={tree}")
-        print(json.dumps({"tree": tree, "executed": list(built.executed)}), flush=True)
+        print(json.dumps({"tree": tree, "executed": list(built.executed), "alone": built.alone}), flush=True)
     except Exception as exc:
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         print(json.dumps({"tree": tree, "error": last}), flush=True)
@@ -117,15 +121,19 @@ def tagged(repo: Path, pattern: str, since: str) -> list[Commit]:
     return found
 
 
-def content_key(repo: Path, revision: str, paths) -> str:
-    """Identity of the code under test at ``revision``: the blob ids of its files."""
-    blobs = []
+def content_key(repo: Path, revision: str, paths, alone=None) -> str:
+    """Identity of the code under test at ``revision``: the blob ids of its files; for a file only ever loaded in
+    part (``alone``: file -> the definitions loaded), what loading those executes (``symbols.executed_digest``)."""
+    alone, parts = alone or {}, []
     for path in paths:
         try:
-            blobs.append(_git(repo, "rev-parse", f"{revision}:{path}").strip())
+            if path in alone:
+                parts.append(executed_digest(_git(repo, "show", f"{revision}:{path}"), alone[path]))
+            else:
+                parts.append(_git(repo, "rev-parse", f"{revision}:{path}").strip())
         except subprocess.CalledProcessError:
-            blobs.append("absent")
-    return hashlib.sha1(" ".join(blobs).encode()).hexdigest()[:12]
+            parts.append("absent")
+    return hashlib.sha1(" ".join(parts).encode()).hexdigest()[:12]
 
 
 class Revisions:
@@ -134,10 +142,17 @@ class Revisions:
     def __init__(self, family: str, repo: Path, cache: Path, trees: Path, pytest_args: list[str]):
         self.family, self.repo, self.cache, self.trees, self.pytest_args = family, repo, cache, trees, pytest_args
         self.paths: set[str] = set()  # the key: every file a probed revision executed
-        self.probed: dict[str, dict] = {}  # revision -> {"executed": [...]} or {"error": "..."}
+        self.whole: set[str] = set()  # those some revision executed whole (or read)
+        self.parts: dict[str, set[str]] = {}  # file -> the definitions revisions loaded alone from it
+        self.probed: dict[str, dict] = {}  # revision -> {"executed": [...], "alone": {...}} or {"error": "..."}
+
+    @property
+    def alone(self) -> dict[str, set[str]]:
+        """The key files no probed revision executed whole: each keyed by the definitions loaded from it."""
+        return {path: selectors for path, selectors in self.parts.items() if path not in self.whole}
 
     def key(self, revision: str) -> str:
-        return content_key(self.repo, revision, sorted(self.paths))
+        return content_key(self.repo, revision, sorted(self.paths), self.alone)
 
     def tree(self, revision: str) -> Path:
         """The revision's tree; where the mirror lacks some blob (a partial clone), the family's package only.
@@ -198,7 +213,11 @@ class Revisions:
         for revision in trees.values():  # the probe died before answering for these
             self.probed[revision] = {"error": f"the load probe died: {last}"}
         for answer in self.probed.values():
+            alone = answer.get("alone", {})
             self.paths.update(answer.get("executed", ()))
+            self.whole.update(set(answer.get("executed", ())) - set(alone))
+            for path, selectors in alone.items():
+                self.parts.setdefault(path, set()).update(selectors)
 
     def load_error(self, revision: str) -> str | None:
         """Why the family cannot be loaded at this revision (its last error line), None where it loads."""
@@ -229,7 +248,7 @@ class ReleaseRevisions(Revisions):
 
     def key(self, revision: str) -> str:
         try:
-            return releases.content_key(releases.install(self.family, revision), sorted(self.paths))
+            return releases.content_key(releases.install(self.family, revision), sorted(self.paths), self.alone)
         except RuntimeError:  # pip could not install it: its own key, and load_error says why (an ERROR row)
             return f"uninstallable-{revision}"
 
@@ -286,7 +305,10 @@ def main(argv=None) -> int:
         else:
             pending = discover(revisions, args.until, lambda paths: commits(repo, paths, args.since, args.until))
         source = location if not published else location[1:]
-        header = History(family, args.since, len(pending), sorted(revisions.paths), described, source, args.until)
+        alone = {path: sorted(selectors) for path, selectors in sorted(revisions.alone.items())}
+        header = History(
+            family, args.since, len(pending), sorted(revisions.paths), described, source, args.until, alone=alone
+        )
         for commit in pending:
             head_key, base_key = revisions.key(commit.sha), revisions.key(commit.parent)
             if head_key == base_key:
@@ -337,6 +359,7 @@ class History:
     selection: str
     source: str = ""  # the repository's path, or "pypi" / the releases given
     until: str = "HEAD"
+    alone: dict[str, list[str]] = field(default_factory=dict)  # key files keyed by these definitions only
     harness: str = HARNESS_REVISION
     profile: str = field(default_factory=specs.hypothesis_profile)  # examples per check: said in the table's header
     date: str = field(default_factory=lambda: datetime.datetime.now(datetime.UTC).date().isoformat())  # the run's day
@@ -363,6 +386,12 @@ def _write(cache: Path, header: History, table: list[dict]) -> None:
     (cache / "history.md").write_text(render_table(header, table))
 
 
+def keyed_by(paths, alone: dict) -> str:
+    """The key's files, each loaded only in part followed by the definitions it is keyed by."""
+    named = [f"`{p}`" + (f" (only {', '.join(f'`{d}`' for d in alone[p])})" if p in alone else "") for p in paths]
+    return ", ".join(named) + "."
+
+
 def _short(ids: list[str]) -> str:
     return "<br>".join(f"`{i.split('::', 1)[-1]}`".replace("|", "\\|") for i in ids) or "-"
 
@@ -375,9 +404,7 @@ def render_table(header: History, table: list[dict]) -> str:
         f"{len(table)} of {header.total} commits touching the code under test replayed; the gate would have blocked "
         f"{blocked}.",
         "",
-        f"Keyed by the {len(header.keyed_by)} files the loader executed: "
-        + ", ".join(f"`{path}`" for path in header.keyed_by)
-        + ".",
+        f"Keyed by the {len(header.keyed_by)} files the loader executed: " + keyed_by(header.keyed_by, header.alone),
         "",
         f"Selection: {header.selection}.",
         "",

@@ -23,6 +23,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from harness.gate import specs
+from harness.targets.upstream.symbols import executed_digest
 
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 
@@ -74,11 +75,17 @@ def install(family: str, version: str) -> Path:
     return Path(resolved.env[specs.CHECKOUT_VARIABLES[family]])
 
 
-def content_key(directory: Path, paths) -> str:
-    """Identity of the code under test in an installed release: its files' bytes (``absent`` for a missing one)."""
-    digest = hashlib.sha1()
+def content_key(directory: Path, paths, alone=None) -> str:
+    """Identity of the code under test in an installed release: its files' bytes (``absent`` for a missing one), or
+    for a file only loaded in part (``alone``: file -> definitions), what loading those executes."""
+    alone, digest = alone or {}, hashlib.sha1()
     for path in paths:
         file = directory / path
-        digest.update(file.read_bytes() if file.is_file() else b"absent")
+        if not file.is_file():
+            digest.update(b"absent")
+        elif path in alone:
+            digest.update(executed_digest(file.read_text(), alone[path]).encode())
+        else:
+            digest.update(file.read_bytes())
         digest.update(b"\0")
     return digest.hexdigest()[:12]

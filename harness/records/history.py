@@ -21,6 +21,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from harness.gate.history import keyed_by
 from harness.records import store
 from harness.records.markdown import banner, cell, code, table
 
@@ -100,7 +101,7 @@ def render(family: str, snapshot: dict, attributed: dict[str, dict]) -> str:
         f"{cell(about['selection'])}; Hypothesis profile `{about.get('profile', 'not recorded')}`. Regenerate: "
         f"`nox -s history -- {_spec(family, about)} --since {about['since']}{_until(about)}`, then `nox -s docs`.",
         "",
-        "Keyed by the files the loader executed: " + ", ".join(code(p) for p in about["keyed_by"]) + ".",
+        "Keyed by the files the loader executed: " + keyed_by(about["keyed_by"], about.get("alone", {})),
         "",
     ]
     lines += table(("count", "rows"), list(summary(rows, attributed).items()))

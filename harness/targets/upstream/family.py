@@ -222,6 +222,18 @@ class FamilyTarget(Target):
         second = (path for loader in getattr(self.up, "roots", ()) for path in loader.executed)
         return tuple(sorted({*self.loader.executed, *second}))
 
+    @property
+    def alone(self) -> dict[str, tuple[str, ...]]:
+        """The executed files of which only some definitions were loaded alone (``Loader.alone``): a history keys
+        those by the definitions, not the whole file."""
+        parts: dict[str, set[str]] = {}
+        whole: set[str] = set()
+        for loader in (self.loader, *getattr(self.up, "roots", ())):
+            whole |= set(loader.executed) - set(loader.alone)
+            for path, selectors in loader.alone.items():
+                parts.setdefault(path, set()).update(selectors)
+        return {path: tuple(sorted(s)) for path, s in sorted(parts.items()) if path not in whole}
+
     def _bind(self) -> types.SimpleNamespace:
         """The revision's modules and symbols by the record's keys (None where absent)."""
         up = types.SimpleNamespace(family=self.family, loader=self.loader, root=self.root, modules={})

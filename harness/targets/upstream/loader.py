@@ -17,7 +17,8 @@ replay keys revisions by, and replays commits of (no hand-written list).
 ``symbol`` / ``method`` / ``inner`` load one definition of a file (a method's
 closure, for ``inner``) without the rest of the module (``symbols.py``: the
 statements it needs, executed from the file's own syntax tree) for a file
-whose module-level imports pull a whole trainer; the file is recorded too.
+whose module-level imports pull a whole trainer; the file is recorded too,
+with what was loaded of it (``alone``), so a history keys it by that part.
 
 A module none of whose named files exists is ``MissingUpstream``: an ERROR of
 the run naming every file tried, never a skip.
@@ -85,18 +86,29 @@ class Loader:
         self.packages = tuple(packages)
         self.placeholders = tuple(placeholders)
         self.modules: dict[str, types.ModuleType] = {}
-        self._executed: set[str] = set()
+        self._executed: set[str] = set()  # files executed whole (imported) or read
+        self._alone: dict[str, set[str]] = {}  # file -> the definitions loaded alone from it (symbols.executed_digest)
         for placeholder in self.placeholders:
             if placeholder.scope == "process":  # Megatron's parallel state: looked up again after a call returns
                 placeholder.build(placeholder.name)
 
-    def record(self, path: Path) -> None:
-        self._executed.add(Path(path).relative_to(self.root).as_posix())  # a symlinked file is keyed where it is named
+    def record(self, path: Path, selector: str | None = None) -> None:
+        """``path`` executed (or read) whole, or, with ``selector``, only that definition of it loaded alone."""
+        relative = Path(path).relative_to(self.root).as_posix()  # a symlinked file is keyed where it is named
+        if selector is None:
+            self._executed.add(relative)
+        else:
+            self._alone.setdefault(relative, set()).add(selector)
 
     @property
     def executed(self) -> tuple[str, ...]:
-        """Every upstream file executed so far, relative to the root, sorted."""
-        return tuple(sorted(self._executed))
+        """Every upstream file executed so far (whole or in part), relative to the root, sorted."""
+        return tuple(sorted({*self._executed, *self._alone}))
+
+    @property
+    def alone(self) -> dict[str, tuple[str, ...]]:
+        """The files of which only some definitions ran (never executed whole or read): file -> those selectors."""
+        return {path: tuple(sorted(s)) for path, s in sorted(self._alone.items()) if path not in self._executed}
 
     def file_of(self, module: str) -> Path:
         return self.root.joinpath(*module.split(".")).with_suffix(".py")
@@ -138,7 +150,7 @@ class Loader:
     def symbol(self, path: str, name: str, *, stand_ins: dict | None = None, package: str | None = None):
         """One definition of the file ``path`` (relative to the root) and only what it needs (``symbols.py``)."""
         with self.present(scopes=("load", "call")):
-            found = symbols.load_symbol(self._file(path), name, stand_ins=stand_ins, package=package)
+            found = symbols.load_symbol(self._file(path, name), name, stand_ins=stand_ins, package=package)
         return found
 
     def symbol_if_present(self, path: str, name: str, *, stand_ins: dict | None = None):
@@ -153,13 +165,15 @@ class Loader:
     def method(self, path: str, class_name: str, method: str, *, stand_ins: dict | None = None):
         """``class_name.method`` of the file ``path`` as a plain function, its class never built (``symbols.py``)."""
         with self.present(scopes=("load", "call")):
-            found = symbols.load_method(self._file(path), class_name, method, stand_ins=stand_ins)
+            found = symbols.load_method(
+                self._file(path, f"{class_name}.{method}"), class_name, method, stand_ins=stand_ins
+            )
         return found
 
     def inner(self, path: str, class_name: str, method: str, inner: str):
         """The function ``inner`` defined inside ``class_name.method``, as a factory of its closure (``symbols.py``)."""
         with self.present(scopes=("load", "call")):
-            found = symbols.load_inner(self._file(path), class_name, method, inner)
+            found = symbols.load_inner(self._file(path, f"{class_name}.{method}.{inner}"), class_name, method, inner)
         return found
 
     def read(self, path: str) -> str | None:
@@ -170,11 +184,11 @@ class Loader:
         self.record(file)
         return file.read_text()
 
-    def _file(self, path: str) -> Path:
+    def _file(self, path: str, selector: str) -> Path:
         file = self.root / path
         if not file.is_file():
             raise MissingUpstream(f"{self.root}: no {path} (a file the family record names)")
-        self.record(file)
+        self.record(file, selector)
         return file
 
 

@@ -31,6 +31,7 @@ Limits (what ``load_symbol`` cannot see, so an adapter must stand it in):
 from __future__ import annotations
 
 import ast
+import hashlib
 import sys
 import types
 from pathlib import Path
@@ -133,19 +134,27 @@ def load_method(path, class_name: str, method: str, *, stand_ins: dict | None = 
     the class).
     """
     path = Path(path)
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree, alias = _method_tree(ast.parse(path.read_text(), filename=str(path)), path, class_name, method)
+    loaded = _execute_needed(path, tree, alias, dict(stand_ins or {}), package)
+    loaded.__name__ = loaded.__qualname__ = method
+    return loaded
+
+
+def _methods(tree: ast.Module, class_name: str, method: str) -> list[ast.FunctionDef]:
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
-    methods = [n for c in classes for n in c.body if isinstance(n, ast.FunctionDef) and n.name == method]
+    return [n for c in classes for n in c.body if isinstance(n, ast.FunctionDef) and n.name == method]
+
+
+def _method_tree(tree: ast.Module, path, class_name: str, method: str) -> tuple[ast.Module, str]:
+    """``tree`` with the method appended as a module-level function, and that function's name."""
+    methods = _methods(tree, class_name, method)
     if not methods:
         raise LookupError(f"{path}: no method {class_name}.{method} (module-level class)")
     alias = f"_lph_{class_name}__{method}"
     function = ast.FunctionDef(**{field: getattr(methods[-1], field) for field in methods[-1]._fields})
     function.name = alias
     ast.copy_location(function, methods[-1])
-    tree = ast.Module(body=[*tree.body, function], type_ignores=[])
-    loaded = _execute_needed(path, tree, alias, dict(stand_ins or {}), package)
-    loaded.__name__ = loaded.__qualname__ = method
-    return loaded
+    return ast.Module(body=[*tree.body, function], type_ignores=[]), alias
 
 
 def _stored(node: ast.AST) -> set[str]:
@@ -164,9 +173,15 @@ def load_inner(path, class_name: str, method: str, inner: str, *, stand_ins: dic
     method's locals it reads) bound to ``values`` by name; nothing else of the method runs.
     """
     path = Path(path)
-    tree = ast.parse(path.read_text(), filename=str(path))
-    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
-    methods = [n for c in classes for n in c.body if isinstance(n, ast.FunctionDef) and n.name == method]
+    tree, alias, free = _inner_tree(ast.parse(path.read_text(), filename=str(path)), path, class_name, method, inner)
+    loaded = _execute_needed(path, tree, alias, dict(stand_ins or {}), None)
+    loaded.free = free
+    return loaded
+
+
+def _inner_tree(tree: ast.Module, path, class_name: str, method: str, inner: str):
+    """``tree`` with a module-level factory of the closure appended, the factory's name, the free variables."""
+    methods = _methods(tree, class_name, method)
     found = [(m, n) for m in methods for n in ast.walk(m) if isinstance(n, ast.FunctionDef) and n.name == inner]
     if not found:
         raise LookupError(f"{path}: no function {inner} inside {class_name}.{method}")
@@ -181,9 +196,41 @@ def load_inner(path, class_name: str, method: str, inner: str, *, stand_ins: dic
     factory = ast.FunctionDef(name=alias, args=arguments, body=body, decorator_list=[], returns=None)
     ast.copy_location(factory, function)
     tree = ast.fix_missing_locations(ast.Module(body=[*tree.body, factory], type_ignores=[]))
-    loaded = _execute_needed(path, tree, alias, dict(stand_ins or {}), None)
-    loaded.free = tuple(free)
-    return loaded
+    return tree, alias, tuple(free)
+
+
+def executed_digest(source: str, selectors) -> str:
+    """The identity of what loading ``selectors`` alone executes of a file whose text is ``source``: a digest of
+    those statements' syntax trees without positions (a change elsewhere in the file, a moved line or a comment
+    leaves it equal).
+
+    A selector names what the loader loaded: ``name`` (``load_symbol``), ``Class.method`` (``load_method``) or
+    ``Class.method.inner`` (``load_inner``). The statements are those ``needed_statements`` keeps WITHOUT the
+    stand-ins (a superset of what ran, so equal parts mean equal code ran). A history keys a file that was only
+    ever loaded this way by this part, not by the whole file: a commit elsewhere in a trainer's 2,000-line module
+    cannot change a verdict, and costs no replay. A selector the text lacks is ``absent``; text that does not
+    parse is itself the part.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return hashlib.sha1(source.encode()).hexdigest()
+    parts = []
+    for selector in sorted(selectors):
+        names = selector.split(".")
+        try:
+            if len(names) == 1:
+                selected, name = tree, names[0]
+            elif len(names) == 2:
+                selected, name = _method_tree(tree, "", *names)
+            else:
+                selected, name, _free = _inner_tree(tree, "", *names)
+            kept = needed_statements(selected, name)
+        except LookupError:
+            parts.append(f"{selector}: absent")
+            continue
+        parts.append(f"{selector}: " + "\n".join(ast.dump(node) for node in kept))
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()
 
 
 def _execute_needed(path: Path, tree: ast.Module, name: str, stand_ins: dict, package: str | None):
