@@ -141,10 +141,11 @@ def history(session: nox.Session) -> None:
     FAMILY one of slime, miles, verl, skyrl, nemo_rl, liger, trl, te, ms_swift: verdicts cached per revision of the
     files the family's adapter loads, table in reports/history/<family>/history.md; a revision the adapter cannot load
     is an ERROR row. `--tags 'v2.*'` replays consecutive release tags instead of commits; `FAMILY==pypi` (or
-    `FAMILY==V1,V2,...`) a PyPI family's published releases (harness/gate/releases.py).
+    `FAMILY==V1,V2,...`) a PyPI family's published releases (harness/gate/releases.py). `--plan` counts the suite
+    runs a replay needs and runs none.
     """
     if not session.posargs:
-        session.error("usage: nox -s history -- FAMILY=PATH_TO_GIT_REPO [--since DATE] [--until REV] [--paths ...]")
+        session.error("usage: nox -s history -- FAMILY=PATH_TO_GIT_REPO [--since DATE] [--until REV] [--plan]")
     _install(session)
     session.run("python", "-m", "harness.gate.history", *session.posargs)
 

@@ -257,6 +257,9 @@ def test_a_file_loaded_in_part_is_keyed_by_the_part_so_a_commit_elsewhere_in_it_
     elsewhere, step = pending
     assert revisions.key(elsewhere.sha) == revisions.key(elsewhere.parent)
     assert revisions.key(step.sha) != revisions.key(step.parent)
+    assert history.plan(revisions, pending).startswith(
+        "history plan: 2 commits touch the key, 1 change it; 2 suite runs, 2 not cached"
+    )
     # Keyed by the whole file (as before), both commits would have cost a replay.
     whole = sorted(revisions.paths)
     assert history.content_key(root, elsewhere.sha, whole) != history.content_key(root, elsewhere.parent, whole)

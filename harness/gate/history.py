@@ -272,6 +272,19 @@ def discover(revisions: Revisions, newest: str, listing) -> list[Commit]:
             return pending
 
 
+def plan(revisions: Revisions, pending: list[Commit]) -> str:
+    """What a replay would cost: the commits listed, those whose key changes (a row each), and the suite runs
+    they need that the cache does not hold (loadable revisions only; an unloadable one is an ERROR row)."""
+    changed = [c for c in pending if revisions.key(c.sha) != revisions.key(c.parent)]
+    keys = {revisions.key(r): r for c in changed for r in (c.parent, c.sha) if not revisions.load_error(r)}
+    cached = revisions.cache / "runs" / f"{HARNESS_REVISION}-{specs.hypothesis_profile()}"
+    missing = [k for k in keys if not (cached / k / "verdicts.json").is_file()]
+    return (
+        f"history plan: {len(pending)} commits touch the key, {len(changed)} change it; {len(keys)} suite runs, "
+        f"{len(missing)} not cached (harness {HARNESS_REVISION}, profile {specs.hypothesis_profile()})"
+    )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.gate.history", description=__doc__.splitlines()[0])
     parser.add_argument("spec", help="FAMILY=PATH to a git repository (bare or not), e.g. slime=../slime")
@@ -279,6 +292,7 @@ def main(argv=None) -> int:
     parser.add_argument("--until", default="HEAD", help="last revision (commits; not with --tags)")
     parser.add_argument("--tags", help="replay consecutive release tags matching this glob instead of commits")
     parser.add_argument("--reports", default="reports/history")
+    parser.add_argument("--plan", action="store_true", help="count the suite runs the replay needs; run none")
     args, pytest_args = parser.parse_known_args(argv)
     family, _, location = args.spec.partition("=")
     published = location.startswith("=")
@@ -309,6 +323,9 @@ def main(argv=None) -> int:
         header = History(
             family, args.since, len(pending), sorted(revisions.paths), described, source, args.until, alone=alone
         )
+        if args.plan:
+            print(plan(revisions, pending), flush=True)
+            return 0
         for commit in pending:
             head_key, base_key = revisions.key(commit.sha), revisions.key(commit.parent)
             if head_key == base_key:
