@@ -1,2 +1,1 @@
-"""The verl family: its Megatron log-prob path and PPO loss (token.py, policy.py), its fused LM-head
-path (hidden.py), and the loading of the files under test (source.py)."""
+"""The verl family: its record (family.py), engine forward (packed.py), PPO loss (policy.py), stand-ins."""

@@ -1,20 +1,19 @@
-"""The verl family (verl-project/verl): ``verl==X`` or ``verl=PATH``; what each entry calls and translates is on
-the generated page (docs/records/families/verl.md).
+"""The verl family (verl-project/verl): ``verl==X`` or ``verl=PATH``; the generated page says what each entry calls.
 
 verl composes its log-probs in its Megatron engine, not in a library function (temperature division in place,
 entropy on the divided logits after a ``clone()`` backup, log-probs from the backup; around it ``forward_step``'s
-packing, CP split, label roll and CP gather). The entries call those, the engine never built (``self`` holds the
-config it reads, ``stand_ins.engine``; the model is the harness's logits, ``packed.RowsModel``), so a revision is
-checked as it composes its steps.
+packing, CP split, label roll and CP gather): the entries call those, the engine never built (``self``:
+``stand_ins.engine``; the model: the harness's logits, ``packed.RowsModel``).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 
 import torch
 
-from harness.targets.upstream import calls, packing
+from harness.targets.upstream import calls
 from harness.targets.upstream.family import Entry, Family, Method, Module, Option, Symbol, accepted, parameters
 from harness.targets.upstream.loader import MissingUpstream
 from harness.targets.upstream.locate import Locate
@@ -23,23 +22,31 @@ from harness.targets.verl import policy as verl_policy
 from harness.targets.verl import stand_ins
 
 ENGINE = "verl/workers/engine/megatron/transformer_impl.py"
-PROCESSOR_FLAGS = ("calculate_sum_pi_squared", "distillation_use_topk", "distillation_only")
+# the processor's keywords the engine binds alike for every call (its other outputs off)
+SETTINGS = {
+    **dict.fromkeys(("calculate_sum_pi_squared", "distillation_use_topk", "distillation_only"), False),
+    "logits_processor_func": None,
+    "batch": None,
+    "data_format": "thd",
+}
 
 
 def _prepare(up) -> None:
-    """Per revision: util.py's logger as a verl process has it; the rollout weights' function, loaded alone; the
-    processor's form (a method, or an older revision's closure over forward_step's locals, each of which the
-    record maps, or the load is an ERROR naming it)."""
-    if up.modules["util"] is not None:
-        stand_ins.logger_once(up.modules["util"])
+    """Per revision: util.py's logger as a verl process has it; ``rollout_weights``, the trainer's
+    ``compute_rollout_correction_weights`` loaded alone (the weights its loss reads); the processor's form (a method,
+    or an older revision's closure over forward_step's locals, each mapped, or an ERROR)."""
+    util = up.modules["util"]
+    if util is not None and isinstance(getattr(util, "logger", None), logging.Logger):
+        util.logger = logging.LoggerAdapter(util.logger, {})  # with the warning_once transformers adds to a Logger
+        util.logger.warning_once = functools.cache(util.logger.warning)  # (an lru_cache over warning)
     up.rollout_weights = verl_policy.rollout_weights(up)
     processor = up.logits_processor
     if processor is None and up.logits_closure is not None:
-        unmapped = set(up.logits_closure.free) - set(_settings(None, True))
+        unmapped = set(up.logits_closure.free) - {"self", "calculate_entropy", *SETTINGS}
         if unmapped:
             raise MissingUpstream(
                 f"{ENGINE}: forward_step's logits_processor reads {sorted(unmapped)}, which the verl record does "
-                "not map (harness/targets/verl/family.py, _settings)"
+                "not map (harness/targets/verl/family.py, SETTINGS)"
             )
         processor = up.logits_closure(**dict.fromkeys(up.logits_closure.free))
     up.takes_temperature = processor is not None and "temperature" in parameters(processor)
@@ -47,56 +54,36 @@ def _prepare(up) -> None:
         raise MissingUpstream(f"{up.root}: no expand_as_nested in verl/utils/torch_functional.py (the engine's)")
 
 
-def _settings(chunk_size, with_entropy: bool) -> dict:
-    return {
-        "self": stand_ins.engine(chunk_size),
-        "calculate_entropy": with_entropy,
-        **dict.fromkeys(PROCESSOR_FLAGS, False),
-        "logits_processor_func": None,
-        "batch": None,
-        "data_format": "thd",
-    }
-
-
 def _processor(up, call):
     """verl's logits processor as the engine binds it: the method's ``functools.partial``, or the closure."""
     if call.temperature != 1.0 and not up.takes_temperature:  # declared by the hidden path, not this one
         raise ValueError(f"temperature={call.temperature}: this revision's logits processor takes no temperature")
-    settings = _settings(call.chunk_size, call.with_entropy)
+    engine, settings = stand_ins.engine(call.chunk_size), {**SETTINGS, "calculate_entropy": call.with_entropy}
     if up.logits_processor is None:
-        return up.logits_closure(**{name: settings[name] for name in up.logits_closure.free})
-    engine = settings.pop("self")
+        bound = {"self": engine, **settings}
+        return up.logits_closure(**{name: bound[name] for name in up.logits_closure.free})
     return functools.partial(up.logits_processor, engine, **accepted(up.logits_processor, **settings))
 
 
 def token(up, call: calls.TokenCall):
-    """verl's processor on ``[1, rows, V_local]``, a view of what the job hands (a copy already,
-    ``harness.jobs.inputs``: verl divides the model output in place, and a clone here would hide that write from the
-    inputs-unmutated check), the temperature one float32 per row as the engine expands it, ``calculate_entropy`` the
-    call's ``with_entropy``, the entropy's chunk the call's ``chunk_size`` (verl chunks the entropy only), the other
-    outputs (sum of squared probabilities, distillation) off."""
+    """verl's processor on ``[1, rows, V_local]``, a view of the job's copy (verl divides it in place, a write the
+    inputs-unmutated check must see), one float32 temperature per row, ``calculate_entropy`` the call's
+    ``with_entropy``, the entropy chunked by ``chunk_size`` (verl chunks the entropy only), its other outputs off."""
     logits = call.logits.unsqueeze(0)
-    arguments = [logits, call.targets.unsqueeze(0)]
-    if up.takes_temperature:
-        arguments.append(
-            torch.full(logits.shape[:2], float(call.temperature), dtype=torch.float32, device=logits.device)
-        )
-    out = _processor(up, call)(*arguments)
-    entropy = out["entropy"][0] if call.with_entropy else None
-    return out["log_probs"][0], entropy
+    temperature = torch.full(logits.shape[:2], float(call.temperature), dtype=torch.float32, device=logits.device)
+    out = _processor(up, call)(logits, call.targets.unsqueeze(0), *([temperature] if up.takes_temperature else []))
+    return out["log_probs"][0], (out["entropy"][0] if call.with_entropy else None)
 
 
 def _forward(up, call: calls.PackedCall) -> dict:
-    """verl's engine forward on the harness's rows: per output, the samples' sequences (gathered over CP)."""
     inputs, logits = call.inputs, call.logits
     verl_packed.checked(inputs, logits, call.cp_group)
-    cp, device = call.cp[0], logits.device
-    input_ids = verl_packed.row_ids(inputs, cp, logits.shape[0], device)
+    device = logits.device
+    input_ids = verl_packed.row_ids(inputs, call.cp[0], logits.shape[0], device)
     arguments = {"label": verl_packed.nested([t.to(device=device, dtype=torch.long) for t in inputs.tokens])}
     if up.takes_temperature:  # one per sample, expanded per token by verl's own helper (forward_step's)
         per_sample = torch.full((len(inputs.tokens),), float(call.temperature), dtype=torch.float32, device=device)
         arguments["temperature"] = up.expand_as_nested(per_sample, input_ids)
-    layout = {"cp_layout": verl_packed.VERL_LAYOUTS[inputs.cp_mode]}
     return up.engine_forward(
         verl_packed.RowsModel(logits, call.cp_group),
         input_ids,
@@ -104,54 +91,40 @@ def _forward(up, call: calls.PackedCall) -> dict:
         logits_processor=_processor(up, call),
         logits_processor_args=arguments,
         data_format="thd",
-        **accepted(up.engine_forward, **layout),
+        **accepted(up.engine_forward, cp_layout=verl_packed.VERL_LAYOUTS[inputs.cp_mode]),
     )
 
 
 def packed(up, call: calls.PackedCall):
-    """The engine forward as ``forward_step`` calls it: ``label`` the token ids (as its
-    ``label = input_ids.clone()``), the temperature one float32 per sample expanded by verl's ``expand_as_nested``;
-    verl's per-position sequences (position ``p``: token ``p + 1``) read as each sample's response, this CP rank's
-    zigzag view (``packed.py``)."""
+    """The engine forward as ``forward_step`` calls it: ``label`` the token ids (its ``input_ids.clone()``), one
+    float32 temperature per sample expanded by verl's ``expand_as_nested``; verl's per-position sequences (position
+    ``p``: token ``p + 1``) read as each sample's response, this CP rank's zigzag view (``packed.py``)."""
     if not call.inputs.tokens:
         return [], ([] if call.with_entropy else None)
-    cp, cp_rank = call.cp
-    out = _forward(up, call)
-    views = packing.view_positions(call.inputs, cp, cp_rank)
-    log_probs = verl_packed.views(out["log_probs"].unbind(), views, call.cp_group)
-    entropy = verl_packed.views(out["entropy"].unbind(), views, call.cp_group) if call.with_entropy else None
-    return log_probs, entropy
+    return verl_packed.views(_forward(up, call), call, call.cp_group)
 
 
 def policy_loss(up, call: calls.PolicyCall):
-    """``ppo_loss`` on the packed forward's output (``policy.py``); under CP verl's loss reads the gathered
-    batch, so the advantages, old log-probs and the options' per-sample tensors are gathered from the views, and
-    each rank's share is the value / ``cp`` with verl's gradient."""
-    (cp, cp_rank), out = call.cp, _forward(up, call)
+    """``ppo_loss`` on the packed forward's output (``policy.py``); under CP verl's loss reads the gathered batch (the
+    per-sample vectors gathered from the views), each rank's share the value / ``cp`` with verl's gradient."""
+    cp, out = call.cp[0], _forward(up, call)
     loss = verl_policy.packed_loss(up, call, out)
     if cp > 1:  # each rank's loss is the whole batch's; its share (the harness's convention) keeps that gradient
         loss = loss - loss.detach() * (1 - 1 / cp)
-    responses = packing.view_positions(call.inputs, cp, cp_rank)
-    log_probs = verl_packed.picked(out["log_probs"].unbind(), responses)
-    entropy = verl_packed.picked(out["entropy"].unbind(), responses) if call.with_entropy else None
-    return loss, log_probs, entropy
+    return (loss, *verl_packed.views(out, call, None))  # verl's gradient: the loss's share
 
 
 def token_policy_loss(up, call: calls.TokenPolicyCall):
-    """``ppo_loss`` on ``[B, R]`` log-prob matrices (``policy.py``), each row the response of a sequence with a
-    one-token prompt."""
+    """``ppo_loss`` on ``[B, R]`` matrices (``policy.py``), each row a sequence with a one-token prompt's response."""
     rows, width = call.log_probs.shape
-
-    def sequences(matrix):  # position p: token p + 1
-        return torch.cat([matrix, matrix.new_zeros(rows, 1)], dim=1).reshape(-1)
-
-    output = {"log_probs": sequences(call.log_probs)}
-    if call.entropy is not None:
-        output["entropy"] = sequences(call.entropy)
+    matrices = {"log_probs": call.log_probs, "entropy": call.entropy}
+    output = {  # per position p of each sequence: token p + 1
+        key: torch.cat([matrix, matrix.new_zeros(rows, 1)], dim=1).reshape(-1)
+        for key, matrix in matrices.items()
+        if matrix is not None
+    }
     lengths = [(width + 1, width)] * rows
-    return verl_policy.loss(
-        up, call, output, lengths, call.loss_mask, old=call.old_log_probs, adv=call.advantages, options=call.options
-    )
+    return verl_policy.loss(up, call, output, lengths, call.loss_mask)
 
 
 def hidden(up, call: calls.HiddenCall):

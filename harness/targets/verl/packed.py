@@ -1,12 +1,8 @@
 """verl's packed (thd) level: the harness's rows presented as the model verl's engine forward calls.
 
-What runs is verl's own composition (``gptmodel_forward_model_engine``: pack and CP-split, model, processor
-arguments packed with the label roll verl decides, processor, CP gather). The harness's rows (docs/math.md) are
-not verl's, so the engine's ``input_ids`` are each position's ROW NUMBER + 1 in the CP ranks' concatenated rows,
-and verl's own split of them tells each rank's model which rows it returns (verl's padding, 0: a zero row).
-Every verl rank computes the same loss over the gathered batch; the harness gives each rank the gradient of its
-zigzag view only, so the gathered values pass through ``SumGradientOverGroup`` (what every rank's identical loss
-would give). Under CP the model gathers ``cp`` times a rank's logits: the adapter's cost, not verl's.
+Its ``input_ids`` are each position's ROW NUMBER + 1 in the CP ranks' concatenated rows, so verl's own pack and CP
+split tell each rank's model which rows it returns (verl's padding, 0: a zero row). verl's loss is the gathered
+batch's on every rank; the harness gives each rank its zigzag view's gradient (``SumGradientOverGroup``).
 """
 
 from __future__ import annotations
@@ -19,14 +15,6 @@ from harness.targets.upstream.calls import size_and_rank
 from harness.targets.upstream.shared_gradient import SumGradientOverGroup
 
 VERL_LAYOUTS = {"none": "zigzag", "zigzag": "zigzag", "allgather": "contiguous"}
-
-
-def _all_ranks(local: torch.Tensor, group) -> torch.Tensor:
-    """All CP ranks' rows, concatenated; backward: the gradient summed over the group, this rank's rows of it."""
-    parts = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(parts, local.detach().contiguous(), group=group)
-    parts[dist.get_rank(group)] = local
-    return SumGradientOverGroup.apply(torch.cat(parts), group)
 
 
 def _problem(inputs, logits, cp: int) -> str:
@@ -47,11 +35,8 @@ def _problem(inputs, logits, cp: int) -> str:
 
 
 def checked(inputs, logits, cp_group) -> None:
-    """Refuse what the adapter cannot present to verl, on every CP rank alike (one rank's refusal alone: a hang).
-
-    Only the harness's descriptions, which verl never receives (its engine makes the logits rows itself and returns
-    whole sequences); what verl does take (token ids, temperature, chunk size, the CP layout) is left to verl.
-    """
+    """Refuse what the adapter cannot present to verl, on every CP rank alike (one rank's refusal alone: a hang):
+    only the harness's descriptions, which verl never receives; what verl takes is left to verl."""
     cp = size_and_rank(cp_group)[0]
     if (cp > 1) != (inputs.cp_mode != "none"):
         raise ValueError(f"cp_mode={inputs.cp_mode!r} does not match the cp_group given ({cp} rank(s))")
@@ -61,9 +46,10 @@ def checked(inputs, logits, cp_group) -> None:
             raise ValueError(problem)
         return
     lengths = tuple(int(t) for t in inputs.total_lengths), tuple(int(r) for r in inputs.response_lengths)
-    mine = (logits.shape[0], logits.shape[-1], str(logits.dtype), *lengths)
     everyone = [None] * cp
-    dist.all_gather_object(everyone, (problem, mine), group=cp_group)
+    dist.all_gather_object(
+        everyone, (problem, (logits.shape[0], logits.shape[-1], str(logits.dtype), *lengths)), group=cp_group
+    )
     for rank, (found, _) in enumerate(everyone):
         if found:
             raise ValueError(f"CP rank {rank}: {found}")
@@ -78,19 +64,19 @@ def row_ids(inputs, cp: int, local_rows: int, device) -> torch.Tensor:
     """The engine's ``input_ids``: per sample, each position's row + 1 in the CP ranks' concatenated rows."""
     rows, offset = [], 0
     for total, padded in zip(inputs.total_lengths, packing.padded_lengths(inputs, cp)):
+        positions = torch.arange(total, dtype=torch.long, device=device)
         if cp == 1 or inputs.cp_mode == "allgather":
-            rows.append(list(range(offset, offset + total)))
+            rows.append(offset + positions)
             offset += total
             continue
-        chunk = padded // (2 * cp)
-        sample = []
-        for p in range(total):
-            k, within = divmod(p, chunk)
-            owner, local = (k, within) if k < cp else (2 * cp - 1 - k, chunk + within)
-            sample.append(owner * local_rows + offset + local)
-        rows.append(sample)
+        chunk = padded // (2 * cp)  # zigzag: chunk k of the sequence on rank k, or 2cp-1-k behind that rank's first
+        k, within = positions // chunk, positions % chunk
+        late = k >= cp
+        rows.append(
+            torch.where(late, 2 * cp - 1 - k, k) * local_rows + offset + torch.where(late, chunk + within, within)
+        )
         offset += 2 * chunk
-    return nested([torch.tensor(r, dtype=torch.long, device=device) + 1 for r in rows])
+    return nested([r + 1 for r in rows])
 
 
 def nested(values: list[torch.Tensor]) -> torch.Tensor:
@@ -98,8 +84,8 @@ def nested(values: list[torch.Tensor]) -> torch.Tensor:
 
 
 class RowsModel:
-    """The model verl's engine forward calls: the rows its ``input_ids`` name, as a tensor of its own (verl's
-    processor divides the model output in place); a single-stage Megatron ``GPTModel`` in full precision."""
+    """A single-stage Megatron ``GPTModel`` in full precision: the rows ``input_ids`` name, as a tensor of its own
+    (verl's processor divides it in place). Under CP it gathers ``cp`` times a rank's logits (the adapter's cost)."""
 
     pre_process = post_process = True
 
@@ -113,7 +99,12 @@ class RowsModel:
         if unexpected or attention_mask is not None:
             what = sorted(unexpected) or ["attention_mask"]
             raise ValueError(f"the harness's model takes no {what}: a new input of verl's engine, to map")
-        logits = self.logits if self.cp_group is None else _all_ranks(self.logits, self.cp_group)
+        logits = self.logits
+        if self.cp_group is not None:  # all CP ranks' rows; backward: the group's summed gradient, this rank's rows
+            parts = [torch.empty_like(logits) for _ in range(dist.get_world_size(self.cp_group))]
+            dist.all_gather(parts, logits.detach().contiguous(), group=self.cp_group)
+            parts[dist.get_rank(self.cp_group)] = logits
+            logits = SumGradientOverGroup.apply(torch.cat(parts), self.cp_group)
         wanted = input_ids.reshape(-1)
         if bool((wanted > 0).all()):
             return logits.index_select(0, wanted - 1).unsqueeze(0)  # [1, T_local, V_local], the model's own tensor
@@ -121,19 +112,20 @@ class RowsModel:
         return with_zero_row.index_select(0, torch.where(wanted > 0, wanted - 1, logits.shape[0])).unsqueeze(0)
 
 
-def picked(sequences, positions) -> list[torch.Tensor]:
-    return [
-        sequence.index_select(0, torch.tensor(where, dtype=torch.long, device=sequence.device))
-        for sequence, where in zip(sequences, positions)
-    ]
-
-
-def views(sequences, positions, cp_group) -> list[torch.Tensor]:
-    """Each sample's positions of this rank's zigzag view, the gradient summed over CP (module docstring)."""
-    flat = torch.cat(sequences)
-    if cp_group is not None and flat.requires_grad:
-        flat = SumGradientOverGroup.apply(flat, cp_group)
-    return picked(list(flat.split([s.shape[0] for s in sequences])), positions)
+def views(out: dict, call, cp_group) -> tuple:
+    """The log-probs (and entropy, if asked) at each sample's positions of this rank's zigzag view, the gradient
+    summed over ``cp_group`` (module docstring)."""
+    positions, picked = packing.view_positions(call.inputs, *call.cp), {}
+    for key in ("log_probs", "entropy") if call.with_entropy else ("log_probs",):
+        sequences = out[key].unbind()
+        flat = torch.cat(sequences)
+        if cp_group is not None and flat.requires_grad:
+            flat = SumGradientOverGroup.apply(flat, cp_group)
+        picked[key] = [
+            s.index_select(0, torch.tensor(p, dtype=torch.long, device=s.device))
+            for s, p in zip(flat.split([s.shape[0] for s in sequences]), positions)
+        ]
+    return picked["log_probs"], picked.get("entropy")
 
 
 def whole_from_views(views: list[torch.Tensor], inputs, cp_group, name: str) -> list[torch.Tensor]:
@@ -144,12 +136,11 @@ def whole_from_views(views: list[torch.Tensor], inputs, cp_group, name: str) -> 
     dist.all_gather_object(everyone, [v.detach().cpu() for v in views], group=cp_group)
     whole = []
     for i, (total, response) in enumerate(zip(inputs.total_lengths, inputs.response_lengths)):
-        first = total - response - 1
         values = torch.zeros(response, dtype=views[i].dtype)
         for rank in range(cp):
             positions = torch.tensor(packing.view_positions(inputs, cp, rank)[i], dtype=torch.long)
             if len(everyone[rank]) != len(views) or everyone[rank][i].numel() != positions.numel():
                 raise ValueError(f"{name}: CP rank {rank}'s views do not match its zigzag view of the samples")
-            values[positions - first] = everyone[rank][i]
+            values[positions - (total - response - 1)] = everyone[rank][i]
         whole.append(values.to(views[i].device))
     return whole

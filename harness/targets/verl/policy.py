@@ -1,7 +1,6 @@
-"""verl's PPO policy loss on the harness's batch: ``ppo_loss`` of ``verl/workers/utils/losses.py``, called whole
-(response picking, the loss mode from verl's registry, the entropy and KL terms). The adapter translates its
-``config`` (``ActorSettings``: a setting it does not map raises, naming it), its ``data`` (``Batch``) and the
-rollout-correction weights verl's trainer puts in the batch (``compute_rollout_correction_weights``).
+"""verl's PPO policy loss on the harness's batch: ``ppo_loss`` of ``verl/workers/utils/losses.py``, called whole.
+The adapter translates its ``config`` (``ActorSettings``), its ``data`` (``Batch``) and the rollout-correction
+weights verl's trainer puts in the batch (``compute_rollout_correction_weights``).
 """
 
 from __future__ import annotations
@@ -18,22 +17,18 @@ from harness.targets.verl.packed import whole_from_views
 
 LOSS_MODES = {"ppo": "vanilla", "gspo": "gspo", "cispo": "cispo"}
 KL_KINDS = ("k1", "k2", "abs", "low_var_kl")  # verl's kl_loss_type names, the harness's too
-AGGREGATIONS = {  # the harness's mode -> verl's loss_agg_mode
-    "sum-of-sample-mean": "seq-mean-token-mean",  # with global_batch_size = 1
-    **{
-        m: m
-        for m in ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-    },
-}
+_VERLS = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+# the harness's mode -> verl's loss_agg_mode (sum-of-sample-mean: with global_batch_size = 1)
+AGGREGATIONS = {"sum-of-sample-mean": "seq-mean-token-mean", **dict(zip(_VERLS, _VERLS))}
 ROLLOUT_CORRECTION = "verl/trainer/ppo/rollout_corr_helper.py"
 NO_FLOOR = 5e-324  # IcePop's lower bound must be positive: below every weight exp(x) of a finite x > -744
 
 
 class ActorSettings(StrictSettings):
-    """verl's ``ActorConfig`` as the adapter fills it; ``get`` answers verl's own default for an unset key."""
+    """verl's ``ActorConfig``; ``get`` answers verl's own default for an unset key."""
 
     READ_AS = "verl actor config"
-    MAPPED_IN = "harness/targets/verl/policy.py (actor_settings)"
+    MAPPED_IN = "harness/targets/verl/policy.py (loss)"
 
     def get(self, key, default=None):
         return self.__dict__.get(key, default)
@@ -42,12 +37,10 @@ class ActorSettings(StrictSettings):
 def rollout_weights(up):
     """verl's ``compute_rollout_correction_weights``, loaded alone (its module imports the trainer), or None."""
     verl_F = up.modules["torch_functional"]  # noqa: N806  (the name the module imports it by)
-    if verl_F is None or not (up.root / ROLLOUT_CORRECTION).is_file():
+    if verl_F is None:
         return None
-    try:
-        return up.loader.symbol(ROLLOUT_CORRECTION, "compute_rollout_correction_weights", stand_ins={"verl_F": verl_F})
-    except LookupError:
-        return None
+    name = "compute_rollout_correction_weights"
+    return up.loader.symbol_if_present(ROLLOUT_CORRECTION, name, stand_ins={"verl_F": verl_F})
 
 
 def _runs(doc: str, name: str, *args, needs: str = "", **kwargs):
@@ -68,47 +61,35 @@ def _runs(doc: str, name: str, *args, needs: str = "", **kwargs):
     return holds
 
 
-def _registered(mode: str):
-    return _runs(f"verl's policy-loss registry has {mode!r}", "get_policy_loss_fn", mode)
-
-
-def _kl(kind: str):
-    return _runs(f"verl's kl_penalty takes {kind!r}", "kl_penalty", torch.zeros(1, 2), torch.zeros(1, 2), kind)
-
-
-def _aggregation(mode: str):
-    return _runs(
-        f"verl's agg_loss takes {AGGREGATIONS[mode]!r}",
-        "agg_loss",
-        needs="loss_scale_factor" if mode == "seq-mean-token-sum-norm" else "",
-        loss_mat=torch.zeros(1, 2),
-        loss_mask=torch.ones(1, 2),
-        loss_agg_mode=AGGREGATIONS[mode],
-    )
-
-
-def _has_rollout_weights(up) -> bool:
-    """verl's trainer has ``compute_rollout_correction_weights`` (``verl/trainer/ppo/rollout_corr_helper.py``),
-    which makes the rollout-correction weights its loss reads."""
-    return up.rollout_weights is not None
-
-
+_ZEROS = (torch.zeros(1, 2), torch.zeros(1, 2))  # the probes' log-probs
+_DECLARED_BY = {  # each option: what declares it where present (the vanilla loss's dual clip: clip_ratio_c)
+    **{
+        f"policy_{kind}": _runs(f"verl's policy-loss registry has {mode!r}", "get_policy_loss_fn", mode)
+        for kind, mode in (("gspo", "gspo"), ("cispo", "cispo"), ("dual_clip", "vanilla"))
+    },
+    **{
+        f"policy_kl_{kind}": _runs(f"verl's kl_penalty takes {kind!r}", "kl_penalty", *_ZEROS, kind)
+        for kind in KL_KINDS
+    },
+    **{
+        f"policy_agg_{mode}": _runs(
+            f"verl's agg_loss takes {mode!r}",
+            "agg_loss",
+            needs="loss_scale_factor" if mode == "seq-mean-token-sum-norm" else "",
+            loss_mat=torch.zeros(1, 2),
+            loss_mask=torch.ones(1, 2),
+            loss_agg_mode=mode,
+        )
+        for mode in _VERLS
+    },
+    # the trainer's compute_rollout_correction_weights (prepare loads it alone) makes the weights its loss reads
+    **{
+        f"policy_{r}": "rollout_weights"
+        for r in ("tis_token", "tis_sequence", "mis_token", "mis_sequence", "mis_floor")
+    },
+}
 # Each extends token_policy_loss: both policy entries run the same composition (loss).
-OPTIONS = (
-    *(Option(f"policy_{kind}", (_registered(LOSS_MODES[kind]),), "token_policy_loss") for kind in ("gspo", "cispo")),
-    # the vanilla loss's dual clip is its config's clip_ratio_c (inf when the harness asks for none)
-    Option("policy_dual_clip", (_registered("vanilla"),), "token_policy_loss"),
-    *(Option(f"policy_kl_{kind}", (_kl(kind),), "token_policy_loss") for kind in KL_KINDS),
-    *(
-        Option(f"policy_agg_{mode}", (_aggregation(mode),), "token_policy_loss")
-        for mode in AGGREGATIONS
-        if mode != "sum-of-sample-mean"
-    ),
-    *(
-        Option(f"policy_{rollout}", (_has_rollout_weights,), "token_policy_loss")
-        for rollout in ("tis_token", "tis_sequence", "mis_token", "mis_sequence", "mis_floor")
-    ),
-)
+OPTIONS = tuple(Option(capability, (when,), "token_policy_loss") for capability, when in _DECLARED_BY.items())
 NOT_DECLARED = {
     "policy_gspo_dual_clip": "verl's GSPO has no dual clip",
     "policy_kl_k3": "verl's k3 is the clamped low_var_kl (declared as policy_kl_low_var_kl)",
@@ -134,9 +115,40 @@ class Batch(dict):
         return Batch({k: v.to_padded_tensor(0.0) if v.is_nested else v for k, v in self.items()})
 
 
-def actor_settings(options, call) -> ActorSettings:
-    """verl's actor config for the call's clip range and entropy coefficient and the options."""
-    return ActorSettings(
+def _lengths_nested(lengths, device) -> torch.Tensor:
+    """A nested tensor of these lengths (its values unread: ``no_padding_2_padding`` reads the offsets)."""
+    offsets = torch.tensor([0, *lengths], device=device).cumsum(0)
+    return torch.nested.nested_tensor_from_jagged(torch.zeros(int(offsets[-1]), device=device), offsets=offsets)
+
+
+def loss(up, call, output: dict, lengths, mask):
+    """verl's ``ppo_loss(config, output, data)``: ``output`` per position of each sequence (position ``p``: token
+    ``p + 1``), ``lengths`` each sequence's (total, response); ``mask``, the call's advantages, old log-probs and its
+    options' reference and rollout log-probs ``[B, R]`` (rows padded with zeros)."""
+    old, options = call.old_log_probs, call.options if call.options is not None else PolicyOptions()
+    device, response_mask = mask.device, mask.to(bool)
+    data = {
+        "prompts": _lengths_nested([total - response for total, response in lengths], device),
+        "responses": _lengths_nested([response for _, response in lengths], device),
+        "dp_size": 1,
+        "batch_num_tokens": mask.sum(),
+        "global_batch_size": 1 if options.aggregation == "sum-of-sample-mean" else len(lengths),
+        "response_mask": response_mask,
+        "old_log_probs": old,
+        "advantages": call.advantages,
+    }
+    if options.rollout_correction is not None:  # IcePop (the harness's MIS) is "lower_upper"
+        floor = options.rollout_floor if options.rollout_floor is not None else NO_FLOOR
+        threshold = options.rollout_cap if options.rollout_correction == "tis" else f"{floor!r}_{options.rollout_cap!r}"
+        data["rollout_is_weights"], _metrics = up.rollout_weights(
+            log_ratio=old - options.rollout_log_probs.to(old),
+            response_mask=response_mask,
+            rollout_is=options.rollout_level,
+            rollout_is_threshold=threshold,
+        )
+    if options.kl_coef != 0:
+        data["ref_log_prob"] = options.ref_log_probs.to(old)
+    config = ActorSettings(
         clip_ratio=call.eps_clip,
         clip_ratio_low=call.eps_clip,
         clip_ratio_high=call.eps_clip if call.eps_clip_high is None else call.eps_clip_high,
@@ -150,49 +162,8 @@ def actor_settings(options, call) -> ActorSettings:
         kl_loss_type=options.kl_kind if options.kl_kind in KL_KINDS else None,
         kl_loss_coef=options.kl_coef,
     )
-
-
-def _lengths_nested(lengths, device) -> torch.Tensor:
-    """A nested tensor of these lengths (its values unread: ``no_padding_2_padding`` reads the offsets)."""
-    offsets = torch.tensor([0, *lengths], device=device).cumsum(0)
-    return torch.nested.nested_tensor_from_jagged(torch.zeros(int(offsets[-1]), device=device), offsets=offsets)
-
-
-def loss(up, call, output: dict, lengths, mask, *, old, adv, options=None):
-    """verl's ``ppo_loss(config, output, data)``: ``output`` per position of each sequence (position ``p``: token
-    ``p + 1``), ``lengths`` each sequence's (total, response), ``mask``, ``old``, ``adv`` and the options' reference and
-    rollout log-probs ``[B, R]`` (rows padded with zeros)."""
-    options = options if options is not None else PolicyOptions()
-    device, response_mask = mask.device, mask.to(bool)
-    data = {
-        "prompts": _lengths_nested([total - response for total, response in lengths], device),
-        "responses": _lengths_nested([response for _, response in lengths], device),
-        "dp_size": 1,
-        "batch_num_tokens": mask.sum(),
-        "global_batch_size": 1 if options.aggregation == "sum-of-sample-mean" else len(lengths),
-        "response_mask": response_mask,
-        "old_log_probs": old,
-        "advantages": adv,
-    }
-    if options.rollout_correction is not None:  # IcePop (the harness's MIS) is "lower_upper"
-        floor = options.rollout_floor if options.rollout_floor is not None else NO_FLOOR
-        threshold = options.rollout_cap if options.rollout_correction == "tis" else f"{floor!r}_{options.rollout_cap!r}"
-        data["rollout_is_weights"], _metrics = up.rollout_weights(
-            log_ratio=old - options.rollout_log_probs.to(old),
-            response_mask=response_mask,
-            rollout_is=options.rollout_level,
-            rollout_is_threshold=threshold,
-        )
-    if options.kl_coef != 0:
-        data["ref_log_prob"] = options.ref_log_probs.to(old)
-    value, _metrics = up.ppo_loss(actor_settings(options, call), output, Batch(data))
+    value, _metrics = up.ppo_loss(config, output, Batch(data))
     return value
-
-
-def _matrix(values: list[torch.Tensor], width: int, dtype=None) -> torch.Tensor:
-    """``[B, width]``, each row a sample's values then zeros."""
-    rows = [torch.nn.functional.pad(v if dtype is None else v.to(dtype), (0, width - v.numel())) for v in values]
-    return torch.stack(rows) if rows else torch.zeros(0, width)
 
 
 def packed_loss(up, call, output: dict):
@@ -201,18 +172,22 @@ def packed_loss(up, call, output: dict):
     inputs, options = call.inputs, call.options
     width = max((int(r) for r in inputs.response_lengths), default=0)
 
+    def matrix(values: list[torch.Tensor]) -> torch.Tensor:  # [B, width], each row a sample's values then zeros
+        rows = [torch.nn.functional.pad(v, (0, width - v.numel())) for v in values]
+        return torch.stack(rows) if rows else torch.zeros(0, width)
+
     def padded(values, name):
         if values is None:
             return None
         if call.cp[0] > 1:
             values = whole_from_views(values, inputs, call.cp_group, name)
-        return _matrix([v.detach() for v in values], width, torch.float32)
+        return matrix([v.detach().to(torch.float32) for v in values])
 
-    adv, old = padded(call.advantages, "advantages"), padded(call.old_log_probs, "old_log_probs")
+    vectors = {name: padded(getattr(call, name), name) for name in ("advantages", "old_log_probs")}
     if options is not None:
         options = dataclasses.replace(
             options, **{name: padded(getattr(options, name), name) for name in ("ref_log_probs", "rollout_log_probs")}
         )
     lengths = [(int(t), int(r)) for t, r in zip(inputs.total_lengths, inputs.response_lengths)]
-    mask = _matrix([m.float() for m in inputs.loss_masks], width)
-    return loss(up, call, output, lengths, mask, old=old, adv=adv, options=options)
+    mask = matrix([m.float() for m in inputs.loss_masks])
+    return loss(up, call.replace(**vectors, options=options), output, lengths, mask)

@@ -1,44 +1,36 @@
-"""What the files of the verl record import that the harness provides (the record's placeholders; why each, on
-the generated family page). Written from the upstream SIGNATURES only; no upstream code is copied.
-
-Megatron's vocab-parallel cross entropy is ``megatron_cross_entropy``'s, whose backward is the stand-in's: a
-defect of Megatron's own kernel is out of reach. ``verl.workers.config``'s ``ActorConfig`` is the adapter's strict
-settings (``policy.ActorSettings``): verl's GSPO and CISPO assert ``isinstance(config, ActorConfig)``.
+"""What the files of the verl record import that the harness provides (the record's placeholders), written from the
+upstream SIGNATURES only. Megatron's cross entropy is ``megatron_cross_entropy``'s (a defect of Megatron's own kernel
+is out of reach); ``ActorConfig`` is the adapter's strict settings (verl's GSPO and CISPO assert its type).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import types
 
 from harness.targets.upstream import megatron_cross_entropy, megatron_stand_in
-from harness.targets.upstream.placeholders import Placeholder, refusing
+from harness.targets.upstream.placeholders import Placeholder, holding, refusing
 from harness.targets.upstream.settings import StrictSettings
 from harness.targets.verl.policy import ActorSettings
 
 
-def _module(name: str, *refused: str, package: bool = False, **attributes) -> types.ModuleType:
-    """A stand-in module: ``attributes``, and ``refused`` names that refuse to be used."""
-    module = types.ModuleType(name)
-    module.__doc__ = "harness stand-in (harness/targets/verl/stand_ins.py)"
-    if package:
-        module.__path__ = []  # the loader finds the tree's submodules by name
-    for key, value in {**{r: refusing(f"{name}.{r}") for r in refused}, **attributes}.items():
-        setattr(module, key, value)
-    return module
+def _stand_in(refused: str = "", package: bool = False, **attributes):
+    """A placeholder's ``build``: a module holding ``attributes`` and the ``refused`` names, which refuse to be used."""
+
+    def build(name: str) -> types.ModuleType:
+        module = holding(__doc__="harness stand-in (harness/targets/verl/stand_ins.py)", **attributes)(name)
+        module.__dict__.update({r: refusing(f"{name}.{r}") for r in refused.split()})
+        if package:
+            module.__path__ = []  # the loader finds the tree's submodules by name
+        return module
+
+    return build
 
 
 # Megatron's PackedSeqParams as a record of its fields, the CP layout's (which verl looks for among them) included.
+_FIELDS = "qkv_format cu_seqlens_q cu_seqlens_kv cu_seqlens_q_padded cu_seqlens_kv_padded max_seqlen_q max_seqlen_kv"
 _PackedSeqParams = dataclasses.make_dataclass(
-    "PackedSeqParams",
-    [
-        (field, object, None)
-        for field in (
-            "qkv_format cu_seqlens_q cu_seqlens_kv cu_seqlens_q_padded cu_seqlens_kv_padded max_seqlen_q max_seqlen_kv "
-            "local_cp_size cp_group cp_partition_mode"
-        ).split()
-    ],
+    "PackedSeqParams", [(f, object, None) for f in f"{_FIELDS} local_cp_size cp_group cp_partition_mode".split()]
 )
 
 
@@ -54,44 +46,31 @@ class _Metric:
 
 
 _AGGREGATION = types.SimpleNamespace(MEAN="mean", SUM="sum", MIN="min", MAX="max")  # AggregationType's members
-
+_DEVICE = {"get_device_name": lambda: "cpu", "is_npu_available": False, "is_cuda_available": False}
 # verl's own modules, stood in even where the tree has them (the loader never runs a package's __init__)
 _REPLACED = {
     "verl.utils": (
         "the package __init__'s re-exports core_algos imports",
-        lambda n: _module(n, "as_torch_index", "group_mean_std", package=True),
+        _stand_in("as_torch_index group_mean_std", package=True),
     ),
-    "verl.utils.device": (
-        "no accelerator",
-        lambda n: _module(
-            n,
-            "get_torch_device",
-            "get_device_id",
-            get_device_name=lambda: "cpu",
-            is_npu_available=False,
-            is_cuda_available=False,
-        ),
-    ),
+    "verl.utils.device": ("no accelerator", _stand_in("get_torch_device get_device_id", **_DEVICE)),
     "verl.utils.model": (
         "CausalLMOutputForPPO, for util.py functions never called here",
-        lambda n: _module(n, "CausalLMOutputForPPO"),
+        _stand_in("CausalLMOutputForPPO"),
     ),
     "verl.utils.megatron_utils": (
         "unwrap_model (model_forward.py)",
-        lambda n: _module(n, unwrap_model=lambda model, *args, **kwargs: model),
+        _stand_in(unwrap_model=lambda model, *args, **kwargs: model),
     ),
     "verl.utils.metric": (
         "the metric records ppo_loss returns beside the loss (the package __init__ re-exports them)",
-        lambda n: _module(n, package=True, AggregationType=_AGGREGATION, Metric=_Metric),
+        _stand_in(package=True, AggregationType=_AGGREGATION, Metric=_Metric),
     ),
     "verl.workers.config": (
         "ActorConfig as the adapter's settings",
-        lambda n: _module(n, "CriticConfig", "MtpConfig", "HFModelConfig", ActorConfig=ActorSettings),
+        _stand_in("CriticConfig MtpConfig HFModelConfig", ActorConfig=ActorSettings),
     ),
-    "verl.trainer.config": (
-        "AlgoConfig, for the advantage estimators",
-        lambda n: _module(n, "AlgoConfig", package=True),
-    ),
+    "verl.trainer.config": ("AlgoConfig, for the advantage estimators", _stand_in("AlgoConfig", package=True)),
 }
 PLACEHOLDERS = (
     Placeholder(
@@ -106,7 +85,7 @@ PLACEHOLDERS = (
     Placeholder(
         "megatron.core.packed_seq_params",
         "PackedSeqParams, a record (util.py)",
-        lambda n: _module(n, PackedSeqParams=_PackedSeqParams),
+        _stand_in(PackedSeqParams=_PackedSeqParams),
     ),
     *(Placeholder(name, why, build, replaces=True) for name, (why, build) in _REPLACED.items()),
     *(
@@ -116,11 +95,6 @@ PLACEHOLDERS = (
 )
 
 
-class EngineSettings(StrictSettings):
-    READ_AS = "verl engine config"
-    MAPPED_IN = "harness/targets/verl/stand_ins.py (engine)"
-
-
 class Engine(StrictSettings):
     """``self`` of ``MegatronEngineWithLMHead._lm_head_logits_processor``: its engine config only."""
 
@@ -128,27 +102,15 @@ class Engine(StrictSettings):
     MAPPED_IN = "harness/targets/verl/stand_ins.py (engine)"
 
 
+class EngineConfig(Engine):
+    READ_AS = "verl engine config"
+
+
 def engine(chunk_size) -> Engine:
     """The engine whose processor chunks the entropy by ``chunk_size`` (None: unchunked)."""
+    chunking = chunk_size is not None
     return Engine(
-        engine_config=EngineSettings(
-            entropy_from_logits_with_chunking=chunk_size is not None, entropy_from_logits_chunk_size=chunk_size
+        engine_config=EngineConfig(
+            entropy_from_logits_with_chunking=chunking, entropy_from_logits_chunk_size=chunk_size
         )
     )
-
-
-class _LoggerOnce(logging.LoggerAdapter):
-    """verl's module logger with the ``warning_once`` that importing transformers adds to ``logging.Logger``
-    (util.py pads short sequences with it)."""
-
-    warned: set = set()
-
-    def warning_once(self, message, *args, **kwargs):
-        if message not in self.warned:
-            self.warned.add(message)
-            self.warning(message, *args, **kwargs)
-
-
-def logger_once(module) -> None:
-    if isinstance(getattr(module, "logger", None), logging.Logger):
-        module.logger = _LoggerOnce(module.logger, {})
