@@ -68,6 +68,9 @@ def register_profiles() -> None:
     settings.register_profile("interpreter", base, max_examples=6, derandomize=True, database=None)
     # smoke: the gate's own end-to-end self-tests (a few derandomised examples, no shrinking).
     settings.register_profile("smoke", base, max_examples=8, derandomize=True, database=None, phases=no_shrink)
+    # history: a replay of a family's history (harness/gate/history.py), hundreds of suite runs: smoke's settings
+    # with 3 examples per property (the explicit special-value examples all run); said in each table's header.
+    settings.register_profile("history", base, max_examples=3, derandomize=True, database=None, phases=no_shrink)
     # device: ci's settings without shrinking, for a time-boxed GPU run (bench.gpu_quick), where shrinking a
     # failure could outlast the step's limit and lose the verdict; the failing example is still printed.
     settings.register_profile("device", ci, phases=no_shrink)
