@@ -114,10 +114,9 @@ def labels(inputs, cp: int, cp_rank: int, device) -> torch.Tensor:
 
 def _view(batch: torch.Tensor, inputs, cp: int, cp_rank: int) -> list[torch.Tensor]:
     """Each sample's zigzag view of its response from ``[B, max_len]`` (sequence ``i`` right-aligned)."""
-    lengths = packing.padded_lengths(inputs, cp)
-    width = batch.shape[1]
+    offsets = [batch.shape[1] - length for length in packing.padded_lengths(inputs, cp)]
     return [
-        batch[i, torch.tensor([width - lengths[i] + p for p in positions], dtype=torch.long, device=batch.device)]
+        batch[i, torch.tensor([offsets[i] + p for p in positions], dtype=torch.long, device=batch.device)]
         for i, positions in enumerate(packing.view_positions(inputs, cp, cp_rank))
     ]
 

@@ -79,9 +79,8 @@ def _prepare(up) -> None:
 
 
 def _backward_import(up, gather_context) -> None:
-    """The chunked Function's backward imports ``maybe_gather_lm_head_ctx`` from ``..trainer.utils`` when autograd
-    runs it, after the family call returned: TRL's own function, run in the calling context, in a module that
-    import finds then too (``sys.modules``; the loader saves and restores it around its own view)."""
+    """The chunked Function's backward imports ``maybe_gather_lm_head_ctx`` from ``..trainer.utils`` after the call
+    returned: TRL's own, run in the calling context, put where import finds it then (``sys.modules``) too."""
 
     @functools.wraps(gather_context)
     def in_context(*params):

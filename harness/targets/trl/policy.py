@@ -84,12 +84,11 @@ def token_policy_loss(up, call: calls.TokenPolicyCall):
             steps_per_generation=1,
         ),
     )
-    rows, width = call.log_probs.shape
-    device = call.log_probs.device
+    no_prompt = call.loss_mask.new_zeros(call.loss_mask.shape[0], 0, dtype=torch.long)  # read by the model call only
     inputs = {
-        "prompt_ids": torch.zeros(rows, 0, dtype=torch.long, device=device),
-        "prompt_mask": torch.zeros(rows, 0, dtype=torch.long, device=device),
-        "completion_ids": torch.zeros(rows, width, dtype=torch.long, device=device),
+        "prompt_ids": no_prompt,
+        "prompt_mask": no_prompt,
+        "completion_ids": torch.zeros_like(call.loss_mask, dtype=torch.long),
         "completion_mask": call.loss_mask,
         "advantages": call.advantages,
         "old_per_token_logps": call.old_log_probs,

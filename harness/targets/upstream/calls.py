@@ -257,9 +257,7 @@ class TokenPolicyCall(_Call):
         when ``c >= 1 + clip_high``, so a smaller ``c`` is refused by name, never run as another loss."""
         c = self.chosen.dual_clip_c
         if c is not None and c < 1 + self.clip_high:
-            raise ValueError(
-                f"dual_clip_c={c}: {library}'s delta equals the dual clip only when delta >= 1 + eps_clip_high"
-            )
+            raise ValueError(f"dual_clip_c={c}: {library}'s delta is the dual clip only if delta >= 1 + eps_clip_high")
         return c
 
     def per_batch(self, loss):
