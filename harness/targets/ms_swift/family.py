@@ -9,8 +9,6 @@ the whole trainer stack, and run with a strict stand-in ``self``. The log-probs 
 
 from __future__ import annotations
 
-import types
-
 import torch
 
 from harness.targets.ms_swift import megatron, policy
@@ -18,7 +16,7 @@ from harness.targets.ms_swift.policy import Settings
 from harness.targets.upstream import calls, megatron_stand_in, packing
 from harness.targets.upstream.family import Entry, Family
 from harness.targets.upstream.locate import Locate
-from harness.targets.upstream.placeholders import refusing
+from harness.targets.upstream.placeholders import holding, refusing
 
 UTILS = "swift/megatron/trainers/vocab_parallel_utils.py"
 TRAINER = "swift/megatron/trainers/grpo_trainer.py"
@@ -32,23 +30,17 @@ DEFINITIONS = {  # each loaded alone: its file, and what it imports that the rec
 IGNORED = -100  # ms-swift's label for a position whose next token is no completion token
 
 
-def _mpu(state) -> types.ModuleType:
-    """The kernel's parallel state and what the trainer asks beyond it: the last pipeline stage, one data-parallel
-    rank (the harness runs no data parallelism)."""
-    view = types.ModuleType("megatron.core.mpu")
-    view.__dict__.update({k: v for k, v in vars(state).items() if k.startswith("get_")})
-    view.is_pipeline_last_stage = lambda *args, **kwargs: True
-    view.get_data_parallel_group = lambda *args, **kwargs: megatron_stand_in.SINGLE_RANK
-    view.get_data_parallel_world_size = lambda *args, **kwargs: 1
-    return view
-
-
 def _prepare(up) -> None:
     """Megatron's cross entropy from its root; ms-swift's utilities and trainer methods loaded alone on it."""
     state = megatron_stand_in.install()
     up.megatron = megatron.load(state)
     up.roots = (up.megatron.loader,)
-    up.mpu = _mpu(state)
+    up.mpu = holding(  # the kernel's parallel state, the last pipeline stage, one data-parallel rank (none here)
+        **{k: v for k, v in vars(state).items() if k.startswith("get_")},
+        is_pipeline_last_stage=lambda *args, **kwargs: True,
+        get_data_parallel_group=lambda *args, **kwargs: megatron_stand_in.SINGLE_RANK,
+        get_data_parallel_world_size=lambda *args, **kwargs: 1,
+    )("megatron.core.mpu")
     bound = {
         "mpu": up.mpu,
         "tensor_parallel": up.megatron.tensor_parallel,
@@ -80,8 +72,7 @@ def _prepare(up) -> None:
 
 
 def _forward_step(up, call, data: dict, logits, micro_batch_size: int, **args):
-    """``forward_step(trainer, iter([data]), model)``: the log-probs it returns, the entropy it hands ``loss_func``.
-    The model answers with a fresh copy of the logits ``[1, rows, V_local]``: a model's output is its own tensor,
+    """The model answers with a fresh copy of the logits ``[1, rows, V_local]``: a model's output is its own tensor,
     which the trainer divides in place (the memory checks charge the copy)."""
     trainer = Settings(
         args=Settings(**args),
@@ -123,10 +114,9 @@ def labels(inputs, cp: int, cp_rank: int, device) -> torch.Tensor:
 
 def _view(batch: torch.Tensor, inputs, cp: int, cp_rank: int) -> list[torch.Tensor]:
     """Each sample's zigzag view of its response from ``[B, max_len]`` (sequence ``i`` right-aligned)."""
-    lengths = packing.padded_lengths(inputs, cp)
-    width = batch.shape[1]
+    offsets = [batch.shape[1] - length for length in packing.padded_lengths(inputs, cp)]
     return [
-        batch[i, torch.tensor([width - lengths[i] + p for p in positions], dtype=torch.long, device=batch.device)]
+        batch[i, torch.tensor([offsets[i] + p for p in positions], dtype=torch.long, device=batch.device)]
         for i, positions in enumerate(packing.view_positions(inputs, cp, cp_rank))
     ]
 

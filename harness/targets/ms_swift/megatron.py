@@ -1,8 +1,7 @@
 """Megatron-core as ms-swift's second root: ms-swift's log-probs are ``-tensor_parallel.vocab_parallel_cross_entropy``.
 
-Megatron's own file runs, not the kernel's stand-in (``upstream/megatron_cross_entropy.py``), so what is checked
-is what ms-swift's trainer runs and its files are in ``executed``. ``megatron/core/utils.py`` imports CUDA-only
-packages at its top, so the names the two cross-entropy files import from it are loaded alone.
+Megatron's own file runs, not the kernel's stand-in (``upstream/megatron_cross_entropy.py``): what is checked is
+what ms-swift's trainer runs, and its files are in ``executed``.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import types
 
 from harness.targets.upstream.loader import Loader
 from harness.targets.upstream.locate import Locate, find
+from harness.targets.upstream.placeholders import holding
 
 CROSS_ENTROPY = "megatron.core.tensor_parallel.cross_entropy"
 IMPORTERS = ("megatron/core/tensor_parallel/cross_entropy.py", "megatron/core/tensor_parallel/utils.py")
@@ -24,13 +24,15 @@ HINT = (
 )
 
 
-def _imported_from_utils(loader: Loader) -> list[str]:
-    names = []
+def _core_utils(loader: Loader) -> types.ModuleType:
+    """``megatron.core.utils`` as far as the cross-entropy files import it, each name loaded alone (the file imports
+    CUDA-only packages at its top)."""
+    names = {}
     for path in IMPORTERS:
         for node in ast.walk(ast.parse(loader.read(path) or "")):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "megatron.core.utils":
-                names += [alias.name for alias in node.names]
-    return list(dict.fromkeys(names))
+                names.update(dict.fromkeys(alias.name for alias in node.names))
+    return holding(**{name: loader.symbol(CORE_UTILS, name) for name in names})("megatron.core.utils")
 
 
 def load(state: types.ModuleType) -> types.SimpleNamespace:
@@ -44,11 +46,7 @@ def load(state: types.ModuleType) -> types.SimpleNamespace:
         sys.modules.update(stand_ins)
     loader = Loader(located.root, ("megatron",))
     loader.modules["megatron.core.parallel_state"] = state
-    utils = types.ModuleType("megatron.core.utils")
-    for name in _imported_from_utils(loader):
-        setattr(utils, name, loader.symbol(CORE_UTILS, name))
-    loader.modules["megatron.core.utils"] = utils
-    cross_entropy = loader.module(CROSS_ENTROPY)
-    package = types.ModuleType("megatron.core.tensor_parallel")
-    package.vocab_parallel_cross_entropy = cross_entropy.vocab_parallel_cross_entropy
+    loader.modules["megatron.core.utils"] = _core_utils(loader)
+    cross_entropy = loader.module(CROSS_ENTROPY).vocab_parallel_cross_entropy
+    package = holding(vocab_parallel_cross_entropy=cross_entropy)("megatron.core.tensor_parallel")
     return types.SimpleNamespace(tensor_parallel=package, loader=loader, version=located.version)

@@ -2,9 +2,7 @@
 
 ``loss_func`` gets the harness's ``[B, R]`` log-probs as ``output_tensor`` and matrices in ``data["grpo_batch"]``,
 so the ratio, clip, KL and aggregation are ms-swift's. Each option is declared where the Megatron RLHF arguments
-(``megatron_args.py``) have the fields it sets (docs/policy-losses.md). ``grpo`` is ``seq-mean-token-mean`` (the
-harness's ``sum-of-sample-mean`` is it times ``B``); ``args.delta`` equals the dual clip only when
-``delta >= 1 + epsilon_high``, so a smaller ``c`` is refused by name; ``beta``'s KL is k3 clamped as verl's
+(``megatron_args.py``) have the fields it sets (docs/policy-losses.md); ``beta``'s KL is k3 clamped as verl's
 ``low_var_kl``.
 """
 
@@ -15,7 +13,6 @@ import dataclasses
 
 import torch
 
-from harness.targets.protocol import PolicyOptions
 from harness.targets.upstream import calls
 from harness.targets.upstream.family import configured_options
 from harness.targets.upstream.placeholders import refusing
@@ -37,15 +34,11 @@ class Settings(StrictSettings):
     MAPPED_IN = "harness/targets/ms_swift/ (family.py _forward_step, policy.py token_policy_loss)"
 
 
-# Read only by the dataclass's __post_init__ checks, which never run here (only its fields are read).
-ARGUMENT_STAND_INS = {
-    name: refusing(f"swift.utils.{name}") for name in ("get_dist_setting", "json_parse_to_dict", "logger")
-}
-
-
 def prepare(up) -> None:
     """The fields of ms-swift's Megatron RLHF arguments (the dataclass loaded alone; empty where absent)."""
-    mixin = up.loader.symbol_if_present(ARGUMENTS, "RLHFMegatronArgumentsMixin", stand_ins=ARGUMENT_STAND_INS)
+    # read only by the dataclass's __post_init__ checks, which never run here (only its fields are read)
+    unused = {name: refusing(f"swift.utils.{name}") for name in ("get_dist_setting", "json_parse_to_dict", "logger")}
+    mixin = up.loader.symbol_if_present(ARGUMENTS, "RLHFMegatronArgumentsMixin", stand_ins=unused)
     up.config_fields = frozenset(f.name for f in dataclasses.fields(mixin)) if mixin is not None else frozenset()
 
 
@@ -53,8 +46,7 @@ OPTIONS = configured_options(
     "RLHFMegatronArgumentsMixin",
     "token_policy_loss",
     {
-        "policy_agg_seq-mean-token-mean": ("loss_type",),
-        "policy_agg_token-mean": ("loss_type",),
+        **{f"policy_agg_{mode}": ("loss_type",) for mode in ("seq-mean-token-mean", "token-mean")},
         "policy_agg_seq-mean-token-sum-norm": ("loss_type", "max_completion_length"),
         "policy_gspo": ("importance_sampling_level",),
         "policy_dual_clip": ("delta",),
@@ -74,12 +66,7 @@ NOT_DECLARED = {
 
 def token_policy_loss(up, call: calls.TokenPolicyCall):
     """``loss_func(trainer, log_probs, data)`` on the harness's ``[B, R]`` matrices."""
-    options = call.options if call.options is not None else PolicyOptions()
-    eps_clip_high = call.eps_clip if call.eps_clip_high is None else call.eps_clip_high
-    if options.dual_clip_c is not None and options.dual_clip_c < 1 + eps_clip_high:
-        raise ValueError(
-            f"dual_clip_c={options.dual_clip_c}: ms-swift's delta equals the dual clip only when delta >= 1 + eps_high"
-        )
+    options = call.chosen
     rows = call.log_probs.shape[0]
     trainer = Settings(
         micro_batch_size=rows,
@@ -92,7 +79,7 @@ def token_policy_loss(up, call: calls.TokenPolicyCall):
         _has_teacher=False,
         loss_type=LOSS_TYPES[options.aggregation],
         epsilon_low=call.eps_clip,
-        epsilon_high=eps_clip_high,
+        epsilon_high=call.clip_high,
         compute_entropy=False,
         top_entropy_quantile=1.0,
         log_entropy=False,
@@ -104,7 +91,7 @@ def token_policy_loss(up, call: calls.TokenPolicyCall):
         _step=1,
         steps_per_generation=1,
         _flush_log_completions=lambda: None,
-        args=Settings(delta=options.dual_clip_c, overlong_filter=False, num_microbatches=1),
+        args=Settings(delta=call.as_delta("ms-swift"), overlong_filter=False, num_microbatches=1),
     )
     mask = call.loss_mask.to(torch.bool)
     batch = Settings(
@@ -117,4 +104,4 @@ def token_policy_loss(up, call: calls.TokenPolicyCall):
         num_items_in_batch=mask.sum(),
     )
     loss, _metrics = up.loss_func(trainer, call.log_probs, {"grpo_batch": batch, "per_token_entropy": None})
-    return loss * rows if options.aggregation == "sum-of-sample-mean" else loss
+    return call.per_batch(loss)

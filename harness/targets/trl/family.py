@@ -2,8 +2,7 @@
 
 ``trl/trainer/utils.py`` imports the Hugging Face stack, so the definitions under test are loaded alone from it,
 the kernels as modules. On CPU tensors the helpers take their torch path (``_supports_trl_loss_kernel`` asks for
-CUDA/XPU); the Triton kernel they dispatch to on CUDA is checked alone by ``triton_kernel``. TRL does not shard the
-vocabulary: at TP > 1 the token entries gather the shards first, as a trainer does (``upstream/whole_vocab.py``).
+CUDA/XPU); the Triton kernel they dispatch to on CUDA is checked alone by ``triton_kernel``.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ TOKEN = ("selective_log_softmax", "selective_log_softmax_and_entropy", "entropy_
 # (fp32, H 2, V 4: 14.5 s for 4096 rows, 115 s for 32768, TRL 1.15.0): a thousand 256-row blocks would take a
 # quarter of an hour per call.
 CPU_CASE_LIMITS = {"max_hidden_rows": 16_384}
-
 
 PLACEHOLDERS = (
     Placeholder("transformers", "imported by the kernels and the helpers for the names below", scope="call"),
@@ -70,8 +68,7 @@ def _prepare(up) -> None:
     up.add_fused_lm_head = alone(UTILS, "add_fused_lm_head", stand_ins=kernels) if chunked is not None else None
     if chunked is not None:
         _backward_import(up, alone(UTILS, "maybe_gather_lm_head_ctx"))
-    helpers = {name: alone(UTILS, name) for name in ("nanmin", "nanmax")}  # its metrics' helpers
-    helpers = {name: helper for name, helper in helpers.items() if helper is not None}
+    helpers = {name: found for name in ("nanmin", "nanmax") if (found := alone(UTILS, name)) is not None}  # metrics
     try:
         up.compute_loss = up.loader.method(GRPO_TRAINER, "GRPOTrainer", "_compute_loss", stand_ins=helpers)
     except LookupError:  # no such file or method (MissingUpstream is one): the entry reports it
@@ -82,17 +79,15 @@ def _prepare(up) -> None:
 
 
 def _backward_import(up, gather_context) -> None:
-    """The chunked Function's backward imports ``maybe_gather_lm_head_ctx`` from ``..trainer.utils`` when autograd
-    runs it, after the family call returned: TRL's own function, run in the calling context, in a module that
-    import finds then too (``sys.modules``; the loader saves and restores it around its own view)."""
+    """The chunked Function's backward imports ``maybe_gather_lm_head_ctx`` from ``..trainer.utils`` after the call
+    returned: TRL's own, run in the calling context, put where import finds it then (``sys.modules``) too."""
 
     @functools.wraps(gather_context)
     def in_context(*params):
         with up.loader.present():
             return gather_context(*params)
 
-    view = types.ModuleType("trl.trainer.utils")
-    view.maybe_gather_lm_head_ctx = in_context
+    view = holding(maybe_gather_lm_head_ctx=in_context)("trl.trainer.utils")
     up.loader.modules[view.__name__] = sys.modules[view.__name__] = view
 
 
@@ -122,8 +117,7 @@ class _LanguageModel:
     and no logit scale."""
 
     def __init__(self, hidden, weight):
-        self.config = types.SimpleNamespace()
-        self.config.get_text_config = lambda: self.config
+        self.config = types.SimpleNamespace(get_text_config=lambda: self.config)
         self._hidden, self._head = hidden, types.SimpleNamespace(weight=weight, bias=None)
 
     def forward(self, *args, **kwargs):
@@ -210,8 +204,7 @@ TRL_TRITON = Family(
     not_declared={
         "entropy_gate": "the kernel always builds the entropy's graph; the detach is the utils wrapper's",
         "chunking": "no chunk argument",
-        "vocab_parallel": "TRL does not shard the vocabulary: under TP a trainer gathers the shards first "
-        "(harness/targets/upstream/whole_vocab.py), so what TP ranks disagree on never reaches TRL's code",
+        "vocab_parallel": TRL.not_declared["vocab_parallel"],
     },
     triton=True,
 )

@@ -3,8 +3,7 @@
 Its one call into the model, ``_get_per_token_logps_and_entropies``, answers with the harness's ``[B, R]``
 log-probs and entropy, so everything after it (ratio, clip, KL, aggregation, entropy bonus) is TRL's. Each option
 is declared where the ``GRPOConfig`` field it sets is present (docs/policy-losses.md); a ``loss_type`` value a
-revision does not know FAILS. ``grpo`` is ``seq-mean-token-mean`` (the harness's ``sum-of-sample-mean`` is it times
-``B``); ``delta`` equals the dual clip only when ``delta >= 1 + epsilon_high``, so a smaller ``c`` is refused by name.
+revision does not know FAILS.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import collections
 
 import torch
 
-from harness.targets.protocol import PolicyOptions
 from harness.targets.upstream import calls
 from harness.targets.upstream.family import configured_options
 from harness.targets.upstream.settings import OneProcessAccelerator, StrictSettings
@@ -37,8 +35,7 @@ OPTIONS = configured_options(
     "GRPOConfig",
     "token_policy_loss",
     {
-        "policy_agg_seq-mean-token-mean": ("loss_type",),
-        "policy_agg_token-mean": ("loss_type",),
+        **{f"policy_agg_{mode}": ("loss_type",) for mode in ("seq-mean-token-mean", "token-mean")},
         "policy_agg_seq-mean-token-sum-norm": ("loss_type", "max_completion_length"),
         "policy_kl_k3": ("beta",),
         "policy_kl_ratio_weighted": ("beta", "use_bias_correction_kl"),
@@ -59,12 +56,7 @@ NOT_DECLARED = {
 
 def token_policy_loss(up, call: calls.TokenPolicyCall):
     """``_compute_loss(trainer, model, inputs)`` on the harness's ``[B, R]`` matrices."""
-    options = call.options if call.options is not None else PolicyOptions()
-    eps_clip_high = call.eps_clip if call.eps_clip_high is None else call.eps_clip_high
-    if options.dual_clip_c is not None and options.dual_clip_c < 1 + eps_clip_high:
-        raise ValueError(
-            f"dual_clip_c={options.dual_clip_c}: TRL's delta equals the dual clip only when delta >= 1 + eps_clip_high"
-        )
+    options = call.chosen
     entropies = call.entropy if call.entropy is not None else torch.zeros_like(call.log_probs).detach()
     trainer = TrainerSettings(
         _get_per_token_logps_and_entropies=lambda *args, **kwargs: (call.log_probs, entropies, None),
@@ -74,7 +66,7 @@ def token_policy_loss(up, call: calls.TokenPolicyCall):
         beta=float(options.kl_coef),
         loss_type=LOSS_TYPES[options.aggregation],
         epsilon_low=call.eps_clip,
-        epsilon_high=eps_clip_high,
+        epsilon_high=call.clip_high,
         use_vllm=False,
         vllm_importance_sampling_correction=False,
         model=TrainerSettings(training=True),
@@ -87,17 +79,16 @@ def token_policy_loss(up, call: calls.TokenPolicyCall):
         entropy_coef=float(call.entropy_coef),
         _metrics={"train": collections.defaultdict(list), "eval": collections.defaultdict(list)},
         args=TrainerSettings(
-            delta=options.dual_clip_c,
+            delta=call.as_delta("TRL"),
             use_bias_correction_kl=bool(options.kl_ratio_weighted),
             steps_per_generation=1,
         ),
     )
-    rows, width = call.log_probs.shape
-    device = call.log_probs.device
+    no_prompt = call.loss_mask.new_zeros(call.loss_mask.shape[0], 0, dtype=torch.long)  # read by the model call only
     inputs = {
-        "prompt_ids": torch.zeros(rows, 0, dtype=torch.long, device=device),
-        "prompt_mask": torch.zeros(rows, 0, dtype=torch.long, device=device),
-        "completion_ids": torch.zeros(rows, width, dtype=torch.long, device=device),
+        "prompt_ids": no_prompt,
+        "prompt_mask": no_prompt,
+        "completion_ids": torch.zeros_like(call.loss_mask, dtype=torch.long),
         "completion_mask": call.loss_mask,
         "advantages": call.advantages,
         "old_per_token_logps": call.old_log_probs,
@@ -105,5 +96,4 @@ def token_policy_loss(up, call: calls.TokenPolicyCall):
     }
     if options.kl_coef != 0:
         inputs["ref_per_token_logps"] = options.ref_log_probs
-    loss = up.compute_loss(trainer, None, inputs)
-    return loss * rows if options.aggregation == "sum-of-sample-mean" else loss
+    return call.per_batch(up.compute_loss(trainer, None, inputs))

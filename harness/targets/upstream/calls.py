@@ -245,6 +245,25 @@ class TokenPolicyCall(_Call):
     entropy_coef: float
     options: PolicyOptions | None = None
 
+    clip_high = PolicyCall.clip_high
+
+    @property
+    def chosen(self) -> PolicyOptions:
+        """``options``, or the protocol's defaults (plain PPO) where none were given."""
+        return self.options if self.options is not None else PolicyOptions()
+
+    def as_delta(self, library: str) -> float | None:
+        """The dual clip ``c`` as TRL's and ms-swift's ``delta``, a cap on the unclipped ratio: the same loss only
+        when ``c >= 1 + clip_high``, so a smaller ``c`` is refused by name, never run as another loss."""
+        c = self.chosen.dual_clip_c
+        if c is not None and c < 1 + self.clip_high:
+            raise ValueError(f"dual_clip_c={c}: {library}'s delta is the dual clip only if delta >= 1 + eps_clip_high")
+        return c
+
+    def per_batch(self, loss):
+        """A ``seq-mean-token-mean`` loss as the protocol's ``sum-of-sample-mean`` where asked: the same, times B."""
+        return loss * self.log_probs.shape[0] if self.chosen.aggregation == "sum-of-sample-mean" else loss
+
     def needs(self) -> set[str]:
         wanted = {"token_policy_loss"} | (self.options.capabilities() if self.options is not None else set())
         if self.entropy is not None and self.entropy_coef != 0:
