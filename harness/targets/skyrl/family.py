@@ -63,9 +63,8 @@ def packed(up, call: calls.PackedCall):
     zigzag view is picked. The entropy is ``vocab_parallel_entropy`` on the local rows under the wrapper's gate,
     each sample's response picked (SkyRL's packed entropy helper returns only a masked mean)."""
     out, stream, cp, cp_rank = _packed(up, call)
-    entropy = None
-    if call.with_entropy:
-        entropy = packing.per_sample_rows(_entropy(up, stream, call.entropy_grad), call.inputs, cp, cp_rank)
+    rows = _entropy(up, stream, call.entropy_grad) if call.with_entropy else None
+    entropy = None if rows is None else packing.per_sample_rows(rows, call.inputs, cp, cp_rank)
     return packing.per_sample_view(out, call.inputs, cp, cp_rank), entropy
 
 

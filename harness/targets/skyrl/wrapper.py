@@ -61,16 +61,13 @@ def read(text: str) -> WrapperSteps | None:
             if isinstance(node, ast.With) and grad is None:
                 call = node.items[0].context_expr
                 named = isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "set_grad_enabled"
-                entropy = any(
-                    isinstance(n, ast.Name) and n.id.startswith("entropy") for s in node.body for n in ast.walk(s)
-                )
+                used = {n.id for s in node.body for n in ast.walk(s) if isinstance(n, ast.Name)}
+                entropy = any(name.startswith("entropy") for name in used)
                 if named and entropy and len(call.args) == 1 and _admitted(call.args[0]):
                     grad = call.args[0]
             if isinstance(node, ast.If) and term is None and _admitted(node.test):
-                assigned = {
-                    t.id for s in node.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)
-                }
-                if "entropy_loss_term" in assigned:
+                targets = [t for s in node.body if isinstance(s, ast.Assign) for t in s.targets]
+                if any(isinstance(t, ast.Name) and t.id == "entropy_loss_term" for t in targets):
                     term = node.test
             if isinstance(node, ast.If) and temperature is None and len(node.body) == 1 and _admitted(node.test):
                 if ast.unparse(node.body[0]) == "logits.div_(temperature)":
