@@ -1,17 +1,15 @@
 """The SkyRL family (NovaSky-AI/SkyRL): ``skyrl==X`` or ``skyrl=PATH``.
 
-SkyRL's wrappers (``from_parallel_logits_to_logprobs``, ``from_parallel_hidden_to_logprobs``) roll a sequence's
-tokens and drop its last position, which the protocol (a target per row) cannot express without copying the
-logits: the token and hidden entries call the Functions beneath them, with the wrappers' chunk rule. The Megatron
-wrapper's temperature division, entropy gate and entropy-term condition are read from its source (``wrapper.py``),
-so each revision is checked with its own.
+SkyRL's token and hidden wrappers roll a sequence's tokens and drop its last position, which the protocol (a target
+per row) cannot express without copying the logits: those entries call the Functions beneath them, with the
+wrappers' chunk rule. The Megatron wrapper's steps are read from its source (``wrapper.py``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from harness.targets.skyrl import policy, stand_ins, wrapper
+from harness.targets.skyrl import policy, wrapper
 from harness.targets.upstream import calls, megatron_stand_in, packing
 from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol
 from harness.targets.upstream.locate import Locate
@@ -65,9 +63,8 @@ def packed(up, call: calls.PackedCall):
     zigzag view is picked. The entropy is ``vocab_parallel_entropy`` on the local rows under the wrapper's gate,
     each sample's response picked (SkyRL's packed entropy helper returns only a masked mean)."""
     out, stream, cp, cp_rank = _packed(up, call)
-    entropy = None
-    if call.with_entropy:
-        entropy = packing.per_sample_rows(_entropy(up, stream, call.entropy_grad), call.inputs, cp, cp_rank)
+    rows = _entropy(up, stream, call.entropy_grad) if call.with_entropy else None
+    entropy = None if rows is None else packing.per_sample_rows(rows, call.inputs, cp, cp_rank)
     return packing.per_sample_view(out, call.inputs, cp, cp_rank), entropy
 
 
@@ -118,12 +115,7 @@ SKYRL = Family(
         **{name: Symbol("ppo_utils", (name,)) for name in (*LOSS, "compute_approx_kl", "apply_off_policy_correction")},
     },
     entries=(
-        Entry(
-            "token_log_probs",
-            TOKEN,
-            token,
-            frozenset({"token", "entropy", "entropy_gate", "chunking"}),
-        ),
+        Entry("token_log_probs", TOKEN, token, frozenset({"token", "entropy", "entropy_gate", "chunking"})),
         Entry(
             "packed_log_probs",
             (PACKED, "vocab_parallel_entropy"),
@@ -138,7 +130,7 @@ SKYRL = Family(
             frozenset({"policy_loss", "entropy"}),
             since="needs ppo_utils.py's PolicyLossRegistry, the packed entry point and the Megatron wrapper's "
             "loss_func (its entropy gate and term), which older SkyRL and the token-only stand-ins lack",
-        ),  # fmt: skip
+        ),
         Entry(
             "hidden_log_probs",
             ("FusedLinearChunkedDistributedLogprob",),
@@ -161,7 +153,7 @@ SKYRL = Family(
         Placeholder(
             "megatron.core.parallel_state", "the job's TP/CP groups", lambda n: megatron_stand_in.install(), "process"
         ),
-        *stand_ins.PLACEHOLDERS,
+        *policy.PLACEHOLDERS,
     ),  # fmt: skip
     not_declared={
         "cp_allgather": "SkyRL has no DSA-style allgather context parallelism",

@@ -1,29 +1,29 @@
-"""SkyRL's policy loss as the harness's ``policy_loss``: its options, its ``cfg.algorithm``, the loss.
+"""SkyRL's ``ppo_utils.py`` as the harness's ``policy_loss``: its placeholders, options, ``cfg.algorithm``, loss.
 
-What runs is ``ppo_utils.py``'s registry loss and loss reduction, which SkyRL applies by PRE-SCALING the
-advantages, on its ``[B, R_max]`` action layout; whether the entropy term enters is the wrapper's (``wrapper.py``).
-The adapter's translation, and why:
-
-* ``sum-of-sample-mean`` is not a SkyRL reduction, but the PPO objective is positively homogeneous in the
-  advantage, so ``B`` times SkyRL's ``sequence_mean`` equals it exactly (up to rounding);
-* SkyRL's trainer reduces the KL term as a per-sample mean whatever ``loss_reduction`` says, and its wrapper's
-  entropy term is a batch-wide token mean: neither is the harness's aggregation, so both terms are the adapter's
-  arithmetic (``aggregate_views``, fp32, its rounding not charged to SkyRL) on SkyRL's estimator and entropy;
-* context parallelism: SkyRL computes the whole batch's loss on every CP rank, the harness wants each rank's
-  SHARE: the pre-scaling uses the full loss masks, the loss mask this rank's view positions only, so the shares
-  sum to the batch's loss; a sequence-level statistic (GSPO's ratio, a sequence rollout weight) reads every rank's
-  old/rollout log-probs.
+Its registry loss and loss reduction run (SkyRL PRE-SCALES the advantages) on its ``[B, R_max]`` action layout;
+whether the entropy term enters is the wrapper's (``wrapper.py``). ``sum-of-sample-mean`` is ``B`` times SkyRL's
+``sequence_mean`` (PPO is positively homogeneous in the advantage). SkyRL's KL term (a per-sample mean whatever
+``loss_reduction`` says) and entropy term (a batch-wide token mean) are not the harness's aggregation: both are the
+adapter's arithmetic (``aggregate_views``, fp32) on SkyRL's values. SkyRL computes the whole batch's loss on every
+CP rank, the harness wants each rank's SHARE: the pre-scaling uses the full loss masks, the loss mask this rank's
+view only; a sequence-level statistic (GSPO's ratio, a sequence rollout weight) reads every rank's log-probs.
 """
 
 from __future__ import annotations
 
+import logging
+import types
+from typing import Annotated
+
 import torch
 import torch.distributed as dist
+from torch.nn.utils.rnn import pad_sequence
 
 from harness.targets.protocol import PolicyOptions
-from harness.targets.skyrl import stand_ins
 from harness.targets.upstream import packing
 from harness.targets.upstream.family import Option
+from harness.targets.upstream.placeholders import Placeholder, absent, holding
+from harness.targets.upstream.settings import StrictSettings
 
 AGGREGATIONS = {
     "sum-of-sample-mean": "sequence_mean",  # times B (the adapter); the default, no option declares it
@@ -35,6 +35,38 @@ KL_ESTIMATORS = {"k1": "k1", "k2": "k2", "abs": "abs", "low_var_kl": "k3"}
 LOSS_TYPES = {"ppo": "regular", "gspo": "gspo", "cispo": "cispo"}
 ROLLOUT = ("tis_token", "tis_sequence", "mis_token", "mis_sequence", "rs_token", "rs_sequence", "rs_geometric")
 PLAIN = PolicyOptions(kl_kind="low_var_kl")  # no options given: plain PPO (SkyRL's default estimator named)
+
+
+class AlgorithmSettings(StrictSettings):
+    """SkyRL's ``cfg.algorithm`` as ``algorithm_settings`` fills it; reading a setting it did not provide raises."""
+
+    READ_AS = "SkyRL config"
+    MAPPED_IN = "harness/targets/skyrl/policy.py (algorithm_settings)"
+
+
+def _ray(name: str) -> types.ModuleType:
+    """No cluster: the registry keeps its functions locally (SkyRL's documented behaviour without Ray), ``remote``
+    returns the class unchanged; any other attribute (``ray.get``, ...) refuses to be used (``absent``)."""
+    module = absent(name)
+    module.is_initialized = lambda: False
+    module.remote = lambda cls=None, **options: cls if cls is not None else (lambda inner: inner)
+    return module
+
+
+_config = holding(__doc__="harness stand-in (harness/targets/skyrl/policy.py)", AlgorithmConfig=AlgorithmSettings)
+# What ppo_utils.py imports that the harness neither installs nor needs. Not cloudpickle (imported under
+# try/except ImportError): SkyRL's own fallback runs. skyrl.train.config even where the tree has it (its package
+# pulls in the trainer): a revision reading a setting the adapter does not map fails loudly.
+PLACEHOLDERS = (
+    Placeholder("ray", "the registry's optional actor sync and @ray.remote", _ray),
+    Placeholder("loguru", "logging, also inside gspo_policy_loss", holding(logger=logging.getLogger("skyrl")), "call"),
+    # Float[torch.Tensor, "b s"] (always two arguments, as jaxtyping requires): an annotated tensor
+    Placeholder("jaxtyping", "annotations evaluated at definition time", holding(Float=Annotated, Integer=Annotated)),
+    Placeholder("omegaconf", "a type annotation"),
+    Placeholder("numpy", "one KL controller's arithmetic, never called here"),
+    Placeholder("skyrl.train", "the trainer package, never executed", holding(__path__=[]), replaces=True),
+    Placeholder("skyrl.train.config", "AlgorithmConfig, as the adapter's strict settings", _config, replaces=True),
+)
 
 
 def _registered(name: str):
@@ -55,7 +87,7 @@ _DECLARED_BY = {  # each option (less its "policy_" prefix): what declares it wh
 OPTIONS = tuple(Option(f"policy_{name}", (when,), "policy_loss") for name, when in _DECLARED_BY.items())
 
 
-def _off_policy(options: PolicyOptions) -> stand_ins.AlgorithmSettings | None:
+def _off_policy(options: PolicyOptions) -> AlgorithmSettings | None:
     """SkyRL's ``off_policy_correction`` for the harness's rollout correction (None: off): TIS is a cap (no floor),
     MIS is TIS times the rejection mask; SkyRL has no geometric-mean weight (so no MIS or TIS at that level)."""
     mode, level = options.rollout_correction, options.rollout_level
@@ -76,20 +108,19 @@ def _off_policy(options: PolicyOptions) -> stand_ins.AlgorithmSettings | None:
             settings.update(sequence_mask_metric="product", product_mask_low=floor, product_mask_high=cap)
         else:
             settings.update(sequence_mask_metric="geometric", geo_mask_low=floor, geo_mask_high=cap)
-    return stand_ins.AlgorithmSettings(**settings)
+    return AlgorithmSettings(**settings)
 
 
-def algorithm_settings(call, options: PolicyOptions) -> stand_ins.AlgorithmSettings:
-    """SkyRL's ``cfg.algorithm`` for a ``PolicyCall`` and its options."""
+def algorithm_settings(call, options: PolicyOptions) -> AlgorithmSettings:
     dual = options.dual_clip_c is not None
-    return stand_ins.AlgorithmSettings(
+    return AlgorithmSettings(
         policy_loss_type="dual_clip" if dual else LOSS_TYPES[options.kind],
         loss_reduction=AGGREGATIONS[options.aggregation],
         eps_clip_low=call.eps_clip,
         eps_clip_high=call.clip_high,
         clip_ratio_c=options.dual_clip_c if dual else 3.0,
         # cispo_anchor (0.4.0): "old" is the protocol's CISPO, its ratio against the old log-probs
-        cispo=stand_ins.AlgorithmSettings(
+        cispo=AlgorithmSettings(
             cispo_eps_clip_low=call.eps_clip, cispo_eps_clip_high=call.clip_high, cispo_anchor="old"
         ),
         off_policy_correction=_off_policy(options),
@@ -102,12 +133,10 @@ def algorithm_settings(call, options: PolicyOptions) -> stand_ins.AlgorithmSetti
 
 
 def _scatter(values, indices, shape, like) -> torch.Tensor:
-    """``[B, R_max]`` zeros with each sample's values at its column indices (differentiable)."""
+    """``[B, R_max]`` zeros with each sample's values at its column indices."""
     out = torch.zeros(shape, dtype=like.dtype, device=like.device)
     for i, (value, index) in enumerate(zip(values, indices)):
-        if index:
-            rows = torch.full((len(index),), i, device=out.device)
-            out = out.index_put((rows, torch.tensor(index, device=out.device)), value.to(out.device, out.dtype))
+        out[i, index] = value.to(out.device, out.dtype)
     return out
 
 
@@ -129,7 +158,7 @@ def aggregate_views(values, indices, masks, aggregation, horizon, like) -> torch
         total = total + (term / count if aggregation in ("sum-of-sample-mean", "seq-mean-token-mean") else term)
     if aggregation == "token-mean":
         return total / max(float(sum(m.float().sum() for m in masks)), 1.0)
-    if aggregation in ("seq-mean-token-mean", "seq-mean-token-sum"):
+    if aggregation == "seq-mean-token-mean":
         return total / max(len(masks), 1)
     if aggregation == "seq-mean-token-sum-norm":
         return total / (max(len(masks), 1) * horizon)
@@ -142,38 +171,27 @@ def policy_loss(up, call, options: PolicyOptions, settings, unpacked, entropy_ro
     inputs, (cp, cp_rank) = call.inputs, call.cp
     totals, responses, batch = inputs.total_lengths, inputs.response_lengths, len(inputs.total_lengths)
     shape = (batch, max(responses, default=0))
-    columns = [list(range(response)) for response in responses]
-    picked = [
-        unpacked[i, total - response - 1 : total - 1] for i, (total, response) in enumerate(zip(totals, responses))
-    ]
-    action_log_probs = _scatter(picked, columns, shape, unpacked)
-    full_mask = _scatter(
-        inputs.loss_masks, columns, shape, torch.zeros((), dtype=torch.float32, device=unpacked.device)
-    )
-    # each sample's response index (0..R_i - 1) of every position of this rank's zigzag view
-    indices = [
-        [p - (total - response - 1) for p in positions]
-        for total, response, positions in zip(totals, responses, packing.view_positions(inputs, cp, cp_rank))
-    ]
+    starts = [total - response - 1 for total, response in zip(totals, responses)]  # each response's first position
+    picked = [unpacked[i, start : start + response] for i, (start, response) in enumerate(zip(starts, responses))]
+    action_log_probs = pad_sequence(picked, batch_first=True)
+    full_mask = pad_sequence([m.to(unpacked.device, torch.float32) for m in inputs.loss_masks], batch_first=True)
+    views = packing.view_positions(inputs, cp, cp_rank)  # this rank's zigzag view, as response indices:
+    indices = [[p - start for p in positions] for start, positions in zip(starts, views)]
     mine = _scatter([torch.ones(len(index)) for index in indices], indices, shape, full_mask)
     whole = cp > 1 and (
         options.kind == "gspo" or (options.rollout_correction is not None and options.rollout_level != "token")
     )
     like, group = action_log_probs.detach(), call.cp_group if whole else None
     old = _data(call.old_log_probs, indices, shape, like, group)
-    rollout = (
-        None if options.rollout_log_probs is None else _data(options.rollout_log_probs, indices, shape, like, group)
-    )
+    rollouts = options.rollout_log_probs
+    rollout = None if rollouts is None else _data(rollouts, indices, shape, like, group)
+    advantages = _scatter(call.advantages, indices, shape, full_mask)
+    horizon = int(options.horizon) if options.aggregation == "seq-mean-token-sum-norm" else shape[1]
     scaled = up.apply_loss_reduction_to_advantages_minibatch(
-        _scatter(call.advantages, indices, shape, full_mask),
-        full_mask,
-        settings.loss_reduction,
-        micro_batch_size=batch,
-        max_seq_len=int(options.horizon) if options.aggregation == "seq-mean-token-sum-norm" else shape[1],
+        advantages, full_mask, settings.loss_reduction, micro_batch_size=batch, max_seq_len=horizon
     )
-    loss_fn = up.PolicyLossRegistry.get(settings.policy_loss_type)
     loss_mask = full_mask if whole else full_mask * mine
-    loss, _metrics = loss_fn(
+    loss, _metrics = up.PolicyLossRegistry.get(settings.policy_loss_type)(
         action_log_probs, old, scaled, config=settings, loss_mask=loss_mask, rollout_logprobs=rollout
     )
     if options.aggregation == "sum-of-sample-mean":

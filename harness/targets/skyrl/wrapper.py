@@ -1,13 +1,10 @@
 """SkyRL's Megatron wrapper's own steps, taken from its source and run as written.
 
-``workers/megatron/megatron_model_wrapper.py``'s ``loss_func`` needs a Megatron model, so it cannot be called.
-Its syntax tree is read instead (through the loader, which records the file) and three steps are compiled from
-it: the temperature division (``logits.div_(temperature)`` under its condition, run on a fresh tensor: the
-harness's logits are the caller's), the entropy gate (the ``torch.set_grad_enabled(...)`` argument, docs/bugs.md
-#1) and the condition that builds ``entropy_loss_term``. So the checks see the revision's composition, not one the
-adapter wrote: a revision that takes a ``temperature`` and divides nothing FAILS. Only expressions over
-``_ALLOWED`` names (attributes, ``not``, ``and``/``or``, comparisons, no calls) are admitted, so the evaluation is
-safe by construction. A wrapper without the gate or the term is None (``read``): no policy loss is declared.
+``megatron_model_wrapper.py``'s ``loss_func`` needs a Megatron model, so its syntax tree is read (through the
+loader, which records the file) and three steps are compiled from it: the temperature division (run on a fresh
+tensor: the harness's logits are the caller's), the entropy gate (docs/bugs.md #1) and the condition that builds
+``entropy_loss_term``. So a revision that takes a ``temperature`` and divides nothing FAILS. Only expressions over
+``_ALLOWED`` names, without calls, are admitted: the evaluation is safe by construction.
 """
 
 from __future__ import annotations
@@ -55,40 +52,28 @@ def _admitted(node: ast.AST) -> bool:
     return bool(names) and names <= _ALLOWED and not calls
 
 
-def _division(node: ast.If) -> bool:
-    """``if <condition over temperature>: logits.div_(temperature)``."""
-    return len(node.body) == 1 and _admitted(node.test) and ast.unparse(node.body[0]) == "logits.div_(temperature)"
-
-
 def read(text: str) -> WrapperSteps | None:
     """The steps of the wrapper's ``loss_func`` (the first one holding the gate); None where one is missing."""
-    tree = ast.parse(text)
-    outer = {
-        id(inner): "temperature" in {a.arg for a in (*method.args.args, *method.args.kwonlyargs)}
-        for method in ast.walk(tree)
-        if isinstance(method, ast.FunctionDef)
-        for inner in method.body
-        if isinstance(inner, ast.FunctionDef)
-    }
-    for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "loss_func"):
+    functions = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)]
+    for func in (n for n in functions if n.name == "loss_func"):
         grad = term = temperature = None
         for node in ast.walk(func):
             if isinstance(node, ast.With) and grad is None:
                 call = node.items[0].context_expr
                 named = isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "set_grad_enabled"
-                entropy = any(
-                    isinstance(n, ast.Name) and n.id.startswith("entropy") for s in node.body for n in ast.walk(s)
-                )
+                used = {n.id for s in node.body for n in ast.walk(s) if isinstance(n, ast.Name)}
+                entropy = any(name.startswith("entropy") for name in used)
                 if named and entropy and len(call.args) == 1 and _admitted(call.args[0]):
                     grad = call.args[0]
             if isinstance(node, ast.If) and term is None and _admitted(node.test):
-                assigned = {
-                    t.id for s in node.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)
-                }
-                if "entropy_loss_term" in assigned:
+                targets = [t for s in node.body if isinstance(s, ast.Assign) for t in s.targets]
+                if any(isinstance(t, ast.Name) and t.id == "entropy_loss_term" for t in targets):
                     term = node.test
-            if isinstance(node, ast.If) and temperature is None and _division(node):
-                temperature = node
+            if isinstance(node, ast.If) and temperature is None and len(node.body) == 1 and _admitted(node.test):
+                if ast.unparse(node.body[0]) == "logits.div_(temperature)":
+                    temperature = node
         if grad is not None and term is not None:
-            return WrapperSteps(grad, term, temperature, outer.get(id(func), False))
+            outer = next((method for method in functions if func in method.body), None)  # the method defining it
+            takes = outer is not None and "temperature" in {a.arg for a in (*outer.args.args, *outer.args.kwonlyargs)}
+            return WrapperSteps(grad, term, temperature, takes)
     return None
