@@ -4,7 +4,7 @@
 with upstream's signature and plain-autograd arithmetic that, like upstream,
 returns this rank's partial ``grad(hidden)``; ``skyrl_buggy``'s builds
 ``one_hot(target, V_local)`` in its backward (docs/bugs.md #3). The adapter must
-load them by path, map shapes, shard bounds, temperature and chunking, and
+load them by path, map shapes, shard bounds and chunking (never the temperature: ``Entry.lacks``), and
 sum ``grad(hidden)`` over TP (the trainer's sequence-parallel seam) so the
 fixed one passes parity at one and two TP ranks; the one_hot regression's
 hidden-path case must fail the buggy one only.
@@ -31,26 +31,25 @@ from harness.targets import load_target
 STAND_INS = "tests/fakes/skyrl_targets.py"
 FIXED, BUGGY = f"{STAND_INS}:FixedHidden", f"{STAND_INS}:BuggyHidden"
 CASES = [
-    with_hidden_size(
-        Case(seed=1, vocab=12, samples=((9, 4), (5, 2)), chunk_size=4, temperature=0.7, with_entropy=False), 6
-    ),
-    with_hidden_size(
-        Case(seed=2, vocab=16, tp=2, samples=((11, 5),), chunk_size=3, temperature=1.3, with_entropy=False), 5
-    ),
+    with_hidden_size(Case(seed=1, vocab=12, samples=((9, 4), (5, 2)), chunk_size=4, with_entropy=False), 6),
+    with_hidden_size(Case(seed=2, vocab=16, tp=2, samples=((11, 5),), chunk_size=3, with_entropy=False), 5),
     with_hidden_size(Case(seed=3, vocab=10, tp=2, samples=((7, 3),), dtype="bfloat16", with_entropy=False), 4),
 ]
 
 
 def test_the_family_declares_the_path_and_what_it_lacks():
-    """The hidden-state path is the family's own entry point; what it lacks that the token path has (entropy)
-    reads UNSUPPORTED for its checks alone."""
+    """The hidden-state path is the family's own entry point; what it lacks that the token path has (entropy; the
+    temperature, whose division of the head only the label-rolling composition performs: the adapter never does
+    it) reads UNSUPPORTED for its checks alone."""
     target = load_target(FIXED)
     assert {"hidden", "hidden_tp", "chunking", "temperature", "entropy"} <= target.capabilities
-    assert target.capabilities_for({"hidden", "chunking"}) == target.capabilities - {"entropy", "entropy_gate"}
+    lacked = {"entropy", "entropy_gate", "temperature"}
+    assert target.capabilities_for({"hidden", "chunking"}) == target.capabilities - lacked
     assert target.capabilities_for({"token", "entropy"}) == target.capabilities
-    with pytest.raises(pytest.skip.Exception, match="UNSUPPORTED.*entropy"):
-        require(FIXED, {"hidden", "entropy"})
-    require(FIXED, {"token", "entropy"})
+    for capability in ("entropy", "temperature"):
+        with pytest.raises(pytest.skip.Exception, match=f"UNSUPPORTED.*{capability}"):
+            require(FIXED, {"hidden", capability})
+    require(FIXED, {"token", "entropy", "temperature"})
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"tp{c.tp}-{c.dtype}")

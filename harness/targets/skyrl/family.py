@@ -80,17 +80,15 @@ def policy_loss(up, call: calls.PolicyCall):
 
 
 def hidden(up, call: calls.HiddenCall):
-    """The fused head on ``B = 1``, its chunk the rows unless the chunk size is below them, the temperature the
-    wrapper's division of the head (``weight / T``); under TP ``grad(hidden)`` is summed over the group
-    (``SumGradientOverGroup``): the protocol's hidden states are replicated, SkyRL's trainer sums that gradient in
-    its output processor's sequence-parallel gather."""
+    """The fused head on ``B = 1``, its chunk the rows unless the chunk size is below them; under TP
+    ``grad(hidden)`` is summed over the group (``SumGradientOverGroup``): the protocol's hidden states are
+    replicated, SkyRL's trainer sums that gradient in its output processor's sequence-parallel gather."""
     start, end = call.vocab_bounds
     rows = call.hidden.shape[0]
-    weight = call.weight if call.temperature == 1.0 else call.weight / call.temperature
     chunk = call.chunk_size if call.chunk_size is not None and call.chunk_size < rows else rows
     hidden_states = call.hidden if call.tp[0] == 1 else SumGradientOverGroup.apply(call.hidden, call.tp_group)
     log_probs = up.FusedLinearChunkedDistributedLogprob.apply(
-        hidden_states.unsqueeze(0), weight, call.targets.unsqueeze(0), start, end, chunk, call.group, False
+        hidden_states.unsqueeze(0), call.weight, call.targets.unsqueeze(0), start, end, chunk, call.group, False
     )
     return log_probs.squeeze(0), None
 
@@ -141,6 +139,9 @@ SKYRL = Family(
                 "entropy": "SkyRL's fused entropy (_fused_vocab_parallel_entropy_from_hidden) is a no-grad metric by "
                 "its docstring, and its wrapper raises NotImplementedError for use_entropy_loss with the fused head",
                 "entropy_gate": "as entropy",
+                "temperature": "from_parallel_hidden_to_logprobs divides the head by T, but it also rolls the labels "
+                "and drops each sequence's last position, which the protocol (a target per row) cannot express "
+                "without copying the hidden states; the Function beneath takes no temperature",
             },
         ),
     ),
