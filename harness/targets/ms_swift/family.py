@@ -64,10 +64,7 @@ def _prepare(up) -> None:
     }
     for name in ("forward_step", "loss_func"):
         up.read_from[name] = f"{TRAINER} ({OWNER}.{name})"
-        try:
-            setattr(up, name, up.loader.method(TRAINER, OWNER, name, stand_ins=trainer_names))
-        except LookupError:  # no such file or method (MissingUpstream is one): the entry reports it
-            setattr(up, name, None)
+        setattr(up, name, up.loader.method_if_present(TRAINER, OWNER, name, stand_ins=trainer_names))
     policy.prepare(up)
 
 

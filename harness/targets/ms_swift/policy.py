@@ -9,12 +9,11 @@ so the ratio, clip, KL and aggregation are ms-swift's. Each option is declared w
 from __future__ import annotations
 
 import collections
-import dataclasses
 
 import torch
 
 from harness.targets.upstream import calls
-from harness.targets.upstream.family import configured_options
+from harness.targets.upstream.family import configured_options, field_names
 from harness.targets.upstream.placeholders import refusing
 from harness.targets.upstream.settings import StrictSettings
 
@@ -39,7 +38,7 @@ def prepare(up) -> None:
     # read only by the dataclass's __post_init__ checks, which never run here (only its fields are read)
     unused = {name: refusing(f"swift.utils.{name}") for name in ("get_dist_setting", "json_parse_to_dict", "logger")}
     mixin = up.loader.symbol_if_present(ARGUMENTS, "RLHFMegatronArgumentsMixin", stand_ins=unused)
-    up.config_fields = frozenset(f.name for f in dataclasses.fields(mixin)) if mixin is not None else frozenset()
+    up.config_fields = field_names(mixin)
 
 
 OPTIONS = configured_options(

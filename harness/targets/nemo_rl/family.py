@@ -178,9 +178,7 @@ NEMO_RL = Family(
         *policy.OPTIONS,
     ),
     placeholders=(
-        Placeholder(
-            "megatron.core.parallel_state", "the job's TP/CP groups", lambda n: megatron_stand_in.install(), "process"
-        ),
+        megatron_stand_in.PLACEHOLDER,
         *(
             Placeholder(
                 name,

@@ -96,12 +96,9 @@ def load(up) -> None:
     if not (up.root / LOSS_FUNCTIONS).is_file():
         return
     absent = {"BatchedDataDict": dict}  # read in annotations only
-    interfaces = {}
-    for name in INTERFACE_NAMES:  # MetricNormalizer is newer (2026-07) than the loss package
-        try:
-            interfaces[name] = up.loader.symbol(INTERFACES, name, stand_ins=absent)
-        except LookupError:
-            continue
+    # MetricNormalizer is newer (2026-07) than the loss package
+    found = {name: up.loader.symbol_if_present(INTERFACES, name, stand_ins=absent) for name in INTERFACE_NAMES}
+    interfaces = {name: value for name, value in found.items() if value is not None}
     helpers = {name: up.loader.symbol(UTILS, name) for name in ("calculate_kl", "masked_mean")}
     config = up.loader.symbol(LOSS_FUNCTIONS, "ClippedPGLossConfig", stand_ins={"BaseModel": _ConfigBase})
     up.config_fields = frozenset(

@@ -13,7 +13,6 @@ from harness.targets.skyrl import policy, wrapper
 from harness.targets.upstream import calls, megatron_stand_in, packing
 from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol
 from harness.targets.upstream.locate import Locate
-from harness.targets.upstream.placeholders import Placeholder
 from harness.targets.upstream.shared_gradient import SumGradientOverGroup
 
 PACKED = "from_parallel_logits_to_logprobs_packed_sequences"
@@ -151,9 +150,7 @@ SKYRL = Family(
         *policy.OPTIONS,
     ),
     placeholders=(
-        Placeholder(
-            "megatron.core.parallel_state", "the job's TP/CP groups", lambda n: megatron_stand_in.install(), "process"
-        ),
+        megatron_stand_in.PLACEHOLDER,
         *policy.PLACEHOLDERS,
     ),  # fmt: skip
     not_declared={

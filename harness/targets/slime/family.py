@@ -200,9 +200,7 @@ def policy_loss(up, call: calls.PolicyCall):
 
 
 PLACEHOLDERS = (
-    Placeholder(
-        "megatron.core.parallel_state", "the job's TP/CP groups", lambda name: megatron_stand_in.install(), "process"
-    ),
+    megatron_stand_in.PLACEHOLDER,
     Placeholder(
         "megatron.core.fusions.fused_cross_entropy",
         "Megatron's vocab-parallel cross entropy (older compute_log_probs, miles' compute_log_probs)",

@@ -7,7 +7,6 @@ CUDA/XPU); the Triton kernel they dispatch to on CUDA is checked alone by ``trit
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib.util
 import sys
@@ -15,7 +14,7 @@ import types
 
 from harness.targets.trl import policy
 from harness.targets.upstream import calls
-from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol
+from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol, field_names
 from harness.targets.upstream.locate import Locate
 from harness.targets.upstream.placeholders import Placeholder, holding
 from harness.targets.upstream.whole_vocab import gather_vocabulary
@@ -69,13 +68,10 @@ def _prepare(up) -> None:
     if chunked is not None:
         _backward_import(up, alone(UTILS, "maybe_gather_lm_head_ctx"))
     helpers = {name: found for name in ("nanmin", "nanmax") if (found := alone(UTILS, name)) is not None}  # metrics
-    try:
-        up.compute_loss = up.loader.method(GRPO_TRAINER, "GRPOTrainer", "_compute_loss", stand_ins=helpers)
-    except LookupError:  # no such file or method (MissingUpstream is one): the entry reports it
-        up.compute_loss = None
+    up.compute_loss = up.loader.method_if_present(GRPO_TRAINER, "GRPOTrainer", "_compute_loss", stand_ins=helpers)
     base = type("TrainingArguments", (), {"_VALID_DICT_FIELDS": []})  # as far as a TRL config's class body reads it
     config = alone(GRPO_CONFIG, "GRPOConfig", stand_ins={"_BaseConfig": base, "TrainingArguments": base})
-    up.config_fields = frozenset(f.name for f in dataclasses.fields(config)) if config is not None else frozenset()
+    up.config_fields = field_names(config)
 
 
 def _backward_import(up, gather_context) -> None:

@@ -31,6 +31,7 @@ off (``torch.compile`` decorations run eagerly), the family's own state
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import os
 import types
@@ -145,6 +146,12 @@ def accepted(fn, **keywords) -> dict:
     """Those of ``keywords`` that ``fn`` takes: a revision's signature decides which settings it is handed."""
     taken = parameters(fn)
     return {key: value for key, value in keywords.items() if key in taken}
+
+
+def field_names(config) -> frozenset[str]:
+    """A configuration dataclass's field names (what ``configured`` options read), empty where the revision lacks
+    the class (None)."""
+    return frozenset(f.name for f in dataclasses.fields(config)) if config is not None else frozenset()
 
 
 def configured(where: str, *fields: str) -> Callable:

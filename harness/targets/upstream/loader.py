@@ -170,6 +170,13 @@ class Loader:
             )
         return found
 
+    def method_if_present(self, path: str, class_name: str, method: str, *, stand_ins: dict | None = None):
+        """``method``, or None where the revision lacks the file or the method (the entry calling it reports that)."""
+        try:
+            return self.method(path, class_name, method, stand_ins=stand_ins)
+        except LookupError:
+            return None
+
     def inner(self, path: str, class_name: str, method: str, inner: str):
         """The function ``inner`` defined inside ``class_name.method``, as a factory of its closure (``symbols.py``)."""
         with self.present(scopes=("load", "call")):

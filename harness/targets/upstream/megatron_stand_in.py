@@ -30,6 +30,8 @@ import types
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
 
+from harness.targets.upstream.placeholders import Placeholder
+
 
 class _SingleRank:
     """The group of one rank, for code that insists on passing a group to ``torch.distributed``."""
@@ -171,3 +173,7 @@ def install() -> types.ModuleType:
     sys.modules["megatron.core.parallel_state"] = state
     sys.modules["megatron.core.mpu"] = state
     return state
+
+
+# The record entry of every family whose code finds its groups through ``mpu`` (SkyRL, NeMo-RL, slime, verl).
+PLACEHOLDER = Placeholder("megatron.core.parallel_state", "the job's TP/CP groups", lambda name: install(), "process")

@@ -73,9 +73,7 @@ _REPLACED = {
     "verl.trainer.config": ("AlgoConfig, for the advantage estimators", _stand_in("AlgoConfig", package=True)),
 }
 PLACEHOLDERS = (
-    Placeholder(
-        "megatron.core.parallel_state", "the job's TP/CP groups", lambda n: megatron_stand_in.install(), "process"
-    ),
+    megatron_stand_in.PLACEHOLDER,
     Placeholder(
         "megatron.core.tensor_parallel",
         "Megatron's vocab_parallel_cross_entropy (vocab_parallel_log_probs_from_logits)",
