@@ -159,12 +159,11 @@ def _with_first_column(matrix: torch.Tensor) -> torch.Tensor:
 
 def token_policy_loss(up, call):
     """``ClippedPGLossFn(config)(log_probs, data, global_valid_seqs=, global_valid_toks=)``, as NeMo's wrapper does."""
-    options = call.options if call.options is not None else PolicyOptions()
+    options = call.chosen
     unmet = combination_needs(up, options)
     if unmet:
         raise ValueError(f"NeMo-RL's ClippedPGLossFn has no form for {sorted(unmet)} (combination_needs)")
-    eps_clip_high = call.eps_clip if call.eps_clip_high is None else call.eps_clip_high
-    loss_fn = up.loss_class(loss_config(eps_clip=call.eps_clip, eps_clip_high=eps_clip_high, options=options))
+    loss_fn = up.loss_class(loss_config(eps_clip=call.eps_clip, eps_clip_high=call.clip_high, options=options))
     log_probs, loss_mask = call.log_probs, call.loss_mask
     rows = log_probs.shape[0]
     generation = options.rollout_log_probs if options.rollout_correction is not None else call.old_log_probs
@@ -183,4 +182,4 @@ def token_policy_loss(up, call):
         global_valid_seqs=torch.tensor(float(rows), device=log_probs.device),
         global_valid_toks=loss_mask.sum(),
     )
-    return loss * rows if options.aggregation == "sum-of-sample-mean" else loss
+    return call.per_batch(loss)

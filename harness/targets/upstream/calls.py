@@ -265,7 +265,7 @@ class TokenPolicyCall(_Call):
         return loss * self.log_probs.shape[0] if self.chosen.aggregation == "sum-of-sample-mean" else loss
 
     def needs(self) -> set[str]:
-        wanted = {"token_policy_loss"} | (self.options.capabilities() if self.options is not None else set())
+        wanted = {"token_policy_loss"} | self.chosen.capabilities()
         if self.entropy is not None and self.entropy_coef != 0:
             wanted.add("token_policy_entropy")
         return wanted

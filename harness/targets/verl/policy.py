@@ -151,7 +151,7 @@ def loss(up, call, output: dict, lengths, mask):
     config = ActorSettings(
         clip_ratio=call.eps_clip,
         clip_ratio_low=call.eps_clip,
-        clip_ratio_high=call.eps_clip if call.eps_clip_high is None else call.eps_clip_high,
+        clip_ratio_high=call.clip_high,
         clip_ratio_c=math.inf if options.dual_clip_c is None else options.dual_clip_c,  # inf: a cap never reached
         loss_agg_mode=AGGREGATIONS[options.aggregation],
         policy_loss=ActorSettings(loss_mode=LOSS_MODES[options.kind]),
