@@ -263,3 +263,36 @@ def test_a_file_loaded_in_part_is_keyed_by_the_part_so_a_commit_elsewhere_in_it_
     # Keyed by the whole file (as before), both commits would have cost a replay.
     whole = sorted(revisions.paths)
     assert history.content_key(root, elsewhere.sha, whole) != history.content_key(root, elsewhere.parent, whole)
+
+
+def test_a_package_under_src_is_keyed_by_its_repository_paths(tmp_path):
+    """Liger keeps its package under src/: the key must be the paths git knows (src/liger_kernel/...), or every
+    revision's key would read every file absent and the replay would run nothing."""
+    root = tmp_path / "liger"
+    shutil.copytree(liger_fakes_root(), root / "src")
+    _two_commits(root)
+    kernel = root / "src" / "liger_kernel" / "ops" / "fused_linear_cross_entropy.py"
+    kernel.write_text(kernel.read_text() + "\n# a change to an executed file\n")
+    _git(root, "commit", "-qam", "touch the kernel", "--date=2026-01-03T00:00:00")
+    revisions = history.Revisions("liger", root, root / "cache", tmp_path / "trees", [])
+    pending = history.discover(revisions, "HEAD", lambda paths: history.commits(root, paths, "2025-01-01", "HEAD"))
+    assert "src/liger_kernel/ops/fused_linear_cross_entropy.py" in revisions.paths
+    assert [c.subject for c in pending] == ["touch the kernel"]
+    assert revisions.key(pending[0].sha) != revisions.key(pending[0].parent)
+
+
+def test_a_history_where_no_revision_loads_is_an_error_not_an_empty_table(tmp_path, capsys):
+    root = tmp_path / "verl"
+    root.mkdir()
+    (root / "README.md").write_text("no verl here\n")
+    _two_commits(root)
+    reports = tmp_path / "reports"
+    assert history.main([f"verl={root}", "--since", "2025-01-01", "--reports", str(reports)]) == 3
+    assert "no revision could be loaded" in capsys.readouterr().err
+    assert not (reports / "verl" / "history.json").exists()
+
+
+def liger_fakes_root():
+    from pathlib import Path
+
+    return Path(__file__).parent / "fakes" / "liger"

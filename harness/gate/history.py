@@ -58,14 +58,19 @@ from harness.targets.upstream.symbols import executed_digest
 # Verdicts are valid for one revision of this harness: a changed suite reruns.
 HARNESS_REVISION = specs.git_revision(specs.ROOT)
 # One subprocess loads many revisions of a family (their modules live side by side) and says what each executed.
+# Paths are made relative to the tree (the repository's root, which git keys by), not the family's root: a package
+# kept under src/ (Liger) is src/... in git.
 PROBE = """
-import json, sys, traceback
+import json, os, sys, traceback
 from harness.targets import load_target, registry
 family = sys.argv[1]
 for tree in sys.argv[2:]:
     try:
         built = load_target(f"{family}={tree}")
-        print(json.dumps({"tree": tree, "executed": list(built.executed), "alone": built.alone}), flush=True)
+        prefix = os.path.relpath(built.root, tree).replace(os.sep, "/")
+        keyed = (lambda path: path) if prefix == "." else (lambda path: f"{prefix}/{path}")
+        alone = {keyed(path): parts for path, parts in built.alone.items()}
+        print(json.dumps({"tree": tree, "executed": [keyed(p) for p in built.executed], "alone": alone}), flush=True)
     except Exception as exc:
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         print(json.dumps({"tree": tree, "error": last}), flush=True)
@@ -175,7 +180,7 @@ class Revisions:
         A non-Python blob the mirror lacks is left out; a missing Python file is an error.
         """
         package = registry.family(self.family).locate.package
-        listing = _git(self.repo, "ls-tree", "-r", revision, "--", package).splitlines()
+        listing = _git(self.repo, "ls-tree", "-r", revision, "--", package, f"src/{package}").splitlines()
         blobs = [line.split(None, 3) for line in listing if line.split(None, 3)[1] == "blob"]
         if not blobs:
             first = why.strip().splitlines()[0] if why.strip() else "no files"
@@ -262,13 +267,21 @@ def _release_commits(family: str, which: str, since: str) -> list[Commit]:
 
 
 def discover(revisions: Revisions, newest: str, listing) -> list[Commit]:
-    """The commits to replay: ``listing(paths)`` until every listed revision's executed files are in the key."""
+    """The commits to replay: ``listing(paths)`` until every listed revision's executed files are in the key.
+
+    Where the newest revision cannot be loaded, every commit is listed and probed until some revision loads. If
+    none does there is no key (every revision's would be equal: a table of nothing), so that is the replay's
+    error, naming the newest revision's reason, never an empty table.
+    """
     revisions.probe([newest])
     while True:
         known = set(revisions.paths)
         pending = listing(sorted(known))
         revisions.probe([revision for commit in pending for revision in (commit.parent, commit.sha)])
         if revisions.paths == known:
+            if not known:
+                why = revisions.probed[newest].get("error", "it executed no upstream file")
+                raise RuntimeError(f"no revision could be loaded, so nothing keys the replay; {newest}: {why}")
             return pending
 
 
@@ -317,7 +330,11 @@ def main(argv=None) -> int:
             pending = tagged(repo, args.tags, args.since)
             revisions.probe([revision for commit in pending for revision in (commit.parent, commit.sha)])
         else:
-            pending = discover(revisions, args.until, lambda paths: commits(repo, paths, args.since, args.until))
+            try:
+                pending = discover(revisions, args.until, lambda paths: commits(repo, paths, args.since, args.until))
+            except RuntimeError as exc:
+                print(f"history: ERROR: {exc}", file=sys.stderr)
+                return 3  # undecided, as a gate that cannot load the code (docs/gate.md)
         source = location if not published else location[1:]
         alone = {path: sorted(selectors) for path, selectors in sorted(revisions.alone.items())}
         header = History(
