@@ -39,7 +39,7 @@ def _under(package: str) -> list[str]:
 
 def test_each_family_finds_its_checkout_by_its_own_marker(tmp_path):
     assert find("miles", MILES.locate, fakes.HERE / "hub").root == (fakes.HERE / "hub").resolve()
-    with pytest.raises(FileNotFoundError, match="miles/backends/training_utils/loss_hub/math_utils.py"):
+    with pytest.raises(FileNotFoundError, match="miles/__init__.py"):
         find("miles", MILES.locate, slime_fakes.HERE / "fused")
     with pytest.raises(FileNotFoundError, match="slime/utils/ppo_utils.py"):
         find("slime", SLIME.locate, fakes.HERE / "hub")
@@ -113,3 +113,13 @@ def test_gate_and_history_know_the_family():
         "miles/backends/training_utils/loss_hub/math_utils.py",
         "miles/backends/training_utils/parallel.py",
     )
+
+
+def test_a_miles_checkout_without_the_loss_hub_names_the_file_the_record_lacks(tmp_path):
+    """An older miles layout (before the loss_hub, 2026-05) is a load ERROR naming the missing file."""
+    from harness.targets.upstream.loader import MissingUpstream
+
+    (tmp_path / "miles").mkdir()
+    (tmp_path / "miles" / "__init__.py").write_text("")
+    with pytest.raises(MissingUpstream, match="nothing serves .*miles/backends/training_utils/loss_hub/"):
+        load_target(f"miles={tmp_path}")

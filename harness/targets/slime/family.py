@@ -331,7 +331,9 @@ _PYDANTIC = holding(
 _HUB = "miles.backends.training_utils.loss_hub"
 MILES = Family(
     name="miles",
-    locate=Locate("miles", "miles/backends/training_utils/loss_hub/math_utils.py", "LPH_MILES_PATH"),
+    # The marker is the package (from 2025-10-08), not the loss_hub (2026-05-21): an older layout is then a
+    # MissingUpstream naming the file the record lacks, not "not a checkout".
+    locate=Locate("miles", "miles/__init__.py", "LPH_MILES_PATH"),
     modules={
         "token": Module((f"{_HUB}.math_utils",)),
         "loss": Module((f"{_HUB}.logit_processors",)),
