@@ -53,6 +53,7 @@ from harness.gate.runner import run_checked
 from harness.gate.tiers import CHECK_DIRECTORIES, TIERS
 from harness.gate.verdicts import Run
 from harness.targets import registry
+from harness.targets.upstream.loader import keyed_in_part
 from harness.targets.upstream.symbols import executed_digest
 
 # Verdicts are valid for one revision of this harness: a changed suite reruns.
@@ -147,17 +148,15 @@ class Revisions:
     def __init__(self, family: str, repo: Path, cache: Path, trees: Path, pytest_args: list[str]):
         self.family, self.repo, self.cache, self.trees, self.pytest_args = family, repo, cache, trees, pytest_args
         self.paths: set[str] = set()  # the key: every file a probed revision executed
-        self.whole: set[str] = set()  # those some revision executed whole (or read)
-        self.parts: dict[str, set[str]] = {}  # file -> the definitions revisions loaded alone from it
+        self.alone: dict[str, tuple[str, ...]] = {}  # those no probed revision executed whole: their definitions
         self.probed: dict[str, dict] = {}  # revision -> {"executed": [...], "alone": {...}} or {"error": "..."}
-
-    @property
-    def alone(self) -> dict[str, set[str]]:
-        """The key files no probed revision executed whole: each keyed by the definitions loaded from it."""
-        return {path: selectors for path, selectors in self.parts.items() if path not in self.whole}
+        self._keys: dict[str, str] = {}  # revision -> key, for the key as it stands (a probe may widen it)
 
     def key(self, revision: str) -> str:
-        return content_key(self.repo, revision, sorted(self.paths), self.alone)
+        """The revision's content key (git and a parse per key file, so each is computed once per key)."""
+        if revision not in self._keys:
+            self._keys[revision] = content_key(self.repo, revision, sorted(self.paths), self.alone)
+        return self._keys[revision]
 
     def tree(self, revision: str) -> Path:
         """The revision's tree; where the mirror lacks some blob (a partial clone), the family's package only.
@@ -217,12 +216,10 @@ class Revisions:
         last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         for revision in trees.values():  # the probe died before answering for these
             self.probed[revision] = {"error": f"the load probe died: {last}"}
-        for answer in self.probed.values():
-            alone = answer.get("alone", {})
-            self.paths.update(answer.get("executed", ()))
-            self.whole.update(set(answer.get("executed", ())) - set(alone))
-            for path, selectors in alone.items():
-                self.parts.setdefault(path, set()).update(selectors)
+        loaded = [answer for answer in self.probed.values() if "executed" in answer]
+        self.paths = {path for answer in loaded for path in answer["executed"]}
+        self.alone = keyed_in_part((answer["executed"], answer.get("alone", {})) for answer in loaded)
+        self._keys.clear()
 
     def load_error(self, revision: str) -> str | None:
         """Why the family cannot be loaded at this revision (its last error line), None where it loads."""
@@ -336,7 +333,7 @@ def main(argv=None) -> int:
                 print(f"history: ERROR: {exc}", file=sys.stderr)
                 return 3  # undecided, as a gate that cannot load the code (docs/gate.md)
         source = location if not published else location[1:]
-        alone = {path: sorted(selectors) for path, selectors in sorted(revisions.alone.items())}
+        alone = {path: list(selectors) for path, selectors in revisions.alone.items()}
         header = History(
             family, args.since, len(pending), sorted(revisions.paths), described, source, args.until, alone=alone
         )

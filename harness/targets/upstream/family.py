@@ -43,7 +43,7 @@ import torch
 from harness.ranks.device import device_type
 from harness.targets.protocol import Target
 from harness.targets.upstream import calls, megatron_stand_in
-from harness.targets.upstream.loader import Loader, MissingUpstream
+from harness.targets.upstream.loader import Loader, MissingUpstream, keyed_in_part
 from harness.targets.upstream.locate import Locate, find
 
 
@@ -233,13 +233,9 @@ class FamilyTarget(Target):
     def alone(self) -> dict[str, tuple[str, ...]]:
         """The executed files of which only some definitions were loaded alone (``Loader.alone``): a history keys
         those by the definitions, not the whole file."""
-        parts: dict[str, set[str]] = {}
-        whole: set[str] = set()
-        for loader in (self.loader, *getattr(self.up, "roots", ())):
-            whole |= set(loader.executed) - set(loader.alone)
-            for path, selectors in loader.alone.items():
-                parts.setdefault(path, set()).update(selectors)
-        return {path: tuple(sorted(s)) for path, s in sorted(parts.items()) if path not in whole}
+        return keyed_in_part(
+            (loader.executed, loader.alone) for loader in (self.loader, *getattr(self.up, "roots", ()))
+        )
 
     def _bind(self) -> types.SimpleNamespace:
         """The revision's modules and symbols by the record's keys (None where absent)."""

@@ -199,6 +199,19 @@ class Loader:
         return file
 
 
+def keyed_in_part(records) -> dict[str, tuple[str, ...]]:
+    """Over several records ``(executed, alone)`` (loaders of one revision, or revisions of one history): the files
+    only ever loaded in part, each with every definition any of them loaded; a file one of them executed whole is
+    keyed whole."""
+    parts: dict[str, set[str]] = {}
+    whole: set[str] = set()
+    for executed, alone in records:
+        whole |= set(executed) - set(alone)
+        for path, selectors in alone.items():
+            parts.setdefault(path, set()).update(selectors)
+    return {path: tuple(sorted(s)) for path, s in sorted(parts.items()) if path not in whole}
+
+
 def _import(root: Path, name: str) -> None:
     """Import ``name`` from the tree; a package neither installed nor a placeholder is a ``MissingUpstreamImport``."""
     try:
