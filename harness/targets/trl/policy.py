@@ -1,9 +1,7 @@
 """TRL's GRPO loss (``GRPOTrainer._compute_loss``) at token level: the stand-in trainer and the options' settings.
 
-Its one call into the model, ``_get_per_token_logps_and_entropies``, answers with the harness's ``[B, R]``
-log-probs and entropy, so everything after it (ratio, clip, KL, aggregation, entropy bonus) is TRL's. Each option
-is declared where the ``GRPOConfig`` field it sets is present (docs/policy-losses.md); a ``loss_type`` value a
-revision does not know FAILS.
+Its one call into the model answers with the harness's ``[B, R]`` log-probs and entropy, so everything after it
+(ratio, clip, KL, aggregation, entropy bonus) is TRL's. A ``loss_type`` value a revision does not know FAILS.
 """
 
 from __future__ import annotations
@@ -16,19 +14,9 @@ from harness.targets.upstream import calls
 from harness.targets.upstream.family import configured_options
 from harness.targets.upstream.settings import OneProcessAccelerator, StrictSettings
 
-LOSS_TYPES = {  # the harness's aggregation -> TRL's loss_type
-    "sum-of-sample-mean": "grpo",  # times B
-    "seq-mean-token-mean": "grpo",
-    "token-mean": "dapo",
-    "seq-mean-token-sum-norm": "dr_grpo",
-}
 
-
-class TrainerSettings(StrictSettings):
-    """The ``GRPOTrainer`` (``self``) and ``GRPOConfig`` (``self.args``) the method reads, as mapped here."""
-
-    READ_AS = "GRPOTrainer"
-    MAPPED_IN = "harness/targets/trl/policy.py (token_policy_loss)"
+class TrainerSettings(StrictSettings):  # the GRPOTrainer (self) and GRPOConfig (self.args) _compute_loss reads
+    READ_AS, MAPPED_IN = "GRPOTrainer", "harness/targets/trl/policy.py (token_policy_loss)"
 
 
 OPTIONS = configured_options(
@@ -64,7 +52,7 @@ def token_policy_loss(up, call: calls.TokenPolicyCall):
         off_policy_mask_threshold=None,
         importance_sampling_level="token",
         beta=float(options.kl_coef),
-        loss_type=LOSS_TYPES[options.aggregation],
+        loss_type=call.loss_type("dapo"),
         epsilon_low=call.eps_clip,
         epsilon_high=call.clip_high,
         use_vllm=False,
@@ -79,9 +67,7 @@ def token_policy_loss(up, call: calls.TokenPolicyCall):
         entropy_coef=float(call.entropy_coef),
         _metrics={"train": collections.defaultdict(list), "eval": collections.defaultdict(list)},
         args=TrainerSettings(
-            delta=call.as_delta("TRL"),
-            use_bias_correction_kl=bool(options.kl_ratio_weighted),
-            steps_per_generation=1,
+            delta=call.as_delta("TRL"), use_bias_correction_kl=bool(options.kl_ratio_weighted), steps_per_generation=1
         ),
     )
     no_prompt = call.loss_mask.new_zeros(call.loss_mask.shape[0], 0, dtype=torch.long)  # read by the model call only

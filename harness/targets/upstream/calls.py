@@ -264,6 +264,12 @@ class TokenPolicyCall(_Call):
         """A ``seq-mean-token-mean`` loss as the protocol's ``sum-of-sample-mean`` where asked: the same, times B."""
         return loss * self.log_probs.shape[0] if self.chosen.aggregation == "sum-of-sample-mean" else loss
 
+    def loss_type(self, token_mean: str) -> str:
+        """The aggregation as TRL's ``loss_type`` (ms-swift's Megatron GRPO kept its names): ``grpo`` is the sequence
+        mean (``per_batch`` makes it ``sum-of-sample-mean``), ``token_mean`` the library's token mean."""
+        names = {"sum-of-sample-mean": "grpo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
+        return {**names, "token-mean": token_mean}[self.chosen.aggregation]
+
     def needs(self) -> set[str]:
         wanted = {"token_policy_loss"} | self.chosen.capabilities()
         if self.entropy is not None and self.entropy_coef != 0:
