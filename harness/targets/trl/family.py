@@ -1,8 +1,7 @@
 """TRL (huggingface/trl): ``trl==X`` or ``trl=PATH``.
 
-``trl/trainer/utils.py`` imports the Hugging Face stack, so the definitions under test are loaded alone from it,
-the kernels as modules. On CPU tensors the helpers take their torch path (``_supports_trl_loss_kernel`` asks for
-CUDA/XPU); the Triton kernel they dispatch to on CUDA is checked alone by ``triton_kernel``.
+``trl/trainer/utils.py`` imports the Hugging Face stack: its definitions are loaded alone, the kernels as modules.
+On CPU tensors the helpers take their torch path; the Triton kernel they dispatch to on CUDA is ``triton_kernel``.
 """
 
 from __future__ import annotations
@@ -65,26 +64,21 @@ def _prepare(up) -> None:
     for name in TOKEN:
         setattr(up, name, alone(UTILS, name, stand_ins=kernels))
     up.add_fused_lm_head = alone(UTILS, "add_fused_lm_head", stand_ins=kernels) if chunked is not None else None
-    if chunked is not None:
-        _backward_import(up, alone(UTILS, "maybe_gather_lm_head_ctx"))
+    if chunked is not None:  # its backward imports maybe_gather_lm_head_ctx from ..trainer.utils after the call
+        gather_context = alone(UTILS, "maybe_gather_lm_head_ctx")
+
+        @functools.wraps(gather_context)
+        def in_context(*params):  # TRL's own, run in the calling context
+            with up.loader.present():
+                return gather_context(*params)
+
+        view = holding(maybe_gather_lm_head_ctx=in_context)("trl.trainer.utils")
+        up.loader.modules[view.__name__] = sys.modules[view.__name__] = view  # where that import finds it then
     helpers = {name: found for name in ("nanmin", "nanmax") if (found := alone(UTILS, name)) is not None}  # metrics
     up.compute_loss = up.loader.method_if_present(GRPO_TRAINER, "GRPOTrainer", "_compute_loss", stand_ins=helpers)
     base = type("TrainingArguments", (), {"_VALID_DICT_FIELDS": []})  # as far as a TRL config's class body reads it
     config = alone(GRPO_CONFIG, "GRPOConfig", stand_ins={"_BaseConfig": base, "TrainingArguments": base})
     up.config_fields = field_names(config)
-
-
-def _backward_import(up, gather_context) -> None:
-    """The chunked Function's backward imports ``maybe_gather_lm_head_ctx`` from ``..trainer.utils`` after the call
-    returned: TRL's own, run in the calling context, put where import finds it then (``sys.modules``) too."""
-
-    @functools.wraps(gather_context)
-    def in_context(*params):
-        with up.loader.present():
-            return gather_context(*params)
-
-    view = holding(maybe_gather_lm_head_ctx=in_context)("trl.trainer.utils")
-    up.loader.modules[view.__name__] = sys.modules[view.__name__] = view
 
 
 def token(up, call: calls.TokenCall):
@@ -113,17 +107,13 @@ class _LanguageModel:
     and no logit scale."""
 
     def __init__(self, hidden, weight):
+        head = types.SimpleNamespace(weight=weight, bias=None)
         self.config = types.SimpleNamespace(get_text_config=lambda: self.config)
-        self._hidden, self._head = hidden, types.SimpleNamespace(weight=weight, bias=None)
+        self.base_model = lambda *args, **kwargs: types.SimpleNamespace(last_hidden_state=hidden.unsqueeze(0))
+        self.get_output_embeddings = lambda: head
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError("the harness calls the fused forward only (fused_lm_head=True)")
-
-    def base_model(self, *args, **kwargs):
-        return types.SimpleNamespace(last_hidden_state=self._hidden.unsqueeze(0))
-
-    def get_output_embeddings(self):
-        return self._head
 
 
 def hidden(up, call: calls.HiddenCall):
@@ -139,10 +129,7 @@ def hidden(up, call: calls.HiddenCall):
 TRL = Family(
     name="trl",
     locate=Locate("trl", UTILS, "LPH_TRL_PATH", pypi="trl"),
-    modules={
-        "fused": Module(("trl.kernels.logprob_entropy",)),
-        "chunked": Module(("trl.kernels.chunked_logprob",)),
-    },
+    modules={"fused": Module(("trl.kernels.logprob_entropy",)), "chunked": Module(("trl.kernels.chunked_logprob",))},
     symbols={"ChunkedLogProbFunction": Symbol("chunked", ("ChunkedLogProbFunction",))},
     entries=(
         Entry(
@@ -160,7 +147,7 @@ TRL = Family(
             since="the fused LM head (add_fused_lm_head, trl/kernels/chunked_logprob.py) arrived in TRL 1.15",
             lacks={
                 "entropy_gate": "ChunkedLogProbFunction has no switch: a trainer that wants a graph-free entropy "
-                "detaches it itself",
+                "detaches it itself"
             },
         ),
         Entry("token_policy_loss", ("compute_loss",), policy.token_policy_loss, frozenset({"token_policy_loss"})),
