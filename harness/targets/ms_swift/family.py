@@ -1,39 +1,72 @@
 """ms-swift (modelscope/ms-swift): ``ms_swift==X`` or ``ms_swift=PATH``.
 
-What runs is ``MegatronGRPOTrainer.forward_step`` (the trainer's own per-micro-batch composition: the in-place
-temperature division, ``compute_logps_and_entropy_from_logits``, under CP ``reconstruct_tensor_cp``, padding-free
-``pad_logps_back_to_batch``) and ``loss_func`` (``policy.py``), each loaded alone, since the trainer module imports
-the whole trainer stack, and run with a strict stand-in ``self``. The log-probs are Megatron's own
-``vocab_parallel_cross_entropy`` (``megatron.py``: a second root), so its in-place shift and normaliser are in reach.
+``MegatronGRPOTrainer.forward_step`` and ``loss_func`` (``policy.py``) run, each loaded alone (the trainer module
+imports the whole trainer stack) on a strict stand-in ``self``. Their log-probs are Megatron's own
+``vocab_parallel_cross_entropy`` from a second root (``LPH_MEGATRON_PATH``), not the kernel's stand-in
+(``upstream/megatron_cross_entropy.py``): its in-place shift and normaliser are in reach and its files executed.
 """
 
 from __future__ import annotations
 
+import ast
+import sys
+import types
+
 import torch
 
-from harness.targets.ms_swift import megatron, policy
-from harness.targets.ms_swift.policy import Settings
+from harness.targets.ms_swift import policy
 from harness.targets.upstream import calls, megatron_stand_in, packing
-from harness.targets.upstream.family import Entry, Family
-from harness.targets.upstream.locate import Locate
+from harness.targets.upstream.family import Entry, Family, field_names
+from harness.targets.upstream.loader import Loader
+from harness.targets.upstream.locate import Locate, find
 from harness.targets.upstream.placeholders import holding, refusing
 
 UTILS = "swift/megatron/trainers/vocab_parallel_utils.py"
 TRAINER = "swift/megatron/trainers/grpo_trainer.py"
 OWNER = "MegatronGRPOTrainer"
+ARGUMENTS = "swift/megatron/arguments/megatron_args.py"
 DEFINITIONS = {  # each loaded alone: its file, and what it imports that the record binds instead
     "compute_logps_and_entropy_from_logits": (UTILS, ("mpu", "tensor_parallel")),
     "reconstruct_tensor_cp": ("swift/megatron/trainers/utils.py", ("mpu",)),
     # swift.utils' helper serves only the position_ids fallback; forward_step passes seq_lengths
     "pad_logps_back_to_batch": ("swift/rlhf_trainers/utils.py", ("get_cu_seqlens_from_position_ids",)),
 }
+CROSS_ENTROPY = "megatron.core.tensor_parallel.cross_entropy"
+IMPORTERS = ("megatron/core/tensor_parallel/cross_entropy.py", "megatron/core/tensor_parallel/utils.py")
+MEGATRON = Locate("megatron", IMPORTERS[0], "LPH_MEGATRON_PATH", pypi="megatron-core")
+MEGATRON_HINT = (
+    "ms-swift's log-probs run Megatron-core's vocab_parallel_cross_entropy: set LPH_MEGATRON_PATH to a Megatron-LM "
+    "checkout (or `pip install --no-deps --target DIR megatron-core==X` and give DIR)"
+)
 IGNORED = -100  # ms-swift's label for a position whose next token is no completion token
 
 
+def _megatron(state: types.ModuleType) -> types.SimpleNamespace:
+    """Megatron's cross entropy on the parallel-state stand-in ``state``: its ``tensor_parallel``, loader, version."""
+    # The kernel's stand-in registers ``megatron`` in this process; the installed package is looked up without it.
+    stand_ins = {name: sys.modules.pop(name) for name in [n for n in sys.modules if n.split(".")[0] == "megatron"]}
+    try:
+        located = find("megatron-core", MEGATRON, install_hint=MEGATRON_HINT)
+    finally:
+        sys.modules.update(stand_ins)
+    loader = Loader(located.root, ("megatron",))
+    loader.modules["megatron.core.parallel_state"] = state
+    names = {}  # megatron.core.utils imports CUDA-only packages at its top: what the files import of it, each alone
+    for path in IMPORTERS:
+        for node in ast.walk(ast.parse(loader.read(path) or "")):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "megatron.core.utils":
+                names.update(dict.fromkeys(alias.name for alias in node.names))
+    utils = {name: loader.symbol("megatron/core/utils.py", name) for name in names}
+    loader.modules["megatron.core.utils"] = holding(**utils)("megatron.core.utils")
+    cross_entropy = loader.module(CROSS_ENTROPY).vocab_parallel_cross_entropy
+    package = holding(vocab_parallel_cross_entropy=cross_entropy)("megatron.core.tensor_parallel")
+    return types.SimpleNamespace(tensor_parallel=package, loader=loader, version=located.version)
+
+
 def _prepare(up) -> None:
-    """Megatron's cross entropy from its root; ms-swift's utilities and trainer methods loaded alone on it."""
+    """Megatron's cross entropy from its root; ms-swift's utilities, trainer methods and arguments loaded alone."""
     state = megatron_stand_in.install()
-    up.megatron = megatron.load(state)
+    up.megatron = _megatron(state)
     up.roots = (up.megatron.loader,)
     up.mpu = holding(  # the kernel's parallel state, the last pipeline stage, one data-parallel rank (none here)
         **{k: v for k, v in vars(state).items() if k.startswith("get_")},
@@ -46,9 +79,8 @@ def _prepare(up) -> None:
         "tensor_parallel": up.megatron.tensor_parallel,
         "get_cu_seqlens_from_position_ids": refusing("swift.utils.get_cu_seqlens_from_position_ids"),
     }
-    up.read_from = {}
+    up.read_from = {key: path for key, (path, _names) in DEFINITIONS.items()}
     for key, (path, names) in DEFINITIONS.items():
-        up.read_from[key] = path
         setattr(up, key, up.loader.symbol_if_present(path, key, stand_ins={n: bound[n] for n in names}))
     trainer_names = {  # the trainer file's module-level names its two methods read, bound instead of imported
         "mpu": up.mpu,
@@ -65,14 +97,16 @@ def _prepare(up) -> None:
     for name in ("forward_step", "loss_func"):
         up.read_from[name] = f"{TRAINER} ({OWNER}.{name})"
         setattr(up, name, up.loader.method_if_present(TRAINER, OWNER, name, stand_ins=trainer_names))
-    policy.prepare(up)
+    # Megatron RLHF arguments' fields, which declare the options; the names only its __post_init__ reads refused
+    unused = {name: refusing(f"swift.utils.{name}") for name in ("get_dist_setting", "json_parse_to_dict", "logger")}
+    mixin = up.loader.symbol_if_present(ARGUMENTS, "RLHFMegatronArgumentsMixin", stand_ins=unused)
+    up.config_fields = field_names(mixin)
 
 
 def _forward_step(up, call, data: dict, logits, micro_batch_size: int, **args):
-    """The model answers with a fresh copy of the logits ``[1, rows, V_local]``: a model's output is its own tensor,
-    which the trainer divides in place (the memory checks charge the copy)."""
-    trainer = Settings(
-        args=Settings(**args),
+    """The model answers with a fresh copy of the logits ``[1, rows, V_local]``, which the trainer divides in place."""
+    trainer = policy.Settings(
+        args=policy.Settings(**args),
         _prepare_batch=lambda data: data,  # the batch is already this rank's (CP split, on its device)
         enable_routing_replay=False,
         micro_batch_size=micro_batch_size,
@@ -87,15 +121,14 @@ def _forward_step(up, call, data: dict, logits, micro_batch_size: int, **args):
 def token(up, call: calls.TokenCall):
     """``forward_step(trainer, iter([data]), model)``: the log-probs it returns, the entropy it hands ``loss_func``."""
     labels = call.targets.unsqueeze(0)  # Megatron's batch is already shifted: the protocol's targets
-    batch = Settings(completion_mask=call.targets.new_ones(labels.shape, dtype=bool))
+    batch = policy.Settings(completion_mask=call.targets.new_ones(labels.shape, dtype=bool))
     data = {"grpo_batch": batch, "labels": labels, "input_ids": labels}
     log_probs, entropy = _forward_step(up, call, data, call.logits, 1, context_parallel_size=1, padding_free=False)
     return log_probs.squeeze(0), (entropy.squeeze(0) if call.with_entropy else None)
 
 
 def labels(inputs, cp: int, cp_rank: int, device) -> torch.Tensor:
-    """This rank's labels ``[1, rows]``: the next token at each position of the rank's zigzag view of a response
-    (``packing.py``: Megatron's layout), -100 elsewhere."""
+    """This rank's labels ``[1, rows]``: the next token at each position of its zigzag view (``packing.py``)."""
     out = torch.full((1, packing.local_sequence_rows(inputs, cp)), IGNORED, dtype=torch.long, device=device)
     views = zip(packing.view_positions(inputs, cp, cp_rank), packing.view_local_rows(inputs, cp, cp_rank))
     for i, (tokens, total, (positions, rows)) in enumerate(zip(inputs.tokens, inputs.total_lengths, views)):
@@ -109,12 +142,11 @@ def labels(inputs, cp: int, cp_rank: int, device) -> torch.Tensor:
     return out
 
 
-def _view(batch: torch.Tensor, inputs, cp: int, cp_rank: int) -> list[torch.Tensor]:
-    """Each sample's zigzag view of its response from ``[B, max_len]`` (sequence ``i`` right-aligned)."""
-    offsets = [batch.shape[1] - length for length in packing.padded_lengths(inputs, cp)]
+def _view(batch: torch.Tensor, lengths, positions) -> list[torch.Tensor]:
+    """Each sample's zigzag view of its response from ``[B, max_len]``, sequence ``i`` right-aligned."""
     return [
-        batch[i, torch.tensor([offsets[i] + p for p in positions], dtype=torch.long, device=batch.device)]
-        for i, positions in enumerate(packing.view_positions(inputs, cp, cp_rank))
+        row[row.numel() - length :][torch.tensor(at, dtype=torch.long, device=row.device)]
+        for row, length, at in zip(batch, lengths, positions)
     ]
 
 
@@ -127,15 +159,16 @@ def packed(up, call: calls.PackedCall):
     seq_lens = torch.tensor(lengths, dtype=torch.long, device=device)
     mask = torch.ones(len(lengths), max(lengths, default=0), dtype=torch.bool, device=device)
     data = {
-        "grpo_batch": Settings(completion_mask=mask, seq_lengths=seq_lens),
+        "grpo_batch": policy.Settings(completion_mask=mask, seq_lengths=seq_lens),
         "labels": labels(call.inputs, cp, cp_rank, device),
-        "packed_seq_params": Settings(cu_seqlens_q=cu_seqlens, cu_seqlens_kv=cu_seqlens, seq_lens=seq_lens),
+        "packed_seq_params": policy.Settings(cu_seqlens_q=cu_seqlens, cu_seqlens_kv=cu_seqlens, seq_lens=seq_lens),
     }
     logits = call.logits[: packing.local_sequence_rows(call.inputs, cp)]
     args = {"context_parallel_size": cp, "padding_free": True, "cp_partition_mode": "zigzag"}
     log_probs, entropy = _forward_step(up, call, data, logits, len(lengths), **args)
-    views = _view(log_probs, call.inputs, cp, cp_rank)
-    return views, (_view(entropy, call.inputs, cp, cp_rank) if call.with_entropy else None)
+    positions = packing.view_positions(call.inputs, cp, cp_rank)
+    views = _view(log_probs, lengths, positions)
+    return views, (_view(entropy, lengths, positions) if call.with_entropy else None)
 
 
 MS_SWIFT = Family(

@@ -1,9 +1,7 @@
 """ms-swift's Megatron GRPO loss (``MegatronGRPOTrainer.loss_func``) at token level: the stand-in trainer, the options.
 
 ``loss_func`` gets the harness's ``[B, R]`` log-probs as ``output_tensor`` and matrices in ``data["grpo_batch"]``,
-so the ratio, clip, KL and aggregation are ms-swift's. Each option is declared where the Megatron RLHF arguments
-(``megatron_args.py``) have the fields it sets (docs/policy-losses.md); ``beta``'s KL is k3 clamped as verl's
-``low_var_kl``.
+so the ratio, clip, KL and aggregation are ms-swift's; ``beta``'s KL is k3 clamped as verl's ``low_var_kl``.
 """
 
 from __future__ import annotations
@@ -13,32 +11,13 @@ import collections
 import torch
 
 from harness.targets.upstream import calls
-from harness.targets.upstream.family import configured_options, field_names
-from harness.targets.upstream.placeholders import refusing
+from harness.targets.upstream.family import configured_options
 from harness.targets.upstream.settings import StrictSettings
 
-ARGUMENTS = "swift/megatron/arguments/megatron_args.py"
-LOSS_TYPES = {  # the harness's aggregation -> ms-swift's loss_type
-    "sum-of-sample-mean": "grpo",  # times B
-    "seq-mean-token-mean": "grpo",
-    "token-mean": "bnpo",
-    "seq-mean-token-sum-norm": "dr_grpo",
-}
 
-
-class Settings(StrictSettings):
-    """The ``MegatronGRPOTrainer`` (``self``), its ``args`` and the ``GRPOBatch`` its methods read, as mapped here."""
-
+class Settings(StrictSettings):  # the MegatronGRPOTrainer (self), its args and the GRPOBatch its methods read
     READ_AS = "ms-swift MegatronGRPOTrainer"
     MAPPED_IN = "harness/targets/ms_swift/ (family.py _forward_step, policy.py token_policy_loss)"
-
-
-def prepare(up) -> None:
-    """The fields of ms-swift's Megatron RLHF arguments (the dataclass loaded alone; empty where absent)."""
-    # read only by the dataclass's __post_init__ checks, which never run here (only its fields are read)
-    unused = {name: refusing(f"swift.utils.{name}") for name in ("get_dist_setting", "json_parse_to_dict", "logger")}
-    mixin = up.loader.symbol_if_present(ARGUMENTS, "RLHFMegatronArgumentsMixin", stand_ins=unused)
-    up.config_fields = field_names(mixin)
 
 
 OPTIONS = configured_options(
@@ -76,7 +55,7 @@ def token_policy_loss(up, call: calls.TokenPolicyCall):
         kl_in_reward=False,
         importance_sampling_level="sequence_token" if options.kind == "gspo" else "token",
         _has_teacher=False,
-        loss_type=LOSS_TYPES[options.aggregation],
+        loss_type=call.loss_type("bnpo"),
         epsilon_low=call.eps_clip,
         epsilon_high=call.clip_high,
         compute_entropy=False,
