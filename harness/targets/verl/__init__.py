@@ -1,1 +1,1 @@
-"""The verl family: its record (family.py), engine forward (packed.py), PPO loss (policy.py), stand-ins."""
+"""The verl family: its record and translations (family.py), its engine forward and PPO loss (engine.py)."""

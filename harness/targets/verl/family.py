@@ -2,44 +2,59 @@
 
 verl composes its log-probs in its Megatron engine, not in a library function (temperature division in place,
 entropy on the divided logits after a ``clone()`` backup, log-probs from the backup; around it ``forward_step``'s
-packing, CP split, label roll and CP gather): the entries call those, the engine never built (``self``:
-``stand_ins.engine``; the model: the harness's logits, ``packed.RowsModel``).
+packing, CP split, label roll and CP gather): the entries call those, the engine never built (``self``: ``Engine``;
+the model: the harness's logits, ``engine.RowsModel``). The stand-ins below are written from upstream SIGNATURES.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import types
 
 import torch
+from torch.nn.functional import pad
 
-from harness.targets.upstream import calls
+from harness.targets.upstream import calls, megatron_cross_entropy, megatron_stand_in
 from harness.targets.upstream.family import Entry, Family, Method, Module, Option, Symbol, accepted, parameters
 from harness.targets.upstream.loader import MissingUpstream
 from harness.targets.upstream.locate import Locate
-from harness.targets.verl import packed as verl_packed
-from harness.targets.verl import policy as verl_policy
-from harness.targets.verl import stand_ins
+from harness.targets.upstream.placeholders import Placeholder, holding, refusing
+from harness.targets.upstream.settings import StrictSettings
+from harness.targets.verl import engine as verl_engine
 
 ENGINE = "verl/workers/engine/megatron/transformer_impl.py"
+ROLLOUT_CORRECTION = "verl/trainer/ppo/rollout_corr_helper.py"
 # the processor's keywords the engine binds alike for every call (its other outputs off)
-SETTINGS = {
-    **dict.fromkeys(("calculate_sum_pi_squared", "distillation_use_topk", "distillation_only"), False),
-    "logits_processor_func": None,
-    "batch": None,
-    "data_format": "thd",
-}
+SETTINGS = {"logits_processor_func": None, "batch": None, "data_format": "thd"} | dict.fromkeys(
+    ("calculate_sum_pi_squared", "distillation_use_topk", "distillation_only"), False
+)
+
+
+class Engine(StrictSettings):
+    """``self`` of ``MegatronEngineWithLMHead._lm_head_logits_processor``: its engine config only."""
+
+    READ_AS = "verl MegatronEngineWithLMHead"
+    MAPPED_IN = "harness/targets/verl/family.py (_processor)"
+
+
+class EngineConfig(Engine):
+    READ_AS = "verl engine config"
 
 
 def _prepare(up) -> None:
     """Per revision: util.py's logger as a verl process has it; ``rollout_weights``, the trainer's
     ``compute_rollout_correction_weights`` loaded alone (the weights its loss reads); the processor's form (a method,
     or an older revision's closure over forward_step's locals, each mapped, or an ERROR)."""
-    util = up.modules["util"]
+    util, verl_F = up.modules["util"], up.modules["torch_functional"]  # noqa: N806  (the name verl imports it by)
     if util is not None and isinstance(getattr(util, "logger", None), logging.Logger):
         util.logger = logging.LoggerAdapter(util.logger, {})  # with the warning_once transformers adds to a Logger
         util.logger.warning_once = functools.cache(util.logger.warning)  # (an lru_cache over warning)
-    up.rollout_weights = verl_policy.rollout_weights(up)
+    up.rollout_weights = None
+    if verl_F is not None:
+        weights = "compute_rollout_correction_weights"
+        up.rollout_weights = up.loader.symbol_if_present(ROLLOUT_CORRECTION, weights, stand_ins={"verl_F": verl_F})
     processor = up.logits_processor
     if processor is None and up.logits_closure is not None:
         unmapped = set(up.logits_closure.free) - {"self", "calculate_entropy", *SETTINGS}
@@ -55,10 +70,12 @@ def _prepare(up) -> None:
 
 
 def _processor(up, call):
-    """verl's logits processor as the engine binds it: the method's ``functools.partial``, or the closure."""
+    """verl's logits processor as the engine binds it (the method's ``functools.partial``, or the closure)."""
     if call.temperature != 1.0 and not up.takes_temperature:  # declared by the hidden path, not this one
         raise ValueError(f"temperature={call.temperature}: this revision's logits processor takes no temperature")
-    engine, settings = stand_ins.engine(call.chunk_size), {**SETTINGS, "calculate_entropy": call.with_entropy}
+    chunking = {"entropy_from_logits_with_chunking": call.chunk_size is not None}
+    engine = Engine(engine_config=EngineConfig(**chunking, entropy_from_logits_chunk_size=call.chunk_size))
+    settings = {**SETTINGS, "calculate_entropy": call.with_entropy}
     if up.logits_processor is None:
         bound = {"self": engine, **settings}
         return up.logits_closure(**{name: bound[name] for name in up.logits_closure.free})
@@ -76,70 +93,159 @@ def token(up, call: calls.TokenCall):
 
 
 def _forward(up, call: calls.PackedCall) -> dict:
-    inputs, logits = call.inputs, call.logits
-    verl_packed.checked(inputs, logits, call.cp_group)
-    device = logits.device
-    input_ids = verl_packed.row_ids(inputs, call.cp[0], logits.shape[0], device)
-    arguments = {"label": verl_packed.nested([t.to(device=device, dtype=torch.long) for t in inputs.tokens])}
+    inputs, logits, device = call.inputs, call.logits, call.logits.device
+    verl_engine.checked(inputs, logits, call.cp_group)
+    input_ids = verl_engine.row_ids(inputs, call.cp[0], logits.shape[0], device)
+    label = [t.to(device=device, dtype=torch.long) for t in inputs.tokens]
+    arguments = {"label": torch.nested.as_nested_tensor(label, layout=torch.jagged)}
     if up.takes_temperature:  # one per sample, expanded per token by verl's own helper (forward_step's)
         per_sample = torch.full((len(inputs.tokens),), float(call.temperature), dtype=torch.float32, device=device)
         arguments["temperature"] = up.expand_as_nested(per_sample, input_ids)
     return up.engine_forward(
-        verl_packed.RowsModel(logits, call.cp_group),
+        verl_engine.RowsModel(logits, call.cp_group),
         input_ids,
         {},
         logits_processor=_processor(up, call),
         logits_processor_args=arguments,
         data_format="thd",
-        **accepted(up.engine_forward, cp_layout=verl_packed.VERL_LAYOUTS[inputs.cp_mode]),
+        **accepted(up.engine_forward, cp_layout=verl_engine.VERL_LAYOUTS[inputs.cp_mode]),
     )
 
 
 def packed(up, call: calls.PackedCall):
     """The engine forward as ``forward_step`` calls it: ``label`` the token ids (its ``input_ids.clone()``), one
     float32 temperature per sample expanded by verl's ``expand_as_nested``; verl's per-position sequences (position
-    ``p``: token ``p + 1``) read as each sample's response, this CP rank's zigzag view (``packed.py``)."""
+    ``p``: token ``p + 1``) read as each sample's response, this CP rank's zigzag view (``engine.py``)."""
     if not call.inputs.tokens:
         return [], ([] if call.with_entropy else None)
-    return verl_packed.views(_forward(up, call), call, call.cp_group)
+    return verl_engine.views(_forward(up, call), call, call.cp_group)
 
 
 def policy_loss(up, call: calls.PolicyCall):
-    """``ppo_loss`` on the packed forward's output (``policy.py``); under CP verl's loss reads the gathered batch (the
+    """``ppo_loss`` on the packed forward's output (``engine.py``); under CP verl's loss reads the gathered batch (the
     per-sample vectors gathered from the views), each rank's share the value / ``cp`` with verl's gradient."""
-    cp, out = call.cp[0], _forward(up, call)
-    loss = verl_policy.packed_loss(up, call, out)
+    inputs, options, cp = call.inputs, call.options, call.cp[0]
+    out, width = _forward(up, call), max((int(r) for r in inputs.response_lengths), default=0)
+
+    def matrix(values: list[torch.Tensor]) -> torch.Tensor:  # [B, width], each row a sample's values then zeros
+        rows = [pad(v, (0, width - v.numel())) for v in values]
+        return torch.stack(rows) if rows else torch.zeros(0, width)
+
+    def padded(values, name):  # the call's per-sample vectors (under CP: this rank's views, made whole)
+        if values is None:
+            return None
+        if cp > 1:
+            values = verl_engine.whole(values, inputs, call.cp_group, name)
+        return matrix([v.detach().to(torch.float32) for v in values])
+
+    vectors = {name: padded(getattr(call, name), name) for name in ("advantages", "old_log_probs")}
+    if options is not None:
+        options = dataclasses.replace(
+            options, **{name: padded(getattr(options, name), name) for name in ("ref_log_probs", "rollout_log_probs")}
+        )
+    lengths = [(int(t), int(r)) for t, r in zip(inputs.total_lengths, inputs.response_lengths)]
+    mask = matrix([m.float() for m in inputs.loss_masks])
+    loss = verl_engine.loss(up, call.replace(**vectors, options=options), out, lengths, mask)
     if cp > 1:  # each rank's loss is the whole batch's; its share (the harness's convention) keeps that gradient
         loss = loss - loss.detach() * (1 - 1 / cp)
-    return (loss, *verl_packed.views(out, call, None))  # verl's gradient: the loss's share
+    return (loss, *verl_engine.views(out, call, None))
 
 
 def token_policy_loss(up, call: calls.TokenPolicyCall):
-    """``ppo_loss`` on ``[B, R]`` matrices (``policy.py``), each row a sequence with a one-token prompt's response."""
+    """``ppo_loss`` on ``[B, R]`` matrices (``engine.py``), each row a sequence with a one-token prompt's response."""
     rows, width = call.log_probs.shape
-    matrices = {"log_probs": call.log_probs, "entropy": call.entropy}
-    output = {  # per position p of each sequence: token p + 1
-        key: torch.cat([matrix, matrix.new_zeros(rows, 1)], dim=1).reshape(-1)
-        for key, matrix in matrices.items()
-        if matrix is not None
-    }
-    lengths = [(width + 1, width)] * rows
-    return verl_policy.loss(up, call, output, lengths, call.loss_mask)
+    matrices = {"log_probs": call.log_probs, "entropy": call.entropy}  # per position p of a sequence: token p + 1
+    output = {key: pad(matrix, (0, 1)).reshape(-1) for key, matrix in matrices.items() if matrix is not None}
+    return verl_engine.loss(up, call, output, [(width + 1, width)] * rows, call.loss_mask)
 
 
 def hidden(up, call: calls.HiddenCall):
     """``FusedLinearForPPO(chunk_size)`` called as a module (all rows one chunk when None), its entropy as verl
     returns it, dropped when not asked for."""
-    rows = call.hidden.shape[0]
-    chunk = max(rows, 1) if call.chunk_size is None else call.chunk_size  # 0 and negatives reach verl as given
+    rows = max(call.hidden.shape[0], 1)
+    chunk = rows if call.chunk_size is None else call.chunk_size  # 0 and negatives reach verl as given
     log_probs, entropy = up.FusedLinearForPPO(chunk_size=chunk)(
         call.hidden, call.weight, call.targets.to(call.hidden.device), float(call.temperature)
     )
     return log_probs, (entropy if call.with_entropy else None)
 
 
-# ---- the record ---------------------------------------------------------------------------------
+# ---- placeholders: what the record's files import that the harness provides ----------------------
+def _stand_in(name: str, why: str, refused: str = "", **attributes) -> Placeholder:
+    """A module holding ``attributes`` and the ``refused`` names (which refuse to be used); verl's own modules are
+    stood in even where the tree has them (the loader never runs a package's __init__)."""
+    refusals = {r: refusing(f"{name}.{r}") for r in refused.split()}
+    build = holding(__doc__="harness stand-in (harness/targets/verl/family.py)", **attributes, **refusals)
+    return Placeholder(name, why, build, replaces=name.startswith("verl."))
 
+
+# Megatron's PackedSeqParams as a record of its fields, the CP layout's (which verl looks for among them) included.
+_FIELDS = "qkv_format cu_seqlens_q cu_seqlens_kv cu_seqlens_q_padded cu_seqlens_kv_padded max_seqlen_q max_seqlen_kv"
+_PackedSeqParams = dataclasses.make_dataclass(
+    "PackedSeqParams", [(f, object, None) for f in f"{_FIELDS} local_cp_size cp_group cp_partition_mode".split()]
+)
+
+
+class _Metric:
+    """``verl.utils.metric.Metric`` as ``ppo_loss`` builds it: a value and how to aggregate it (never read here)."""
+
+    def __init__(self, aggregation, value=None):
+        self.aggregation, self.value = aggregation, value
+
+    @classmethod
+    def from_dict(cls, data, aggregation):
+        return {key: cls(aggregation, value) for key, value in data.items()}
+
+
+_AGGREGATION = types.SimpleNamespace(MEAN="mean", SUM="sum", MIN="min", MAX="max")  # AggregationType's members
+_DEVICE = {"get_device_name": lambda: "cpu", "is_npu_available": False, "is_cuda_available": False}
+PLACEHOLDERS = (
+    megatron_stand_in.PLACEHOLDER,
+    Placeholder(
+        "megatron.core.tensor_parallel",
+        "Megatron's vocab_parallel_cross_entropy (vocab_parallel_log_probs_from_logits)",
+        lambda n: megatron_cross_entropy.install(),
+        "process",
+    ),
+    _stand_in(
+        "megatron.core.packed_seq_params", "PackedSeqParams, a record (util.py)", PackedSeqParams=_PackedSeqParams
+    ),
+    # __path__: a package, whose submodules the loader finds in the tree by name
+    _stand_in(
+        "verl.utils",
+        "the package __init__'s re-exports core_algos imports",
+        "as_torch_index group_mean_std",
+        __path__=[],
+    ),
+    _stand_in("verl.utils.device", "no accelerator", "get_torch_device get_device_id", **_DEVICE),
+    _stand_in(
+        "verl.utils.model", "CausalLMOutputForPPO, for util.py functions never called here", "CausalLMOutputForPPO"
+    ),
+    _stand_in(
+        "verl.utils.megatron_utils", "unwrap_model (model_forward.py)", unwrap_model=lambda model, *_, **__: model
+    ),
+    _stand_in(
+        "verl.utils.metric",
+        "the metric records ppo_loss returns beside the loss (the package __init__ re-exports them)",
+        __path__=[],
+        AggregationType=_AGGREGATION,
+        Metric=_Metric,
+    ),
+    _stand_in(
+        "verl.workers.config",
+        "ActorConfig as the adapter's settings (verl's GSPO and CISPO assert its type)",
+        "CriticConfig MtpConfig HFModelConfig",
+        ActorConfig=verl_engine.ActorSettings,
+    ),
+    _stand_in("verl.trainer.config", "AlgoConfig, for the advantage estimators", "AlgoConfig", __path__=[]),
+    *(
+        Placeholder(name, "imported at module level for functions never called here")
+        for name in ("tensordict", "transformers", "omegaconf", "codetiming", "hydra")
+    ),
+)
+
+
+# ---- the record ---------------------------------------------------------------------------------
 _PROCESSOR = (
     "verl's Megatron engine (workers/engine/megatron/transformer_impl.py, #3422, 2025-09) and its logits processor "
     "(a closure in forward_step; the method _lm_head_logits_processor since #6848) are not in this revision"
@@ -156,8 +262,7 @@ def _both_forms(serves: str, more: tuple, translate, brings: set, since: str) ->
 
 
 def _takes_temperature(up) -> bool:
-    """The revision's logits processor takes a ``temperature`` (before it, the engine divided the logits outside
-    the composition these entries call)."""
+    """The revision's logits processor takes a ``temperature`` (before, the engine divided outside these entries)."""
     return up.takes_temperature
 
 
@@ -217,9 +322,10 @@ VERL = Family(
         *(Option("chunking", ("vocab_parallel_entropy_with_chunking",), level) for level in ("token", "packed")),
         *(Option("temperature", (_takes_temperature,), level) for level in ("token", "packed", "policy_loss")),
         Option("cp_allgather", ("engine_forward(cp_layout)",), "packed"),
-        *verl_policy.OPTIONS,
+        # each extends token_policy_loss: both policy entries run the same composition (engine.loss)
+        *(Option(capability, (when,), "token_policy_loss") for capability, when in verl_engine.DECLARED_BY.items()),
     ),
-    placeholders=stand_ins.PLACEHOLDERS,
+    placeholders=PLACEHOLDERS,
     not_declared={
         "entropy_gate": "verl's logits processor has no gate: its entropy keeps a graph whenever computed (its "
         "callers compute reference and old log-probs under no_grad, which the forward-only check runs)",
@@ -229,7 +335,17 @@ VERL = Family(
         "donation": "verl never writes the gradient over the logits",
         "hidden_tp": "the torch fused LM head takes the whole head (verl's TP kernel, verl/utils/kernel/, asserts "
         "CUDA tensors and uses CUDA streams: not reachable on a CPU run)",
-        **verl_policy.NOT_DECLARED,
+        "policy_gspo_dual_clip": "verl's GSPO has no dual clip",
+        "policy_kl_k3": "verl's k3 is the clamped low_var_kl (declared as policy_kl_low_var_kl)",
+        "policy_kl_ratio_weighted": "verl's KL loss term is not weighted by the ratio",
+        "policy_tis_floor": "verl's TIS has a cap only",
+        "policy_tis_geometric": "verl has no geometric-mean rollout weight",
+        "policy_mis_geometric": "verl has no geometric-mean rollout weight",
+        **{
+            f"policy_rs_{level}": "verl's rollout_rs edits the response mask; the harness's RS does not"
+            for level in ("token", "sequence", "geometric")
+        },
+        "policy_rs_floor": "as policy_rs_token",
     },
     expectations=("verl.toml", "verl-hidden.toml"),
     prepare=_prepare,

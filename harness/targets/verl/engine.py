@@ -1,0 +1,266 @@
+"""verl's engine forward and ``ppo_loss`` on the harness's batch. The model's ``input_ids`` are each position's ROW
+NUMBER + 1 in the CP ranks' concatenated rows, so verl's own pack and CP split tell each rank's model which rows it
+returns (verl's padding, 0: a zero row). verl's loss is the gathered batch's on every rank; the harness gives each
+rank its zigzag view's gradient (``SumGradientOverGroup``).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import torch
+import torch.distributed as dist
+
+from harness.targets.protocol import PolicyOptions
+from harness.targets.upstream import packing
+from harness.targets.upstream.calls import size_and_rank
+from harness.targets.upstream.family import parameters
+from harness.targets.upstream.settings import StrictSettings
+from harness.targets.upstream.shared_gradient import SumGradientOverGroup
+
+VERL_LAYOUTS = {"none": "zigzag", "zigzag": "zigzag", "allgather": "contiguous"}
+LOSS_MODES = {"ppo": "vanilla", "gspo": "gspo", "cispo": "cispo"}
+KL_KINDS = ("k1", "k2", "abs", "low_var_kl")  # verl's kl_loss_type names, the harness's too
+_VERLS = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+# the harness's mode -> verl's loss_agg_mode (sum-of-sample-mean: with global_batch_size = 1)
+AGGREGATIONS = {"sum-of-sample-mean": "seq-mean-token-mean", **dict(zip(_VERLS, _VERLS))}
+NO_FLOOR = 5e-324  # IcePop's lower bound must be positive: below every weight exp(x) of a finite x > -744
+
+
+def _problem(inputs, logits, cp: int) -> str:
+    for i, (tokens, total, response, mask) in enumerate(
+        zip(inputs.tokens, inputs.total_lengths, inputs.response_lengths, inputs.loss_masks)
+    ):
+        if tokens.numel() != total:
+            return f"tokens[{i}] has {tokens.numel()} ids, total_lengths says {total}"
+        if not 0 <= response <= total - 1:
+            return f"response_lengths[{i}]={response} must lie in [0, total_lengths[{i}] - 1 = {total - 1}]"
+        if mask.numel() != response:
+            return f"loss_masks[{i}] has {mask.numel()} entries, response_lengths says {response}"
+    stream = sum(inputs.total_lengths if inputs.cp_mode == "allgather" else packing.padded_lengths(inputs, cp))
+    needed = -(-stream // cp)
+    if logits.shape[0] < needed:
+        return f"logits rows: {logits.shape[0]} on this rank, the packed layout needs at least {needed}"
+    return ""
+
+
+def checked(inputs, logits, cp_group) -> None:
+    """Refuse the harness's descriptions verl never receives, on every CP rank alike (one refusing alone: a hang)."""
+    cp = size_and_rank(cp_group)[0]
+    if (cp > 1) != (inputs.cp_mode != "none"):
+        raise ValueError(f"cp_mode={inputs.cp_mode!r} does not match the cp_group given ({cp} rank(s))")
+    problem = _problem(inputs, logits, cp)
+    if cp == 1 and problem:
+        raise ValueError(problem)
+    if cp == 1:
+        return
+    lengths = tuple(int(t) for t in inputs.total_lengths), tuple(int(r) for r in inputs.response_lengths)
+    everyone = [None] * cp
+    dist.all_gather_object(
+        everyone, (problem, (logits.shape[0], logits.shape[-1], str(logits.dtype), *lengths)), group=cp_group
+    )
+    for rank, (found, _) in enumerate(everyone):
+        if found:
+            raise ValueError(f"CP rank {rank}: {found}")
+    if len({each[1][3] for each in everyone}) != 1:
+        return  # the sequence lengths verl itself takes differ: what verl does with them is the check's question
+    for what, index in (("logits rows", 0), ("V_local", 1), ("logits dtype", 2), ("response_lengths", 4)):
+        if len({each[1][index] for each in everyone}) != 1:
+            raise ValueError(f"{what} differ between CP ranks ({[each[1][index] for each in everyone]})")
+
+
+def row_ids(inputs, cp: int, local_rows: int, device) -> torch.Tensor:
+    """The engine's ``input_ids``: per sample, each position's row + 1 in the CP ranks' concatenated rows."""
+    rows, offset = [], 0
+    for total, padded in zip(inputs.total_lengths, packing.padded_lengths(inputs, cp)):
+        positions = torch.arange(total, dtype=torch.long, device=device)
+        if cp == 1 or inputs.cp_mode == "allgather":
+            rows.append(offset + positions)
+            offset += total
+            continue
+        chunk = padded // (2 * cp)  # zigzag: chunk k of the sequence on rank k, or 2cp-1-k behind that rank's first
+        k, within = positions // chunk, positions % chunk
+        late = k >= cp
+        rows.append(
+            torch.where(late, 2 * cp - 1 - k, k) * local_rows + offset + torch.where(late, chunk + within, within)
+        )
+        offset += 2 * chunk
+    return torch.nested.as_nested_tensor([r + 1 for r in rows], layout=torch.jagged)
+
+
+class RowsModel:
+    """A single-stage Megatron ``GPTModel`` in full precision: the rows ``input_ids`` name, as a tensor of its own
+    (verl divides it in place). Under CP it gathers ``cp`` times a rank's logits (the adapter's cost)."""
+
+    pre_process = post_process = True
+    config = types.SimpleNamespace(fp8=None)  # Megatron's TransformerConfig, as the engine reads it
+
+    def __init__(self, logits: torch.Tensor, cp_group):
+        self.logits, self.cp_group = logits, cp_group
+
+    def __call__(self, input_ids, attention_mask=None, position_ids=None, packed_seq_params=None, **unexpected):
+        if unexpected or attention_mask is not None:
+            what = sorted(unexpected) or ["attention_mask"]
+            raise ValueError(f"the harness's model takes no {what}: a new input of verl's engine, to map")
+        logits = self.logits
+        if self.cp_group is not None:  # all CP ranks' rows; backward: the group's summed gradient, this rank's rows
+            parts = [torch.empty_like(logits) for _ in range(dist.get_world_size(self.cp_group))]
+            dist.all_gather(parts, logits.detach().contiguous(), group=self.cp_group)
+            parts[dist.get_rank(self.cp_group)] = logits
+            logits = SumGradientOverGroup.apply(torch.cat(parts), self.cp_group)
+        wanted = input_ids.reshape(-1)
+        if bool((wanted > 0).all()):
+            return logits.index_select(0, wanted - 1).unsqueeze(0)  # [1, T_local, V_local], the model's own tensor
+        with_zero_row = torch.cat([logits, logits.new_zeros(1, logits.shape[-1])])
+        return with_zero_row.index_select(0, torch.where(wanted > 0, wanted - 1, logits.shape[0])).unsqueeze(0)
+
+
+def views(out: dict, call, cp_group) -> tuple:
+    """The log-probs (and entropy, if asked) of this rank's zigzag view, the gradient summed over ``cp_group``."""
+    positions, picked = packing.view_positions(call.inputs, *call.cp), {}
+    for key in ("log_probs", "entropy") if call.with_entropy else ("log_probs",):
+        sequences = out[key].unbind()
+        flat = torch.cat(sequences)
+        if cp_group is not None and flat.requires_grad:
+            flat = SumGradientOverGroup.apply(flat, cp_group)
+        picked[key] = [
+            s.index_select(0, torch.tensor(p, dtype=torch.long, device=s.device))
+            for s, p in zip(flat.split([s.shape[0] for s in sequences]), positions)
+        ]
+    return picked["log_probs"], picked.get("entropy")
+
+
+def whole(views: list[torch.Tensor], inputs, cp_group, name: str) -> list[torch.Tensor]:
+    """Each CP rank's zigzag views made whole on every rank (each sees all views: a wrong length is refused on all)."""
+    cp = size_and_rank(cp_group)[0]
+    everyone = [None] * cp
+    dist.all_gather_object(everyone, [v.detach().cpu() for v in views], group=cp_group)
+    whole = []
+    for i, (total, response) in enumerate(zip(inputs.total_lengths, inputs.response_lengths)):
+        values = torch.zeros(response, dtype=views[i].dtype)
+        for rank in range(cp):
+            positions = torch.tensor(packing.view_positions(inputs, cp, rank)[i], dtype=torch.long)
+            if len(everyone[rank]) != len(views) or everyone[rank][i].numel() != positions.numel():
+                raise ValueError(f"{name}: CP rank {rank}'s views do not match its zigzag view of the samples")
+            values[positions - (total - response - 1)] = everyone[rank][i]
+        whole.append(values.to(views[i].device))
+    return whole
+
+
+# ---- ppo_loss -----------------------------------------------------------------------------------
+class ActorSettings(StrictSettings):
+    """verl's ``ActorConfig``; ``get`` answers verl's own default for an unset key."""
+
+    READ_AS = "verl actor config"
+    MAPPED_IN = "harness/targets/verl/engine.py (loss)"
+
+    def get(self, key, default=None):
+        return self.__dict__.get(key, default)
+
+
+def _runs(doc: str, name: str, *args, needs: str = "", **kwargs):
+    """An ``Option`` condition: the revision's ``name`` (taking ``needs``) accepts these arguments without an error."""
+
+    def holds(up) -> bool:
+        fn = getattr(up, name)
+        if needs and needs not in parameters(fn):
+            return False
+        try:
+            fn(*args, **kwargs)
+        except (KeyError, ValueError, NotImplementedError, TypeError):
+            return False
+        return True
+
+    holds.__doc__ = doc
+    return holds
+
+
+DECLARED_BY = {  # each option: what declares it where present (the vanilla loss's dual clip: clip_ratio_c)
+    **{
+        f"policy_{kind}": _runs(f"verl's policy-loss registry has {mode!r}", "get_policy_loss_fn", mode)
+        for kind, mode in (("gspo", "gspo"), ("cispo", "cispo"), ("dual_clip", "vanilla"))
+    },
+    **{
+        f"policy_kl_{kind}": _runs(
+            f"verl's kl_penalty takes {kind!r}", "kl_penalty", torch.zeros(1, 2), torch.zeros(1, 2), kind
+        )
+        for kind in KL_KINDS
+    },
+    **{
+        f"policy_agg_{mode}": _runs(
+            f"verl's agg_loss takes {mode!r}",
+            "agg_loss",
+            needs="loss_scale_factor" if mode == "seq-mean-token-sum-norm" else "",
+            loss_mat=torch.zeros(1, 2),
+            loss_mask=torch.ones(1, 2),
+            loss_agg_mode=mode,
+        )
+        for mode in _VERLS
+    },
+    # the trainer's compute_rollout_correction_weights (prepare loads it alone) makes the weights its loss reads
+    **{
+        f"policy_{r}": "rollout_weights"
+        for r in ("tis_token", "tis_sequence", "mis_token", "mis_sequence", "mis_floor")
+    },
+}
+
+
+class Batch(dict):
+    """The TensorDict ``ppo_loss`` reads, as it reads it: entries by key, ``get``, ``select``, ``to_padded_tensor``."""
+
+    def select(self, *keys):
+        return Batch({key: self[key] for key in keys})
+
+    def to_padded_tensor(self):
+        return Batch({k: v.to_padded_tensor(0.0) if v.is_nested else v for k, v in self.items()})
+
+
+def _lengths_nested(lengths, device) -> torch.Tensor:
+    """Values unread: ``no_padding_2_padding`` reads the offsets."""
+    offsets = torch.tensor([0, *lengths], device=device).cumsum(0)
+    return torch.nested.nested_tensor_from_jagged(torch.zeros(int(offsets[-1]), device=device), offsets=offsets)
+
+
+def loss(up, call, output: dict, lengths, mask):
+    """verl's ``ppo_loss(config, output, data)``: ``output`` per position ``p`` of each sequence (token ``p + 1``),
+    ``lengths`` each sequence's (total, response); ``mask`` and the call's per-sample vectors ``[B, R]``."""
+    old, options = call.old_log_probs, call.options if call.options is not None else PolicyOptions()
+    device, response_mask = mask.device, mask.to(bool)
+    data = {
+        "prompts": _lengths_nested([total - response for total, response in lengths], device),
+        "responses": _lengths_nested([response for _, response in lengths], device),
+        "dp_size": 1,
+        "batch_num_tokens": mask.sum(),
+        "global_batch_size": 1 if options.aggregation == "sum-of-sample-mean" else len(lengths),
+        "response_mask": response_mask,
+        "old_log_probs": old,
+        "advantages": call.advantages,
+    }
+    if options.rollout_correction is not None:  # IcePop (the harness's MIS) is "lower_upper"
+        floor = options.rollout_floor if options.rollout_floor is not None else NO_FLOOR
+        threshold = options.rollout_cap if options.rollout_correction == "tis" else f"{floor!r}_{options.rollout_cap!r}"
+        data["rollout_is_weights"], _metrics = up.rollout_weights(
+            log_ratio=old - options.rollout_log_probs.to(old),
+            response_mask=response_mask,
+            rollout_is=options.rollout_level,
+            rollout_is_threshold=threshold,
+        )
+    if options.kl_coef != 0:
+        data["ref_log_prob"] = options.ref_log_probs.to(old)
+    config = ActorSettings(
+        clip_ratio=call.eps_clip,
+        clip_ratio_low=call.eps_clip,
+        clip_ratio_high=call.clip_high,
+        clip_ratio_c=math.inf if options.dual_clip_c is None else options.dual_clip_c,  # inf: a cap never reached
+        loss_agg_mode=AGGREGATIONS[options.aggregation],
+        policy_loss=ActorSettings(loss_mode=LOSS_MODES[options.kind]),
+        loss_scale_factor=options.horizon if options.aggregation == "seq-mean-token-sum-norm" else None,
+        global_batch_info={},
+        entropy_coeff=call.entropy_coef,
+        use_kl_loss=options.kl_coef != 0,
+        kl_loss_type=options.kl_kind if options.kl_kind in KL_KINDS else None,
+        kl_loss_coef=options.kl_coef,
+    )
+    value, _metrics = up.ppo_loss(config, output, Batch(data))
+    return value
