@@ -216,20 +216,19 @@ class Batch(dict):
         return Batch({k: v.to_padded_tensor(0.0) if v.is_nested else v for k, v in self.items()})
 
 
-def _lengths_nested(lengths, device) -> torch.Tensor:
-    """Values unread: ``no_padding_2_padding`` reads the offsets."""
-    offsets = torch.tensor([0, *lengths], device=device).cumsum(0)
-    return torch.nested.nested_tensor_from_jagged(torch.zeros(int(offsets[-1]), device=device), offsets=offsets)
-
-
 def loss(up, call, output: dict, lengths, mask):
     """verl's ``ppo_loss(config, output, data)``: ``output`` per position ``p`` of each sequence (token ``p + 1``),
     ``lengths`` each sequence's (total, response); ``mask`` and the call's per-sample vectors ``[B, R]``."""
     old, options = call.old_log_probs, call.options if call.options is not None else PolicyOptions()
     device, response_mask = mask.device, mask.to(bool)
+
+    def nested(sizes) -> torch.Tensor:  # its values unread: no_padding_2_padding reads the offsets
+        offsets = torch.tensor([0, *sizes], device=device).cumsum(0)
+        return torch.nested.nested_tensor_from_jagged(torch.zeros(int(offsets[-1]), device=device), offsets=offsets)
+
     data = {
-        "prompts": _lengths_nested([total - response for total, response in lengths], device),
-        "responses": _lengths_nested([response for _, response in lengths], device),
+        "prompts": nested([total - response for total, response in lengths]),
+        "responses": nested([response for _, response in lengths]),
         "dp_size": 1,
         "batch_num_tokens": mask.sum(),
         "global_batch_size": 1 if options.aggregation == "sum-of-sample-mean" else len(lengths),
