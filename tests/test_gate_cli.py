@@ -26,7 +26,9 @@ pytestmark = pytest.mark.slow
 
 
 def gate(*args, reports):
-    env = {**os.environ, "HYPOTHESIS_PROFILE": "smoke"}
+    # The decisions are under test, not the diagnosis of each failure (tests/test_diagnosis.py): its ablation
+    # would add up to 20 s per failing check on each side (harness/checks/diagnosis.py).
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "smoke", "LPH_ABLATION": "0"}
     command = [sys.executable, "-m", "harness.gate", *args, "--reports", str(reports)]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     return result.returncode, result.stdout + result.stderr

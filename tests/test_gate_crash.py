@@ -17,6 +17,7 @@ CHECKS = "tests/fakes/crashing_checks.py"
 
 def test_a_check_that_kills_the_process_is_a_crash_and_the_rest_still_run(tmp_path, monkeypatch):
     monkeypatch.setenv("LPH_CRASH_DEMO", "1")
+    monkeypatch.setenv("LPH_ABLATION", "0")  # what is under test is the crash verdict, not the diagnosis
     # a journal left in the directory by an earlier run is not this run's
     journal.decided(tmp_path, Verdict("tests/fakes/crashing_checks.py::test_ghost", PASS, "contract"))
     journal.started(tmp_path, "tests/fakes/crashing_checks.py::test_ghost_running", "contract")
