@@ -160,6 +160,21 @@ def test_only_defect_rows_count_as_blocks_or_fixes(tmp_path):
     assert "`p/loss.py`, `p/trainer.py` (only `Trainer.loss`)." in page  # a file keyed by its loaded part
 
 
+def test_an_attribution_on_a_row_that_changed_nothing_is_not_shown(tmp_path):
+    """An attribution written for an older replay (its row's change came from the harness) explains nothing here."""
+    rows = [_history_row("a1"), _history_row("b2", new_fail=["p.py::t [contract]"])]
+    (tmp_path / "fam.toml").write_text(
+        '[[row]]\ncommit = "a1"\nattribution = "harness"\nwhy = "the old detectors compared by message"\n'
+        '[[row]]\ncommit = "b2"\nattribution = "defect"\nwhy = "loss.py: the mask sum"\n'
+    )
+    attributed = history.attributions("fam", tmp_path)
+    about = {"date": "2026-11-27", "harness": "abc", "total": 2, "since": "2025-06-01", "selection": "all",
+             "keyed_by": ["p/loss.py"], "source": "/repo"}  # fmt: skip
+    page = history.render("fam", {"about": about, "rows": rows}, attributed)
+    assert "old detectors" not in page and "| `a1` | 2026-01-01 | a1 | - | - | - | - | - |" in page
+    assert "loss.py: the mask sum" in page and history.summary(rows, attributed)["harness"] == 0
+
+
 def test_an_attribution_outside_the_four_kinds_is_an_error_naming_the_file(tmp_path):
     (tmp_path / "fam.toml").write_text('[[row]]\ncommit = "a1"\nattribution = "bug"\nwhy = "x"\n')
     with pytest.raises(ValueError, match="fam.toml: row 'a1' needs commit, attribution"):

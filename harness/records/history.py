@@ -112,7 +112,9 @@ def render(family: str, snapshot: dict, attributed: dict[str, dict]) -> str:
     ]
     body = []
     for row in rows:
-        entry = attributed.get(row["commit"], {})
+        # An attribution reads a row's NEW FAIL or FIXED; on a row that changed nothing in this replay (one written
+        # for an older replay, whose change came from the harness) it would explain what the table does not show.
+        entry = attributed.get(row["commit"], {}) if _changed(row) else {}
         kind = entry.get("attribution", "unattributed" if _changed(row) else "")
         why = entry.get("why", "")
         if entry.get("fixed_attribution") and row["new_fail"] and row["fixed"]:
