@@ -178,6 +178,22 @@ def test_an_older_release_is_its_helpers_each_as_it_is(tmp_path):
     check_token_forward(CASES[2], f"trl={older}")
 
 
+def test_a_release_whose_config_body_reads_the_transformers_version_loads(tmp_path):
+    """TRL 0.19-0.20's GRPOConfig compares ``transformers.__version__`` in its class body: the placeholder has one,
+    so those releases load instead of reading as an adapter ERROR (AttributeError: __version__)."""
+    root = tmp_path / "trl"
+    shutil.copytree(ROOT, root)
+    config = root / "trl" / "trainer" / "grpo_config.py"
+    text = config.read_text()
+    field = '    _VALID_DICT_FIELDS = _BaseConfig._VALID_DICT_FIELDS + ["model_init_kwargs"]\n'
+    assert field in text
+    gated = '    if version.parse(transformers.__version__) >= version.parse("4.51.0"):\n    ' + field
+    imports = "import transformers\nfrom packaging import version\n\n"
+    config.write_text(imports + text.replace(field, gated))
+    assert load_target(f"trl={root}").capabilities == load_target(SPEC).capabilities
+    check_token_forward(CASES[0], f"trl={root}")
+
+
 def test_spec_installs_the_pypi_distribution_and_names_its_directory():
     from harness.gate import specs
 
