@@ -194,6 +194,17 @@ def test_a_release_whose_config_body_reads_the_transformers_version_loads(tmp_pa
     check_token_forward(CASES[0], f"trl={root}")
 
 
+def test_a_release_whose_config_base_is_named_baseconfig_loads(tmp_path):
+    """TRL 0.29 names its config's base ``BaseConfig`` (``_BaseConfig`` from 1.0): both are that base's older and
+    newer form, so 0.29 loads instead of reading as an adapter ERROR (a relative import of the absent name)."""
+    root = tmp_path / "trl"
+    shutil.copytree(ROOT, root)
+    for name in ("base_config.py", "grpo_config.py"):
+        path = root / "trl" / "trainer" / name
+        path.write_text(path.read_text().replace("_BaseConfig", "BaseConfig"))
+    assert load_target(f"trl={root}").capabilities == load_target(SPEC).capabilities
+
+
 def test_spec_installs_the_pypi_distribution_and_names_its_directory():
     from harness.gate import specs
 

@@ -88,7 +88,9 @@ def _prepare(up) -> None:
     helpers = {name: found for name in ("nanmin", "nanmax") if (found := alone(UTILS, name)) is not None}  # metrics
     up.compute_loss = up.loader.method_if_present(GRPO_TRAINER, "GRPOTrainer", "_compute_loss", stand_ins=helpers)
     base = type("TrainingArguments", (), {"_VALID_DICT_FIELDS": []})  # as far as a TRL config's class body reads it
-    config = alone(GRPO_CONFIG, "GRPOConfig", stand_ins={"_BaseConfig": base, "TrainingArguments": base})
+    # The config's base from its own module: BaseConfig in 0.29, _BaseConfig from 1.0
+    bases = dict.fromkeys(("_BaseConfig", "BaseConfig", "TrainingArguments"), base)
+    config = alone(GRPO_CONFIG, "GRPOConfig", stand_ins=bases)
     up.config_fields = field_names(config)
 
 
