@@ -114,8 +114,9 @@ def render(family: str, snapshot: dict, attributed: dict[str, dict]) -> str:
     for row in rows:
         # An attribution reads a row's NEW FAIL or FIXED; on a row that changed nothing in this replay (one written
         # for an older replay, whose change came from the harness) it would explain what the table does not show.
-        entry = attributed.get(row["commit"], {}) if _changed(row) else {}
-        kind = entry.get("attribution", "unattributed" if _changed(row) else "")
+        changed = _changed(row)
+        entry = attributed.get(row["commit"], {}) if changed else {}
+        kind = entry.get("attribution", "unattributed" if changed else "")
         why = entry.get("why", "")
         if entry.get("fixed_attribution") and row["new_fail"] and row["fixed"]:
             kind = f"{kind} / fixed: {entry['fixed_attribution']}"

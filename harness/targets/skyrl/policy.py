@@ -12,7 +12,6 @@ view only; a sequence-level statistic (GSPO's ratio, a sequence rollout weight) 
 from __future__ import annotations
 
 import logging
-import types
 from typing import Annotated
 
 import torch
@@ -22,7 +21,7 @@ from torch.nn.utils.rnn import pad_sequence
 from harness.targets.protocol import PolicyOptions
 from harness.targets.upstream import packing
 from harness.targets.upstream.family import Option
-from harness.targets.upstream.placeholders import Placeholder, absent, holding
+from harness.targets.upstream.placeholders import Placeholder, absent_holding, holding
 from harness.targets.upstream.settings import StrictSettings
 
 AGGREGATIONS = {
@@ -44,13 +43,12 @@ class AlgorithmSettings(StrictSettings):
     MAPPED_IN = "harness/targets/skyrl/policy.py (algorithm_settings)"
 
 
-def _ray(name: str) -> types.ModuleType:
-    """No cluster: the registry keeps its functions locally (SkyRL's documented behaviour without Ray), ``remote``
-    returns the class unchanged; any other attribute (``ray.get``, ...) refuses to be used (``absent``)."""
-    module = absent(name)
-    module.is_initialized = lambda: False
-    module.remote = lambda cls=None, **options: cls if cls is not None else (lambda inner: inner)
-    return module
+# No cluster: the registry keeps its functions locally (SkyRL's documented behaviour without Ray), ``remote``
+# returns the class unchanged; any other attribute (``ray.get``, ...) refuses to be used (``absent``).
+_ray = absent_holding(
+    is_initialized=lambda: False,
+    remote=lambda cls=None, **options: cls if cls is not None else (lambda inner: inner),
+)
 
 
 _config = holding(__doc__="harness stand-in (harness/targets/skyrl/policy.py)", AlgorithmConfig=AlgorithmSettings)

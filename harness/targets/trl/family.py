@@ -15,7 +15,7 @@ from harness.targets.trl import policy
 from harness.targets.upstream import calls
 from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol, field_names
 from harness.targets.upstream.locate import Locate
-from harness.targets.upstream.placeholders import Placeholder, absent, holding
+from harness.targets.upstream.placeholders import Placeholder, absent_holding, holding
 from harness.targets.upstream.whole_vocab import gather_vocabulary
 
 UTILS = "trl/trainer/utils.py"
@@ -26,19 +26,13 @@ TOKEN = ("selective_log_softmax", "selective_log_softmax_and_entropy", "entropy_
 # (fp32, H 2, V 4: 14.5 s for 4096 rows, 115 s for 32768, TRL 1.15.0): a thousand 256-row blocks would take a
 # quarter of an hour per call.
 CPU_CASE_LIMITS = {"max_hidden_rows": 16_384}
-
-
-def _transformers(name: str):
-    """``transformers`` absent, with a version no release has: TRL 0.19-0.20's GRPOConfig body compares it to add
-    an argument-parser field (``_VALID_DICT_FIELDS``), which the loss never reads."""
-    module = absent(name)
-    module.__version__ = "0"
-    return module
-
-
 PLACEHOLDERS = (
     Placeholder(
-        "transformers", "imported by the kernels and the helpers for the names below", _transformers, scope="call"
+        "transformers",
+        "imported by the kernels and the helpers for the names below; a version no release has, which TRL 0.19-0.20's "
+        "GRPOConfig body compares to add an argument-parser field the loss never reads",
+        absent_holding(__version__="0"),
+        scope="call",
     ),
     Placeholder(
         "transformers.utils",

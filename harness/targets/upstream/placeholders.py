@@ -76,6 +76,17 @@ def absent(name: str) -> types.ModuleType:
     return module
 
 
+def absent_holding(**attributes):
+    """A ``build`` for an absent package that holds ``attributes``: every other name refuses to be used (``absent``)."""
+
+    def build(name: str) -> types.ModuleType:
+        module = absent(name)
+        module.__dict__.update(attributes)
+        return module
+
+    return build
+
+
 @dataclass(frozen=True)
 class Placeholder:
     """A module the harness provides when it is not installed: ``name``, how to build it, why, for how long.
