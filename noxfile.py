@@ -48,7 +48,8 @@ def _suite(session: nox.Session, *selection: str) -> None:
     """The whole suite twice: on impl (torch), then on the Triton kernels under Triton's CPU interpreter."""
     workers = _workers()
     first = ["tests", *SUITE, f"--ignore={TRITON_KERNEL_TESTS}"]
-    session.run("python", "-m", "pytest", *first, *workers, *selection, *session.posargs)
+    profile = {"HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "suite")}
+    session.run("python", "-m", "pytest", *first, *workers, *selection, *session.posargs, env=profile)
     session.run(
         "python",
         "-m",
@@ -70,11 +71,13 @@ def tests(session: nox.Session) -> None:
     """The CI gate: self-tests, every property and regression against impl/ (torch), one mutant per bug class,
     then the Triton backend (target impl-triton) under Triton's CPU interpreter.
 
-    The second run is the whole property and regression suite again, plus the kernels' own tests, on the
-    Triton kernels (TRITON_INTERPRET=1), with the `interpreter` Hypothesis profile (6 derandomised examples
-    per property) and the target's case limits (harness/targets/impl_triton.py): the interpreter costs
-    milliseconds per kernel op. Both runs use pytest-xdist (``_workers``). Checks marked ``nightly`` (the
-    mutants beyond one per bug class) run in ``nox -s slow``. Arguments after -- go to both runs.
+    The first run draws 50 derandomised examples per property (the ``suite`` profile, on CI and a developer's
+    machine alike; ``HYPOTHESIS_PROFILE`` chooses another). The second run is the whole property and regression
+    suite again, plus the kernels' own tests, on the Triton kernels (TRITON_INTERPRET=1), with the `interpreter`
+    Hypothesis profile (6 derandomised examples per property) and the target's case limits
+    (harness/targets/impl_triton.py): the interpreter costs milliseconds per kernel op. Both runs use
+    pytest-xdist (``_workers``). Checks marked ``nightly`` (the mutants beyond one per bug class) run in
+    ``nox -s slow``. Arguments after -- go to both runs.
     """
     _install(session)
     _suite(session, "-m", "not nightly")

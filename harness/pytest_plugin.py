@@ -60,6 +60,10 @@ def register_profiles() -> None:
     settings.register_profile("dev", base, max_examples=15)
     ci = settings(base, max_examples=80, derandomize=True, database=None)
     settings.register_profile("ci", ci)
+    # suite: `nox -s tests` (CI and a developer's machine alike), every property on impl within minutes on two
+    # cores: ci's settings with 50 examples. Every bug class's representative mutant is killed at 40 (`mutants`);
+    # the gate keeps ci's 80 for upstream code, which the suite never runs.
+    settings.register_profile("suite", ci, max_examples=50)
     # mutants: like ci but without shrinking (only the failure matters). thorough: >= 1000 random examples.
     settings.register_profile("mutants", base, max_examples=40, derandomize=True, database=None, phases=no_shrink)
     settings.register_profile("thorough", base, max_examples=1000, phases=list(Phase))
