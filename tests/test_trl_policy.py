@@ -73,3 +73,17 @@ def test_a_detached_kl_fails_the_term_gradient(tmp_path):
     case = policy.with_options(CASE, kl_coef=0.5, kl_kind="k3")
     with pytest.raises(AssertionError, match="grad"):
         check_token_kl_term_gradient(case, f"trl={root}")
+
+
+def test_the_model_call_answers_in_the_form_the_revision_unpacks(tmp_path):
+    """TRL 0.28-1.6 unpack two values from the model call (1.7 on: three) and 0.27 reads ``self.tools``: the stand-in
+    trainer answers each revision in its own form, so the loss is checked there instead of raising in the adapter."""
+    root = tmp_path / "trl"
+    shutil.copytree(ROOT, root)
+    trainer = root / "trl" / "trainer" / "grpo_trainer.py"
+    text = trainer.read_text()
+    three, first = "logps, entropies, _ = self.", 'mask = inputs["completion_mask"]\n'
+    assert three in text and first in text
+    older = 'mask = inputs["completion_mask"] if not self.tools else inputs["completion_mask"] * inputs["tool_mask"]\n'
+    trainer.write_text(text.replace(three, "logps, entropies = self.").replace(first, older))
+    check_token_policy_loss(policy.with_options(CASE, aggregation="token-mean"), f"trl={root}")

@@ -81,6 +81,7 @@ def _prepare(up) -> None:
         up.loader.modules[view.__name__] = sys.modules[view.__name__] = view  # where that import finds it then
     helpers = {name: found for name in ("nanmin", "nanmax") if (found := alone(UTILS, name)) is not None}  # metrics
     up.compute_loss = up.loader.method_if_present(GRPO_TRAINER, "GRPOTrainer", "_compute_loss", stand_ins=helpers)
+    up.unpacks = policy.unpacked(up.compute_loss, "_get_per_token_logps_and_entropies") if up.compute_loss else None
     base = type("TrainingArguments", (), {"_VALID_DICT_FIELDS": []})  # as far as a TRL config's class body reads it
     # The config's base from its own module: BaseConfig in 0.29, _BaseConfig from 1.0
     bases = dict.fromkeys(("_BaseConfig", "BaseConfig", "TrainingArguments"), base)

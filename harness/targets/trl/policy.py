@@ -6,7 +6,10 @@ Its one call into the model answers with the harness's ``[B, R]`` log-probs and 
 
 from __future__ import annotations
 
+import ast
 import collections
+import inspect
+import textwrap
 
 import torch
 
@@ -42,12 +45,24 @@ NOT_DECLARED = {
 }
 
 
+def unpacked(method, callee: str) -> int | None:
+    """How many values ``method`` unpacks from its call of ``self.<callee>`` (None: it unpacks none): the form of
+    the model call's answer, two values (log-probs, entropies) to TRL 1.6, three (and ``aux_loss``) from 1.7."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
+    for node in ast.walk(tree):
+        value = getattr(node, "value", None)
+        if isinstance(node, ast.Assign) and isinstance(value, ast.Call) and getattr(value.func, "attr", "") == callee:
+            return len(node.targets[0].elts) if isinstance(node.targets[0], ast.Tuple) else None
+    return None
+
+
 def token_policy_loss(up, call: calls.TokenPolicyCall):
     """``_compute_loss(trainer, model, inputs)`` on the harness's ``[B, R]`` matrices."""
     options = call.chosen
     entropies = call.entropy if call.entropy is not None else torch.zeros_like(call.log_probs).detach()
     trainer = TrainerSettings(
-        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (call.log_probs, entropies, None),
+        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (call.log_probs, entropies, None)[: up.unpacks],
+        tools=None,  # no tool calls: the completion mask alone (read up to 0.27)
         top_entropy_quantile=1.0,
         off_policy_mask_threshold=None,
         importance_sampling_level="token",
