@@ -75,15 +75,31 @@ def test_a_detached_kl_fails_the_term_gradient(tmp_path):
         check_token_kl_term_gradient(case, f"trl={root}")
 
 
-def test_the_model_call_answers_in_the_form_the_revision_unpacks(tmp_path):
-    """TRL 0.28-1.6 unpack two values from the model call (1.7 on: three) and 0.27 reads ``self.tools``: the stand-in
-    trainer answers each revision in its own form, so the loss is checked there instead of raising in the adapter."""
+TWO = "logps, entropies = self._get_per_token_logps_and_entropies("
+ALONE = "logps = self._get_per_token_logps("
+ASKED = "d = self._get_per_token_logps(self.ref_model, None, None, mask.size(1)) - logps\n"
+
+
+@pytest.mark.parametrize(
+    "model_call, reference",
+    [(TWO, None), (ALONE, None), (ALONE, ASKED)],
+    ids=["0.20-1.6", "0.19", "0.18"],
+)
+def test_the_model_call_answers_in_the_form_the_revision_unpacks(tmp_path, model_call, reference):
+    """TRL 0.20-1.6 unpack two values from the model call (1.7 on: three), 0.18-0.19 call ``_get_per_token_logps``
+    for the log-probs alone, 0.18 asks the reference model for the KL's reference inside the loss, and up to 0.27 the
+    mask reads ``self.tools``: the stand-in trainer answers each revision in its own form, so the loss is checked
+    there instead of raising in the adapter."""
     root = tmp_path / "trl"
     shutil.copytree(ROOT, root)
     trainer = root / "trl" / "trainer" / "grpo_trainer.py"
     text = trainer.read_text()
-    three, first = "logps, entropies, _ = self.", 'mask = inputs["completion_mask"]\n'
-    assert three in text and first in text
+    three = "logps, entropies, _ = self._get_per_token_logps_and_entropies("
+    first = 'mask = inputs["completion_mask"]\n'
+    given = 'd = inputs["ref_per_token_logps"] - logps\n'
+    assert three in text and first in text and given in text
     older = 'mask = inputs["completion_mask"] if not self.tools else inputs["completion_mask"] * inputs["tool_mask"]\n'
-    trainer.write_text(text.replace(three, "logps, entropies = self.").replace(first, older))
-    check_token_policy_loss(policy.with_options(CASE, aggregation="token-mean"), f"trl={root}")
+    trainer.write_text(text.replace(three, model_call).replace(first, older).replace(given, reference or given))
+    case = policy.with_options(CASE, kl_coef=0.1, kl_kind="k3", aggregation="token-mean")
+    check_token_policy_loss(case, f"trl={root}")
+    check_token_kl_term_gradient(case, f"trl={root}")

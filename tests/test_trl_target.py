@@ -178,16 +178,30 @@ def test_an_older_release_is_its_helpers_each_as_it_is(tmp_path):
     check_token_forward(CASES[2], f"trl={older}")
 
 
-def test_a_release_whose_config_body_reads_the_transformers_version_loads(tmp_path):
-    """TRL 0.19-0.20's GRPOConfig compares ``transformers.__version__`` in its class body: the placeholder has one,
-    so those releases load instead of reading as an adapter ERROR (AttributeError: __version__)."""
+OLDER_TRANSFORMERS = (  # 0.18's class body: append to the older transformers' own list
+    '    if version.parse(transformers.__version__) <= version.parse("4.50.3"):\n'
+    "        from transformers.training_args import _VALID_DICT_FIELDS\n\n"
+    '        _VALID_DICT_FIELDS.append("model_init_kwargs")\n'
+    "    else:\n    "
+)
+
+
+@pytest.mark.parametrize(
+    "gate",
+    [OLDER_TRANSFORMERS, '    if version.parse(transformers.__version__) >= version.parse("4.51.0"):\n    '],
+    ids=["0.18", "0.19-0.20"],
+)
+def test_a_release_whose_config_body_reads_the_transformers_version_loads(tmp_path, gate):
+    """TRL 0.18-0.20's GRPOConfig compares ``transformers.__version__`` in its class body: the placeholder has one
+    recent enough that each takes its newer branch (the base's list, which the stand-in base holds), so those
+    releases load instead of reading as an adapter ERROR (no __version__; 0.18 appending to an absent module)."""
     root = tmp_path / "trl"
     shutil.copytree(ROOT, root)
     config = root / "trl" / "trainer" / "grpo_config.py"
     text = config.read_text()
     field = '    _VALID_DICT_FIELDS = _BaseConfig._VALID_DICT_FIELDS + ["model_init_kwargs"]\n'
     assert field in text
-    gated = '    if version.parse(transformers.__version__) >= version.parse("4.51.0"):\n    ' + field
+    gated = gate + field
     imports = "import transformers\nfrom packaging import version\n\n"
     config.write_text(imports + text.replace(field, gated))
     assert load_target(f"trl={root}").capabilities == load_target(SPEC).capabilities

@@ -29,9 +29,10 @@ CPU_CASE_LIMITS = {"max_hidden_rows": 16_384}
 PLACEHOLDERS = (
     Placeholder(
         "transformers",
-        "imported by the kernels and the helpers for the names below; a version no release has, which TRL 0.19-0.20's "
-        "GRPOConfig body compares to add an argument-parser field the loss never reads",
-        absent_holding(__version__="0"),
+        "imported by the kernels and the helpers for the names below; a recent version, which TRL 0.18-0.20's "
+        "GRPOConfig body compares to choose where an argument-parser field the loss never reads is listed (its newer "
+        "branch: the base's list, which the stand-in base holds)",
+        absent_holding(__version__="5.0.0"),
         scope="call",
     ),
     Placeholder(

@@ -45,6 +45,9 @@ NOT_DECLARED = {
 }
 
 
+REFERENCE = object()  # the trainer's reference model, as the loss of TRL 0.18 calls it
+
+
 def unpacked(method, callee: str) -> int | None:
     """How many values ``method`` unpacks from its call of ``self.<callee>`` (None: it unpacks none): the form of
     the model call's answer, two values (log-probs, entropies) to TRL 1.6, three (and ``aux_loss``) from 1.7."""
@@ -62,6 +65,9 @@ def token_policy_loss(up, call: calls.TokenPolicyCall):
     entropies = call.entropy if call.entropy is not None else torch.zeros_like(call.log_probs).detach()
     trainer = TrainerSettings(
         _get_per_token_logps_and_entropies=lambda *args, **kwargs: (call.log_probs, entropies, None)[: up.unpacks],
+        # its form to 0.19, the log-probs alone; to 0.18 the loss also asks the reference model for its own
+        _get_per_token_logps=lambda model, *args: options.ref_log_probs if model is REFERENCE else call.log_probs,
+        ref_model=REFERENCE,
         tools=None,  # no tool calls: the completion mask alone (read up to 0.27)
         top_entropy_quantile=1.0,
         off_policy_mask_threshold=None,
