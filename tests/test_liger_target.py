@@ -77,6 +77,17 @@ def test_a_revision_without_a_function_is_an_error_naming_it(tmp_path):
         load_target(f"liger={root}")
 
 
+def test_a_release_before_the_vocab_parallel_function_checks_its_hidden_path(tmp_path):
+    """Releases before 0.8.1 have the fused linear Function but not the vocab-parallel one: they load with the
+    hidden path (the token path not declared, saying when it arrived), so a history checks them, never an ERROR."""
+    root = tmp_path / "liger"
+    shutil.copytree(HERE / "liger", root)
+    (root / "liger_kernel" / "ops" / "vocab_parallel_cross_entropy.py").unlink()
+    target = load_target(f"liger={root}")
+    assert target.capabilities == {"hidden"} and "0.8.1" in target.not_declared["token_log_probs"]
+    check_hidden_forward(HIDDEN_CASE, f"liger={root}")
+
+
 def test_a_shard_offset_bug_fails_parity(tmp_path):
     """The stand-in's vocab-parallel Function with rank 0's offset on every rank: tp=2 parity must fail."""
     root = tmp_path / "liger"

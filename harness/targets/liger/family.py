@@ -75,7 +75,13 @@ LIGER = Family(
         "LigerFusedLinearCrossEntropyFunction": Symbol("fused_linear", ("LigerFusedLinearCrossEntropyFunction",)),
     },
     entries=(
-        Entry("token_log_probs", ("LigerVocabParallelCEFunction",), token, frozenset({"token"})),
+        Entry(
+            "token_log_probs",
+            ("LigerVocabParallelCEFunction",),
+            token,
+            frozenset({"token"}),
+            since="the vocab-parallel cross entropy (ops/vocab_parallel_cross_entropy.py) arrived in Liger 0.8.1",
+        ),
         Entry("hidden_log_probs", ("LigerFusedLinearCrossEntropyFunction",), hidden, frozenset({"hidden"})),
     ),
     not_declared=NOT_DECLARED,
