@@ -104,6 +104,15 @@ def test_a_trainer_without_its_forward_step_is_an_error_naming_it(tmp_path):
         MsSwift(root)
 
 
+def test_a_checkout_before_the_log_prob_utilities_names_what_it_lacks(tmp_path):
+    """ms-swift before #7263 (2025-12-31) has no vocab_parallel_utils.py: a load ERROR naming it, not "no checkout"."""
+    root = tmp_path / "ms_swift"
+    shutil.copytree(HERE / "ms_swift", root)
+    (root / UTILS).unlink()
+    with pytest.raises(MissingUpstream, match="vocab_parallel_utils.py"):
+        MsSwift(root)
+
+
 @pytest.mark.parametrize("case", PACKED, ids=lambda c: f"cp{c.cp}")
 def test_packed_passes_parity_and_forward_only(case):
     check_packed_forward(case, SPEC)

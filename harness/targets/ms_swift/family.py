@@ -173,7 +173,9 @@ def packed(up, call: calls.PackedCall):
 
 MS_SWIFT = Family(
     name="ms_swift",
-    locate=Locate("swift", UTILS, "LPH_MS_SWIFT_PATH", pypi="ms-swift"),
+    # The marker is the package, not the log-prob utilities (2025-12-31, #7263): an older layout is then a
+    # MissingUpstream naming what the record lacks, not "not a checkout".
+    locate=Locate("swift", "swift/__init__.py", "LPH_MS_SWIFT_PATH", pypi="ms-swift"),
     modules={},
     symbols={},
     entries=(
