@@ -1,2 +1,1 @@
-"""The NeMo-RL family: the distributed log-prob Functions (token/packed) and the chunked hidden-state
-Function."""
+"""The NeMo-RL family: its record (family.py) and its token-level policy loss (policy.py)."""

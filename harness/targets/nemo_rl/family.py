@@ -1,13 +1,9 @@
 """The NeMo-RL family (NVIDIA-NeMo/RL): ``nemo_rl=PATH`` (a checkout).
 
-The generated page (docs/records/families/nemo_rl.md) says what each entry calls and translates; this says
-why. ``nemo_rl/distributed/model_utils.py`` runs from the checkout with the one module it imports at the top
-(``nemo_rl/algorithms/logits_sampling_utils.py``); its ``torch.distributed`` calls on one rank go to Megatron's
-stand-in group ``SINGLE_RANK``. NeMo's wrappers (``from_parallel_logits_to_logprobs``,
-``from_parallel_hidden_states_to_logprobs``) take a sequence's tokens, roll them and drop the last position,
-which the protocol (a target per row) cannot express without copying the logits: the token and hidden entries
-call the Functions beneath them with the wrappers' chunk rule, and the roll runs in the packed entry.
-``inference_only`` is ``not torch.is_grad_enabled()``, as NeMo's own DTensor helper passes it.
+``nemo_rl/distributed/model_utils.py`` runs from the checkout, on one rank with Megatron's stand-in group
+``SINGLE_RANK``. NeMo's wrappers roll a sequence's tokens and drop its last position, which a target per row cannot
+express without copying the logits: the token and hidden entries call the Functions beneath them, the packed entry
+the wrapper that rolls. ``inference_only`` is ``not torch.is_grad_enabled()``, as NeMo's DTensor helper passes it.
 """
 
 from __future__ import annotations
@@ -21,35 +17,32 @@ from harness.targets.upstream.family import Entry, Family, Module, Option, Symbo
 from harness.targets.upstream.locate import Locate
 from harness.targets.upstream.placeholders import Placeholder
 
-MODEL_UTILS = "nemo_rl.distributed.model_utils"
+TOKEN = ("DistributedLogprob", "ChunkedDistributedLogprob", "ChunkedDistributedEntropy")
 PACKED = "from_parallel_logits_to_logprobs_packed_sequences"
 SAMPLING = ("DistributedLogprobWithSampling", "ChunkedDistributedLogprobWithSampling")
-
-
-def _inference_only() -> bool:
-    return not torch.is_grad_enabled()
+HIDDEN = "ChunkedDistributedHiddenStatesToLogprobs"
+FUSION_PATCH = (
+    "imported at the top of model_utils.py from #2036 to #2648 (lazily since), for the linear CE fusion patch of "
+    "GPTModel, never called here"
+)
 
 
 def _entropy(up, logits_3d, call):
     """NeMo's ``sum p log p`` per row, negated into the protocol's ``H``; ``[rows]``, gated by the caller's no_grad."""
     chunk = call.chunk_size if call.chunk_size is not None else max(int(logits_3d.shape[1]), 1)
     with torch.set_grad_enabled(call.entropy_grad and torch.is_grad_enabled()):
-        negative = up.ChunkedDistributedEntropy.apply(logits_3d, chunk, call.group, _inference_only())
+        negative = up.ChunkedDistributedEntropy.apply(logits_3d, chunk, call.group, not torch.is_grad_enabled())
     return -negative.squeeze(0)
 
 
 def token(up, call: calls.TokenCall):
     """``DistributedLogprob`` / ``ChunkedDistributedLogprob`` on the rows as ``B = 1`` (a view); the entropy
-    ``ChunkedDistributedEntropy``'s ``sum p log p`` negated (a unit), its gradient gated as a NeMo caller gates it
-    (computed under ``torch.no_grad()`` when not wanted)."""
+    ``ChunkedDistributedEntropy``'s ``sum p log p`` negated (a unit), under ``torch.no_grad()`` when not wanted."""
     start, end = call.vocab_bounds
     batched, targets = call.logits.unsqueeze(0), call.targets.unsqueeze(0)
-    if call.chunk_size is None:
-        log_probs = up.DistributedLogprob.apply(batched, targets, start, end, call.group, _inference_only())
-    else:
-        log_probs = up.ChunkedDistributedLogprob.apply(
-            batched, targets, start, end, call.chunk_size, call.group, _inference_only()
-        )
+    chunk = () if call.chunk_size is None else (call.chunk_size,)  # the chunked Function's one more argument
+    fn = up.ChunkedDistributedLogprob if chunk else up.DistributedLogprob
+    log_probs = fn.apply(batched, targets, start, end, *chunk, call.group, not torch.is_grad_enabled())
     return log_probs.squeeze(0), (_entropy(up, batched, call) if call.with_entropy else None)
 
 
@@ -59,9 +52,8 @@ def packed(up, call: calls.PackedCall):
     NeMo gathers CP and returns every sample on every rank, so this rank's zigzag view is picked. NeMo has no
     packed entropy: ``ChunkedDistributedEntropy`` on the local rows, each sample's response picked."""
     chunk = {} if call.chunk_size is None else {"chunk_size": call.chunk_size}
-    fn = up.from_parallel_logits_to_logprobs_packed_sequences
     out, stream, cp, cp_rank = packing.call_packed_entry(
-        fn, call, call.logits, inference_only=_inference_only(), **chunk
+        getattr(up, PACKED), call, call.logits, inference_only=not torch.is_grad_enabled(), **chunk
     )
     entropy = None
     if call.with_entropy:
@@ -70,70 +62,47 @@ def packed(up, call: calls.PackedCall):
 
 
 def sampling(up, call: calls.SamplingCall):
-    """``*LogprobWithSampling`` on the rows padded with zero logits (target 0) to a multiple of the TP size, as
-    NeMo needs ``B * S``, the padding's outputs dropped; a chunk size rounded up to a multiple of the TP size (NeMo
-    refuses others)."""
-    kept = call.kept
-    tp = call.tp[0]
-    rows = call.logits.shape[0]
+    """``*LogprobWithSampling`` on the rows padded with zero logits (target 0) to a multiple of the TP size, as NeMo
+    needs ``B * S``, the padding's outputs dropped; a chunk size rounded up to such a multiple (NeMo refuses others)."""
+    rows, tp = call.logits.shape[0], call.tp[0]
     pad = (-rows) % tp
     logits = torch.cat([call.logits, call.logits.new_zeros(pad, call.logits.shape[1])]) if pad else call.logits
     targets = torch.cat([call.targets, call.targets.new_zeros(pad)]) if pad else call.targets
-    top_p = 1.0 if kept.top_p is None else kept.top_p
+    top_p = 1.0 if call.kept.top_p is None else call.kept.top_p
+    chunk = () if call.chunk_size is None else (-(-call.chunk_size // tp) * tp,)
+    fn = up.ChunkedDistributedLogprobWithSampling if chunk else up.DistributedLogprobWithSampling
     batched, targets = logits.unsqueeze(0), targets.unsqueeze(0)
-    if call.chunk_size is None:
-        log_probs = up.DistributedLogprobWithSampling.apply(
-            batched, targets, call.group, kept.top_k, top_p, _inference_only()
-        )
-    else:
-        chunk = -(-call.chunk_size // tp) * tp
-        log_probs = up.ChunkedDistributedLogprobWithSampling.apply(
-            batched, targets, call.group, kept.top_k, top_p, chunk, _inference_only()
-        )
+    log_probs = fn.apply(batched, targets, call.group, call.kept.top_k, top_p, *chunk, not torch.is_grad_enabled())
     return log_probs.squeeze(0)[:rows], None
 
 
 def hidden(up, call: calls.HiddenCall):
     """``ChunkedDistributedHiddenStatesToLogprobs`` on NeMo's sequence-first ``[S, B = 1, H]``, one rank."""
     start, end = call.vocab_bounds
-    rows = call.hidden.shape[0]
-    chunk = max(rows, 1) if call.chunk_size is None else call.chunk_size
+    chunk = max(call.hidden.shape[0], 1) if call.chunk_size is None else call.chunk_size
     log_probs = up.ChunkedDistributedHiddenStatesToLogprobs.apply(
         call.hidden.unsqueeze(1), call.targets.unsqueeze(0), call.weight, start, end, chunk, call.group,
-        _inference_only(),
+        not torch.is_grad_enabled(),
     )  # fmt: skip
     return log_probs.squeeze(0).float(), None
 
 
 def _chunking(up) -> bool:
     """Both logits paths take a chunk size: the chunked Function, and the packed entry point's parameter."""
-    packed_entry = up.from_parallel_logits_to_logprobs_packed_sequences
-    return up.ChunkedDistributedLogprob is not None and (
-        packed_entry is None or "chunk_size" in parameters(packed_entry)
-    )
+    entry = getattr(up, PACKED)
+    return up.ChunkedDistributedLogprob is not None and (entry is None or "chunk_size" in parameters(entry))
 
 
 def _cp_zigzag(up) -> bool:
     """The packed entry point takes a CP group, and the device is CUDA (see ``not_declared``)."""
-    entry = up.from_parallel_logits_to_logprobs_packed_sequences
-    return device_type() == "cuda" and entry is not None and "cp_group" in parameters(entry)
+    return device_type() == "cuda" and "cp_group" in parameters(getattr(up, PACKED))
 
 
 NEMO_RL = Family(
     name="nemo_rl",
     locate=Locate("nemo_rl", "nemo_rl/distributed/model_utils.py", "LPH_NEMO_RL_PATH"),
-    modules={"model_utils": Module((MODEL_UTILS,))},
-    symbols={
-        name: Symbol("model_utils", (name,))
-        for name in (
-            "DistributedLogprob",
-            "ChunkedDistributedLogprob",
-            "ChunkedDistributedEntropy",
-            PACKED,
-            *SAMPLING,
-            "ChunkedDistributedHiddenStatesToLogprobs",
-        )
-    },
+    modules={"model_utils": Module(("nemo_rl.distributed.model_utils",))},
+    symbols={name: Symbol("model_utils", (name,)) for name in (*TOKEN, PACKED, *SAMPLING, HIDDEN)},
     entries=(
         Entry("token_log_probs", ("DistributedLogprob",), token, frozenset({"token"})),
         Entry(
@@ -152,14 +121,11 @@ NEMO_RL = Family(
         ),
         Entry(
             "hidden_log_probs",
-            ("ChunkedDistributedHiddenStatesToLogprobs",),
+            (HIDDEN,),
             hidden,
             frozenset({"hidden"}),
             since="the fused LM head arrived with the chunked linear CE loss (#2036, 2026-03)",
-            lacks={
-                "entropy": "ChunkedDistributedHiddenStatesToLogprobs returns log-probs only",
-                "entropy_gate": "as entropy",
-            },
+            lacks={"entropy": f"{HIDDEN} returns log-probs only", "entropy_gate": "as entropy"},
         ),
         Entry(
             "token_policy_loss",
@@ -179,33 +145,23 @@ NEMO_RL = Family(
     ),
     placeholders=(
         megatron_stand_in.PLACEHOLDER,
-        *(
-            Placeholder(
-                name,
-                "imported at the top of model_utils.py from #2036 to #2648 (lazily since), for the "
-                "linear CE fusion patch of GPTModel, never called here",
-            )
-            for name in ("megatron.core.models.gpt", "megatron.core.utils")
-        ),
+        *(Placeholder(name, FUSION_PATCH) for name in ("megatron.core.models.gpt", "megatron.core.utils")),
     ),
     not_declared={
         "cp_zigzag": "on a CPU device only: AllGatherCPTensor's backward moves its index to CUDA with .cuda() "
         "(since CP arrived, #704), so it is declared with LPH_DEVICE=cuda",
         "cp_allgather": "NeMo-RL has no DSA-style allgather context parallelism",
         "bshd": "its packed entry point is thd only",
-        "response_only": "NeMo-RL evaluates every row",
-        "loss_mask_only": "NeMo-RL evaluates every row",
+        **dict.fromkeys(("response_only", "loss_mask_only"), "NeMo-RL evaluates every row"),
         "temperature": "applied by NeMo's caller (its sampling parameters) before these Functions, outside them",
         "donation": "NeMo-RL never writes the gradient over the logits",
         "hidden_tp": "its hidden-state Function takes sequence-parallel hidden states and returns a sequence-sharded "
         "gradient, not the replicated hidden states of the protocol",
-        "sampling_csr": "no given-K form: NeMo derives K on the trainer",
-        "sampling_dense": "no given-K form: NeMo derives K on the trainer",
+        **dict.fromkeys(("sampling_csr", "sampling_dense"), "no given-K form: NeMo derives K on the trainer"),
         "sampling_ties_all": "its top-p keeps the copies of a tied crossing value the mass needs, as vLLM does",
         "sampling_min_p": "TrainingSamplingParams has no min-p",
         "sampling_entropy": "its entropy is over the full vocabulary",
-        "sampling_error": "a target outside K gets -inf (sampling_neg_inf)",
-        "sampling_force_keep": "a target outside K gets -inf (sampling_neg_inf)",
+        **dict.fromkeys(("sampling_error", "sampling_force_keep"), "a target outside K gets -inf (sampling_neg_inf)"),
         **policy.NOT_DECLARED,
     },
     expectations=("nemo_rl.toml",),

@@ -1,12 +1,9 @@
 """NeMo-RL's policy loss (``ClippedPGLossFn``, ``nemo_rl/algorithms/loss/loss_functions.py``) at token level.
 
-``ClippedPGLossFn`` takes next-token log-probs (``input_type = LOGPROB``): NeMo's loss wrapper computes them and
-calls it with the batch's data dict and the global counts, which is the call the entry makes with the harness's
-``[B, R]`` matrices. Its module imports pydantic and the DTensor helpers at the top, so the class and what it reads
-(``loss/interfaces.py``, ``calculate_kl`` and ``masked_mean``) are loaded alone; the pydantic config is a strict
-settings object naming any field the revision reads and the entry does not map. The data dict's per-token entries
-are ``[B, R + 1]`` (NeMo drops column 0). The option mapping is docs/policy-losses.md's conventions table; what
-NeMo-RL has no form for is refused per Case (``combination_needs``: UNSUPPORTED, never run as something else).
+It takes next-token log-probs (``input_type = LOGPROB``), called as NeMo's loss wrapper calls it. Its module imports
+pydantic and the DTensor helpers at the top, so the class and what it reads are loaded alone; the config is a
+strict settings object naming any field a revision reads and the entry does not map. The option mapping is
+docs/policy-losses.md's conventions table.
 """
 
 from __future__ import annotations
@@ -26,8 +23,6 @@ ROLLOUT_TYPES = {"tis": "tis", "mis": "icepop"}  # the protocol's mode -> trunca
 
 
 class LossConfig(StrictSettings):
-    """The ``ClippedPGLossConfig`` fields ``ClippedPGLossFn.__init__`` reads, as the entry sets them."""
-
     READ_AS = "ClippedPGLossConfig"
     MAPPED_IN = "harness/targets/nemo_rl/policy.py (loss_config)"
 
@@ -60,6 +55,7 @@ OPTIONS = configured_options(  # each declared by the ClippedPGLossConfig fields
         **{f"policy_{mode}_{what}": _TRUNCATION for mode in ROLLOUT_TYPES for what in ("token", "floor")},
     },
 )
+_MODES = ("tis", "mis", "rs")  # the protocol's rollout corrections
 NOT_DECLARED = {
     "policy_loss": "ClippedPGLossFn takes next-token log-probs (input_type LOGPROB) and has no entropy term "
     "(approx_entropy is a metric): it is checked at token level (token_policy_loss)",
@@ -67,17 +63,13 @@ NOT_DECLARED = {
     "policy_gspo": "sequence_level_importance_ratios is GSPO's sequence form, not GSPO-token, and forces the "
     "sequence-level loss",
     "policy_gspo_dual_clip": "as policy_gspo",
-    **{
-        f"policy_{mode}_sequence": "NeMo's sequence-level IS weight exists only with its GSPO"
-        for mode in ("tis", "mis", "rs")
-    },
+    **{f"policy_{mode}_sequence": "NeMo's sequence-level IS weight exists only with its GSPO" for mode in _MODES},
     **{
         f"policy_{mode}_geometric": "seq-mask-tis zeroes a sequence by its geometric-mean ratio but keeps the raw "
         "token weights inside it"
-        for mode in ("tis", "mis", "rs")
+        for mode in _MODES
     },
-    "policy_rs_token": "no weight-free mask (icepop keeps the weight)",
-    "policy_rs_floor": "no weight-free mask (icepop keeps the weight)",
+    **dict.fromkeys(("policy_rs_token", "policy_rs_floor"), "no weight-free mask (icepop keeps the weight)"),
     "policy_kl_low_var_kl": "NeMo clamps the weighted KL and detaches the weight where the input clamp bites: "
     "neither form of the protocol; its clamps are set off (None) in these checks",
     "policy_kl_abs": "no such KL type (k1, k2, k3 only)",
@@ -90,8 +82,7 @@ NOT_DECLARED = {
 
 def load(up) -> None:
     """``up.loss_class`` and ``up.config_fields`` (the config's fields), loaded alone; None and empty where the
-    revision has no loss package (before #1920, 2026-03, ClippedPGLossFn took logits and composed its log-probs
-    itself)."""
+    revision has no loss package (before #1920, 2026-03, ClippedPGLossFn took logits)."""
     up.loss_class, up.config_fields = None, frozenset()
     if not (up.root / LOSS_FUNCTIONS).is_file():
         return
@@ -101,9 +92,7 @@ def load(up) -> None:
     interfaces = {name: value for name, value in found.items() if value is not None}
     helpers = {name: up.loader.symbol(UTILS, name) for name in ("calculate_kl", "masked_mean")}
     config = up.loader.symbol(LOSS_FUNCTIONS, "ClippedPGLossConfig", stand_ins={"BaseModel": _ConfigBase})
-    up.config_fields = frozenset(
-        name for klass in reversed(config.__mro__) for name in getattr(klass, "__annotations__", {})
-    )
+    up.config_fields = frozenset(name for klass in config.__mro__ for name in getattr(klass, "__annotations__", {}))
     stand_ins = {**interfaces, **helpers, **absent, "ClippedPGLossConfig": LossConfig}
     up.loss_class = up.loader.symbol(LOSS_FUNCTIONS, "ClippedPGLossFn", stand_ins=stand_ins)
 
@@ -123,18 +112,18 @@ def combination_needs(up, options: PolicyOptions) -> set[str]:
     return needs
 
 
-def loss_config(*, eps_clip, eps_clip_high, options: PolicyOptions) -> LossConfig:
-    """NeMo's loss configuration for the harness's options (every field ``__init__`` reads, set explicitly)."""
-    correction = options.rollout_correction
-    floor = options.rollout_floor
+def loss_config(call) -> LossConfig:
+    """NeMo's loss configuration for the call's options (every field ``__init__`` reads, set explicitly)."""
+    options = call.chosen
+    correction, floor = options.rollout_correction, options.rollout_floor
     if correction == "mis" and floor is None:
         floor = 0.0  # icepop needs a lower bound; weights are positive, so 0 keeps all of them
     return LossConfig(
         disable_ppo_ratio=False,
         token_level_loss=TOKEN_LEVEL[options.aggregation],
         sequence_level_importance_ratios=False,
-        ratio_clip_min=eps_clip,
-        ratio_clip_max=eps_clip_high,
+        ratio_clip_min=call.eps_clip,
+        ratio_clip_max=call.clip_high,
         ratio_clip_c=options.dual_clip_c,
         reference_policy_kl_penalty=float(options.kl_coef),
         reference_policy_kl_type=options.kl_kind,
@@ -152,34 +141,27 @@ def loss_config(*, eps_clip, eps_clip_high, options: PolicyOptions) -> LossConfi
     )
 
 
-def _with_first_column(matrix: torch.Tensor) -> torch.Tensor:
-    """``[B, R]`` as NeMo's data dict holds it, ``[B, R + 1]``: column 0 (no next-token log-prob) is dropped by it."""
-    return torch.cat([matrix.new_zeros(matrix.shape[0], 1), matrix], dim=1)
-
-
 def token_policy_loss(up, call):
     """``ClippedPGLossFn(config)(log_probs, data, global_valid_seqs=, global_valid_toks=)``, as NeMo's wrapper does."""
     options = call.chosen
     unmet = combination_needs(up, options)
     if unmet:
         raise ValueError(f"NeMo-RL's ClippedPGLossFn has no form for {sorted(unmet)} (combination_needs)")
-    loss_fn = up.loss_class(loss_config(eps_clip=call.eps_clip, eps_clip_high=call.clip_high, options=options))
+    loss_fn = up.loss_class(loss_config(call))
     log_probs, loss_mask = call.log_probs, call.loss_mask
     rows = log_probs.shape[0]
     generation = options.rollout_log_probs if options.rollout_correction is not None else call.old_log_probs
-    data = {
-        "token_mask": _with_first_column(loss_mask),
-        "sample_mask": loss_mask.new_ones(rows),
-        "advantages": _with_first_column(call.advantages),
-        "prev_logprobs": _with_first_column(call.old_log_probs),
-        "generation_logprobs": _with_first_column(generation),
+    per_token = {
+        "token_mask": loss_mask,
+        "advantages": call.advantages,
+        "prev_logprobs": call.old_log_probs,
+        "generation_logprobs": generation,
     }
     if options.kl_coef != 0:
-        data["reference_policy_logprobs"] = _with_first_column(options.ref_log_probs)
-    loss, _metrics = loss_fn(
-        log_probs,
-        data,
-        global_valid_seqs=torch.tensor(float(rows), device=log_probs.device),
-        global_valid_toks=loss_mask.sum(),
-    )
+        per_token["reference_policy_logprobs"] = options.ref_log_probs
+    # NeMo's data dict holds [B, R + 1] (column 0, no next-token log-prob, is dropped by it)
+    data = {key: torch.nn.functional.pad(matrix, (1, 0)) for key, matrix in per_token.items()}
+    data["sample_mask"] = loss_mask.new_ones(rows)
+    valid_seqs = torch.tensor(float(rows), device=log_probs.device)
+    loss, _metrics = loss_fn(log_probs, data, global_valid_seqs=valid_seqs, global_valid_toks=loss_mask.sum())
     return call.per_batch(loss)
