@@ -1,10 +1,9 @@
 """SkyRL's Megatron wrapper's own steps, taken from its source and run as written.
 
-``megatron_model_wrapper.py``'s ``loss_func`` needs a Megatron model, so its syntax tree is read (through the
-loader, which records the file) and three steps are compiled from it: the temperature division (run on a fresh
-tensor: the harness's logits are the caller's), the entropy gate (docs/bugs.md #1) and the condition that builds
-``entropy_loss_term``. So a revision that takes a ``temperature`` and divides nothing FAILS. Only expressions over
-``_ALLOWED`` names, without calls, are admitted: the evaluation is safe by construction.
+``loss_func`` needs a Megatron model, so its syntax tree is read (through the loader, which records the file) and
+three steps compiled from it: the temperature division (on a fresh tensor: the logits are the caller's), the entropy
+gate (docs/bugs.md #1), the condition that builds ``entropy_loss_term``; a revision that takes a ``temperature`` and
+divides nothing FAILS. Only expressions over ``_ALLOWED`` names, without calls, are admitted (safe to evaluate).
 """
 
 from __future__ import annotations
