@@ -53,8 +53,7 @@ def token(up, call: calls.TokenCall):
 
 
 def _packed(up, call: calls.PackedCall, gate: bool):
-    """The packed entry point as the wrapper calls it: ``(out [B, U - 1], this rank's view of it, the per-sample
-    entropy under ``gate`` or None)``."""
+    """The packed entry point as the wrapper calls it: ``(out [B, U - 1], this rank's views, entropy under gate)``."""
     logits = _scaled(up, call.logits, call.temperature)
     fn = up.from_parallel_logits_to_logprobs_packed_sequences
     out, local, cp, rank = packing.call_packed_entry(fn, call, logits, inference_only=False, chunk_size=call.chunk_size)

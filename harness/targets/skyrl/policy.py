@@ -117,8 +117,7 @@ def algorithm_settings(call, options: PolicyOptions) -> AlgorithmSettings:
 
 
 def _scatter(values, indices, shape, like, cp_group=None) -> torch.Tensor:
-    """``[B, R_max]`` zeros with each sample's values (data: detached) at its column indices; with ``cp_group``,
-    summed over it: every rank's part (views are disjoint)."""
+    """``[B, R_max]`` zeros with each sample's values (as data) at its indices; with ``cp_group``, every rank's part."""
     out = torch.zeros(shape, dtype=like.dtype, device=like.device)
     for i, (value, index) in enumerate(zip(values, indices)):
         out[i, index] = value.detach().to(out.device, out.dtype)

@@ -64,12 +64,11 @@ def read(text: str) -> WrapperSteps | None:
                 entropy = any(name.startswith("entropy") for name in used)
                 if named and entropy and len(call.args) == 1 and _admitted(call.args[0]):
                     grad = call.args[0]
-            if isinstance(node, ast.If) and term is None and _admitted(node.test):
+            if isinstance(node, ast.If) and _admitted(node.test):
                 targets = [t for s in node.body if isinstance(s, ast.Assign) for t in s.targets]
-                if any(isinstance(t, ast.Name) and t.id == "entropy_loss_term" for t in targets):
+                if term is None and any(isinstance(t, ast.Name) and t.id == "entropy_loss_term" for t in targets):
                     term = node.test
-            if isinstance(node, ast.If) and temperature is None and len(node.body) == 1 and _admitted(node.test):
-                if ast.unparse(node.body[0]) == "logits.div_(temperature)":
+                if temperature is None and [ast.unparse(s) for s in node.body] == ["logits.div_(temperature)"]:
                     temperature = node
         if grad is not None and term is not None:
             outer = next((method for method in functions if func in method.body), None)  # the method defining it
