@@ -21,9 +21,11 @@ LOSS = ("PolicyLossRegistry", "apply_loss_reduction_to_advantages_minibatch")
 
 
 def _prepare(up) -> None:
-    """The wrapper's steps, read once per revision (None where its loss_func lacks one)."""
+    """The wrapper's steps (None where its loss_func lacks one), the losses PolicyLossRegistry lists."""
     text = up.loader.read(wrapper.WRAPPER)
     up.wrapper = wrapper.read(text) if text is not None else None
+    listed = getattr(up.PolicyLossRegistry, "list_available", None)
+    up.config_fields = frozenset(listed()) if listed is not None else frozenset()
 
 
 def _scaled(up, logits, temperature):
@@ -50,10 +52,14 @@ def token(up, call: calls.TokenCall):
     return log_probs.squeeze(0), entropy
 
 
-def _packed(up, call: calls.PackedCall):
+def _packed(up, call: calls.PackedCall, gate: bool):
+    """The packed entry point as the wrapper calls it: ``(out [B, U - 1], this rank's views, entropy under gate)``."""
     logits = _scaled(up, call.logits, call.temperature)
     fn = up.from_parallel_logits_to_logprobs_packed_sequences
-    return packing.call_packed_entry(fn, call, logits, inference_only=False, chunk_size=call.chunk_size)
+    out, local, cp, rank = packing.call_packed_entry(fn, call, logits, inference_only=False, chunk_size=call.chunk_size)
+    rows = _entropy(up, local, gate) if call.with_entropy else None
+    entropy = None if rows is None else packing.per_sample_rows(rows, call.inputs, cp, rank)
+    return out, packing.per_sample_view(out, call.inputs, cp, rank), entropy
 
 
 def packed(up, call: calls.PackedCall):
@@ -61,10 +67,7 @@ def packed(up, call: calls.PackedCall):
     the harness's end padding left out, a view); SkyRL returns every sequence on every CP rank, so this rank's
     zigzag view is picked. The entropy is ``vocab_parallel_entropy`` on the local rows under the wrapper's gate,
     each sample's response picked (SkyRL's packed entropy helper returns only a masked mean)."""
-    out, stream, cp, cp_rank = _packed(up, call)
-    rows = _entropy(up, stream, call.entropy_grad) if call.with_entropy else None
-    entropy = None if rows is None else packing.per_sample_rows(rows, call.inputs, cp, cp_rank)
-    return packing.per_sample_view(out, call.inputs, cp, cp_rank), entropy
+    return _packed(up, call, call.entropy_grad)[1:]
 
 
 def policy_loss(up, call: calls.PolicyCall):
@@ -72,10 +75,8 @@ def policy_loss(up, call: calls.PolicyCall):
     wrapper's gate for the loss's settings."""
     options = call.options or policy.PLAIN
     settings = policy.algorithm_settings(call, options)
-    out, stream, cp, cp_rank = _packed(up, call)
-    rows = _entropy(up, stream, up.wrapper.grad_enabled(settings)) if call.with_entropy else None
-    loss, entropy = policy.policy_loss(up, call, options, settings, out, rows)
-    return loss, packing.per_sample_view(out, call.inputs, cp, cp_rank), entropy
+    out, views, entropy = _packed(up, call, up.wrapper.grad_enabled(settings))
+    return policy.policy_loss(up, call, options, settings, out, entropy), views, entropy
 
 
 def hidden(up, call: calls.HiddenCall):
@@ -149,10 +150,7 @@ SKYRL = Family(
         Option("cp_zigzag", (f"{PACKED}(cp_group)",), "packed"),
         *policy.OPTIONS,
     ),
-    placeholders=(
-        megatron_stand_in.PLACEHOLDER,
-        *policy.PLACEHOLDERS,
-    ),  # fmt: skip
+    placeholders=(megatron_stand_in.PLACEHOLDER, *policy.PLACEHOLDERS),
     not_declared={
         "cp_allgather": "SkyRL has no DSA-style allgather context parallelism",
         "bshd": "its packed entry point is thd",

@@ -1,12 +1,11 @@
-"""SkyRL's ``ppo_utils.py`` as the harness's ``policy_loss``: its placeholders, options, ``cfg.algorithm``, loss.
+"""SkyRL's ``ppo_utils.py`` as the harness's ``policy_loss``, on SkyRL's ``[B, R_max]`` action layout.
 
-Its registry loss and loss reduction run (SkyRL PRE-SCALES the advantages) on its ``[B, R_max]`` action layout;
-whether the entropy term enters is the wrapper's (``wrapper.py``). ``sum-of-sample-mean`` is ``B`` times SkyRL's
-``sequence_mean`` (PPO is positively homogeneous in the advantage). SkyRL's KL term (a per-sample mean whatever
-``loss_reduction`` says) and entropy term (a batch-wide token mean) are not the harness's aggregation: both are the
-adapter's arithmetic (``aggregate_views``, fp32) on SkyRL's values. SkyRL computes the whole batch's loss on every
-CP rank, the harness wants each rank's SHARE: the pre-scaling uses the full loss masks, the loss mask this rank's
-view only; a sequence-level statistic (GSPO's ratio, a sequence rollout weight) reads every rank's log-probs.
+SkyRL PRE-SCALES the advantages (``sum-of-sample-mean`` is ``B`` times its ``sequence_mean``: PPO is positively
+homogeneous in them); its KL term (a per-sample mean whatever ``loss_reduction`` says) and entropy term (a token
+mean) are not the harness's aggregation, so both are the adapter's arithmetic (``aggregate_views``, fp32) on SkyRL's
+values. SkyRL computes the whole batch's loss on every CP rank, the harness wants each rank's SHARE: the pre-scaling
+uses the full loss masks, the loss mask this rank's view; a sequence-level statistic (GSPO's ratio, a sequence
+rollout weight) reads every rank's log-probs. Whether the entropy term enters is the wrapper's (``wrapper.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from harness.targets.protocol import PolicyOptions
 from harness.targets.upstream import packing
-from harness.targets.upstream.family import Option
+from harness.targets.upstream.family import Option, configured
 from harness.targets.upstream.placeholders import Placeholder, absent_holding, holding
 from harness.targets.upstream.settings import StrictSettings
 
@@ -43,18 +42,14 @@ class AlgorithmSettings(StrictSettings):
     MAPPED_IN = "harness/targets/skyrl/policy.py (algorithm_settings)"
 
 
-# No cluster: the registry keeps its functions locally (SkyRL's documented behaviour without Ray), ``remote``
-# returns the class unchanged; any other attribute (``ray.get``, ...) refuses to be used (``absent``).
+# No cluster: the registry keeps its functions locally (SkyRL's documented behaviour without Ray); ``ray.get`` refuses.
 _ray = absent_holding(
     is_initialized=lambda: False,
     remote=lambda cls=None, **options: cls if cls is not None else (lambda inner: inner),
 )
-
-
 _config = holding(__doc__="harness stand-in (harness/targets/skyrl/policy.py)", AlgorithmConfig=AlgorithmSettings)
-# What ppo_utils.py imports that the harness neither installs nor needs. Not cloudpickle (imported under
-# try/except ImportError): SkyRL's own fallback runs. skyrl.train.config even where the tree has it (its package
-# pulls in the trainer): a revision reading a setting the adapter does not map fails loudly.
+# Not cloudpickle (imported under try/except ImportError): SkyRL's own fallback runs. skyrl.train.config even where
+# the tree has it (its package pulls in the trainer): a revision reading a setting the adapter does not map fails.
 PLACEHOLDERS = (
     Placeholder("ray", "the registry's optional actor sync and @ray.remote", _ray),
     Placeholder("loguru", "logging, also inside gspo_policy_loss", holding(logger=logging.getLogger("skyrl")), "call"),
@@ -66,18 +61,9 @@ PLACEHOLDERS = (
     Placeholder("skyrl.train.config", "AlgorithmConfig, as the adapter's strict settings", _config, replaces=True),
 )
 
-
-def _registered(name: str):
-    def holds(up) -> bool:
-        listed = getattr(up.PolicyLossRegistry, "list_available", None)
-        return listed is not None and name in set(listed())
-
-    holds.__doc__ = f"PolicyLossRegistry lists {name}"
-    return holds
-
-
 _DECLARED_BY = {  # each option (less its "policy_" prefix): what declares it where present
-    **{kind: _registered(kind) for kind in ("gspo", "cispo", "dual_clip")},
+    # a loss where PolicyLossRegistry lists it (its names, as the settings selecting them: family.py's prepare)
+    **{kind: configured("PolicyLossRegistry", kind) for kind in ("gspo", "cispo", "dual_clip")},
     **{f"kl_{kind}": "compute_approx_kl" for kind in KL_ESTIMATORS},
     **dict.fromkeys((*ROLLOUT, "mis_floor", "rs_floor"), "apply_off_policy_correction"),
     **{f"agg_{mode}": "apply_loss_reduction_to_advantages_minibatch" for mode in list(AGGREGATIONS)[1:]},
@@ -130,26 +116,19 @@ def algorithm_settings(call, options: PolicyOptions) -> AlgorithmSettings:
     )
 
 
-def _scatter(values, indices, shape, like) -> torch.Tensor:
-    """``[B, R_max]`` zeros with each sample's values at its column indices."""
+def _scatter(values, indices, shape, like, cp_group=None) -> torch.Tensor:
+    """``[B, R_max]`` zeros with each sample's values (as data) at its indices; with ``cp_group``, every rank's part."""
     out = torch.zeros(shape, dtype=like.dtype, device=like.device)
     for i, (value, index) in enumerate(zip(values, indices)):
-        out[i, index] = value.to(out.device, out.dtype)
-    return out
-
-
-def _data(values, indices, shape, like, cp_group=None) -> torch.Tensor:
-    """Per-sample view values (data: detached) in ``[B, R_max]``; with ``cp_group``, summed over it: every rank's
-    part (views are disjoint)."""
-    out = _scatter([v.detach() for v in values], indices, shape, like)
+        out[i, index] = value.detach().to(out.device, out.dtype)
     if cp_group is not None and dist.is_initialized() and dist.get_world_size(cp_group) > 1:
         dist.all_reduce(out, group=cp_group)
     return out
 
 
-def aggregate_views(values, indices, masks, aggregation, horizon, like) -> torch.Tensor:
+def aggregate_views(values, indices, masks, options: PolicyOptions, like) -> torch.Tensor:
     """The harness's aggregation of per-sample view values (the adapter's arithmetic, in fp32; this rank's share)."""
-    total = torch.zeros((), device=like.device)
+    aggregation, total = options.aggregation, torch.zeros((), device=like.device)
     counts = [m.float().sum().clamp(min=1.0).to(like.device) for m in masks]
     for value, index, mask, count in zip(values, indices, masks, counts):
         term = (value.float() * mask.float().to(value.device)[index]).sum()
@@ -159,13 +138,13 @@ def aggregate_views(values, indices, masks, aggregation, horizon, like) -> torch
     if aggregation == "seq-mean-token-mean":
         return total / max(len(masks), 1)
     if aggregation == "seq-mean-token-sum-norm":
-        return total / (max(len(masks), 1) * horizon)
+        return total / (max(len(masks), 1) * options.horizon)
     return total
 
 
-def policy_loss(up, call, options: PolicyOptions, settings, unpacked, entropy_rows):
-    """The loss from SkyRL's packed output ``unpacked [B, U - 1]`` and this rank's per-row entropy (computed under
-    the wrapper's gate, or None): ``(loss, per-sample entropy views or None)``."""
+def policy_loss(up, call, options: PolicyOptions, settings, unpacked, entropy) -> torch.Tensor:
+    """The loss from SkyRL's packed output ``unpacked [B, U - 1]`` and this rank's per-sample entropy views
+    (computed under the wrapper's gate, or None)."""
     inputs, (cp, cp_rank) = call.inputs, call.cp
     totals, responses, batch = inputs.total_lengths, inputs.response_lengths, len(inputs.total_lengths)
     shape = (batch, max(responses, default=0))
@@ -176,13 +155,12 @@ def policy_loss(up, call, options: PolicyOptions, settings, unpacked, entropy_ro
     views = packing.view_positions(inputs, cp, cp_rank)  # this rank's zigzag view, as response indices:
     indices = [[p - start for p in positions] for start, positions in zip(starts, views)]
     mine = _scatter([torch.ones(len(index)) for index in indices], indices, shape, full_mask)
-    whole = cp > 1 and (
-        options.kind == "gspo" or (options.rollout_correction is not None and options.rollout_level != "token")
-    )
+    sequence_weight = options.rollout_correction is not None and options.rollout_level != "token"
+    whole = cp > 1 and (options.kind == "gspo" or sequence_weight)  # a sequence-level statistic: every rank's
     like, group = action_log_probs.detach(), call.cp_group if whole else None
-    old = _data(call.old_log_probs, indices, shape, like, group)
+    old = _scatter(call.old_log_probs, indices, shape, like, group)
     rollouts = options.rollout_log_probs
-    rollout = None if rollouts is None else _data(rollouts, indices, shape, like, group)
+    rollout = None if rollouts is None else _scatter(rollouts, indices, shape, like, group)
     advantages = _scatter(call.advantages, indices, shape, full_mask)
     horizon = int(options.horizon) if options.aggregation == "seq-mean-token-sum-norm" else shape[1]
     scaled = up.apply_loss_reduction_to_advantages_minibatch(
@@ -194,17 +172,13 @@ def policy_loss(up, call, options: PolicyOptions, settings, unpacked, entropy_ro
     )
     if options.aggregation == "sum-of-sample-mean":
         loss = loss * batch
-
-    def term(values):
-        return aggregate_views(values, indices, inputs.loss_masks, options.aggregation, options.horizon, like)
-
     if settings.use_kl_loss:
-        ref = _data(options.ref_log_probs, indices, shape, like)
+        ref = _scatter(options.ref_log_probs, indices, shape, like)
         kl = up.compute_approx_kl(
             action_log_probs, ref, loss_mask=full_mask * mine, kl_estimator_type=settings.kl_estimator_type
         )
-        loss = loss + settings.kl_loss_coef * term([kl[i, index] for i, index in enumerate(indices)])
-    entropy = None if entropy_rows is None else packing.per_sample_rows(entropy_rows, inputs, cp, cp_rank)
+        kls = [kl[i, index] for i, index in enumerate(indices)]
+        loss = loss + settings.kl_loss_coef * aggregate_views(kls, indices, inputs.loss_masks, options, like)
     if entropy is not None and up.wrapper.term_added(settings):
-        loss = loss - settings.entropy_loss_coef * term(entropy)
-    return loss, entropy
+        loss = loss - settings.entropy_loss_coef * aggregate_views(entropy, indices, inputs.loss_masks, options, like)
+    return loss

@@ -1,10 +1,9 @@
 """SkyRL's Megatron wrapper's own steps, taken from its source and run as written.
 
-``megatron_model_wrapper.py``'s ``loss_func`` needs a Megatron model, so its syntax tree is read (through the
-loader, which records the file) and three steps are compiled from it: the temperature division (run on a fresh
-tensor: the harness's logits are the caller's), the entropy gate (docs/bugs.md #1) and the condition that builds
-``entropy_loss_term``. So a revision that takes a ``temperature`` and divides nothing FAILS. Only expressions over
-``_ALLOWED`` names, without calls, are admitted: the evaluation is safe by construction.
+``loss_func`` needs a Megatron model, so its syntax tree is read (through the loader, which records the file) and
+three steps compiled from it: the temperature division (on a fresh tensor: the logits are the caller's), the entropy
+gate (docs/bugs.md #1), the condition that builds ``entropy_loss_term``; a revision that takes a ``temperature`` and
+divides nothing FAILS. Only expressions over ``_ALLOWED`` names, without calls, are admitted (safe to evaluate).
 """
 
 from __future__ import annotations
@@ -65,12 +64,11 @@ def read(text: str) -> WrapperSteps | None:
                 entropy = any(name.startswith("entropy") for name in used)
                 if named and entropy and len(call.args) == 1 and _admitted(call.args[0]):
                     grad = call.args[0]
-            if isinstance(node, ast.If) and term is None and _admitted(node.test):
+            if isinstance(node, ast.If) and _admitted(node.test):
                 targets = [t for s in node.body if isinstance(s, ast.Assign) for t in s.targets]
-                if any(isinstance(t, ast.Name) and t.id == "entropy_loss_term" for t in targets):
+                if term is None and any(isinstance(t, ast.Name) and t.id == "entropy_loss_term" for t in targets):
                     term = node.test
-            if isinstance(node, ast.If) and temperature is None and len(node.body) == 1 and _admitted(node.test):
-                if ast.unparse(node.body[0]) == "logits.div_(temperature)":
+                if temperature is None and [ast.unparse(s) for s in node.body] == ["logits.div_(temperature)"]:
                     temperature = node
         if grad is not None and term is not None:
             outer = next((method for method in functions if func in method.body), None)  # the method defining it
