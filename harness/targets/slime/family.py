@@ -1,17 +1,16 @@
 """The slime family (THUDM/slime) and its fork miles (radixark/miles). Why the translations look as they do:
 
-slime's loss code asserts fp32 logits (its trainer hands them over so), so every entry casts them with a
-differentiable ``.float()``; ``args`` is strict (a setting a revision reads that ``slime_args`` does not map is
-an error naming it, never a silent default); Megatron's ``mpu`` and fused cross entropy are the harness's
-stand-ins (``upstream/megatron_*``), so a defect of Megatron's own kernel is out of reach; ``loss_function``'s
-bookkeeping (micro-batches, global batch) is not applied: the checks hold one micro-batch's loss.
+slime's loss code asserts fp32 logits (its trainer hands them over so): every entry casts them with a differentiable
+``.float()``. ``args`` is strict (a setting a revision reads that ``SLIME_ARGS`` lacks is an error naming it, never a
+silent default). Megatron's ``mpu`` and fused cross entropy are the harness's stand-ins (``upstream/megatron_*``);
+``loss_function``'s bookkeeping (micro-batches, global batch) is not applied: the checks hold one micro-batch's loss.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import types
+from unittest import mock
 
 import torch
 
@@ -23,29 +22,24 @@ from harness.targets.upstream.placeholders import Placeholder, holding
 from harness.targets.upstream.settings import StrictSettings
 
 GATE_PARAMETERS = ("with_entropy_grad", "need_entropy_grad", "entropy_requires_grad")
+SLIME_ARGS = dict(  # the args slime's loss code reads: a plain GRPO/PPO policy loss, the call's settings over it
+    rollout_temperature=1.0, log_probs_chunk_size=-1, allgather_cp=False, qkv_format="thd", entropy_coef=0.0,
+    eps_clip=0.2, eps_clip_high=0.2, eps_clip_c=None, advantage_estimator="grpo", use_rollout_logprobs=False,
+    use_opsm=False, use_tis=False, get_mismatch_metrics=False, custom_tis_function_path=None,
+    custom_pg_loss_reducer_function_path=None, use_kl_loss=False, use_unbiased_kl=False, kl_loss_coef=0.0,
+    kl_loss_type="low_var_kl", calculate_per_token_loss=False, rollout_top_p=1.0, recompute_loss_function=False,
+    enable_off_policy_correction=False,  # read by the revisions between #179 and #234 (2025-08)
+    use_dynamic_batch_size=False,  # read by the first revisions' policy_loss_func
+    true_on_policy_mode=False, observe_training_entropy=False, skip_actor_forward_only=False,  # miles' only
+)  # fmt: skip
 
 
 class SlimeArgs(StrictSettings):
-    READ_AS, MAPPED_IN = "slime args", "harness/targets/slime/family.py (slime_args)"
+    READ_AS, MAPPED_IN = "slime args", "harness/targets/slime/family.py (SLIME_ARGS)"
 
 
 class ParallelSettings(StrictSettings):  # slime #1373..#1442's parallel_state argument, miles' get_parallel_state()
     READ_AS, MAPPED_IN = "slime parallel_state", "harness/targets/slime/family.py (parallel_state)"
-
-
-def slime_args(**settings) -> SlimeArgs:
-    """The ``args`` slime's loss code reads: a plain GRPO/PPO policy loss with the call's settings."""
-    defaults = dict(
-        rollout_temperature=1.0, log_probs_chunk_size=-1, allgather_cp=False, qkv_format="thd", entropy_coef=0.0,
-        eps_clip=0.2, eps_clip_high=0.2, eps_clip_c=None, advantage_estimator="grpo", use_rollout_logprobs=False,
-        use_opsm=False, use_tis=False, get_mismatch_metrics=False, custom_tis_function_path=None,
-        custom_pg_loss_reducer_function_path=None, use_kl_loss=False, use_unbiased_kl=False, kl_loss_coef=0.0,
-        kl_loss_type="low_var_kl", calculate_per_token_loss=False, rollout_top_p=1.0, recompute_loss_function=False,
-        enable_off_policy_correction=False,  # read by the revisions between #179 and #234 (2025-08)
-        use_dynamic_batch_size=False,  # read by the first revisions' policy_loss_func
-        true_on_policy_mode=False, observe_training_entropy=False, skip_actor_forward_only=False,  # miles' only
-    )  # fmt: skip
-    return SlimeArgs(**{**defaults, **settings})
 
 
 def parallel_state(tp_group, cp_group) -> ParallelSettings:
@@ -54,9 +48,8 @@ def parallel_state(tp_group, cp_group) -> ParallelSettings:
 
     def info(group):
         size, rank = calls.size_and_rank(group)
-        return types.SimpleNamespace(
-            rank=rank, size=size, group=megatron_stand_in.SINGLE_RANK if group is None else group
-        )
+        group = megatron_stand_in.SINGLE_RANK if group is None else group
+        return types.SimpleNamespace(rank=rank, size=size, group=group)
 
     tp, cp, single = info(tp_group), info(cp_group), info(None)
     return ParallelSettings(
@@ -70,7 +63,6 @@ def parallel_state(tp_group, cp_group) -> ParallelSettings:
 def _miles_state(up, tp_group, cp_group):  # miles finds its groups through get_parallel_state()
     if up.set_parallel_state is not None:
         up.set_parallel_state(parallel_state(tp_group, cp_group))
-    return contextlib.nullcontext()
 
 
 def _fp32(logits):  # integer logits untouched: what slime does with them is what the checks see
@@ -103,18 +95,10 @@ def sampling(up, call: calls.SamplingCall):
 def _layout(call: calls.PackedCall, **settings):
     """slime's logits tensor, ``args``, row lists and layout keywords for this batch."""
     inputs = call.inputs
-    args = slime_args(
-        allgather_cp=inputs.cp_mode == "allgather",
-        qkv_format=inputs.qkv_format,
-        rollout_temperature=call.temperature,
-        log_probs_chunk_size=_chunk(call),
-        **settings,
-    )
-    rows = {
-        "unconcat_tokens": list(inputs.tokens),
-        "total_lengths": list(inputs.total_lengths),
-        "response_lengths": list(inputs.response_lengths),
-    }
+    layout = dict(allgather_cp=inputs.cp_mode == "allgather", qkv_format=inputs.qkv_format)
+    layout.update(rollout_temperature=call.temperature, log_probs_chunk_size=_chunk(call), **settings)
+    rows = {"unconcat_tokens": list(inputs.tokens), "total_lengths": list(inputs.total_lengths)}
+    rows["response_lengths"] = list(inputs.response_lengths)
     scores, extra = _fp32(call.logits), {}
     if inputs.qkv_format == "bshd":
         batch = len(inputs.total_lengths)
@@ -124,7 +108,7 @@ def _layout(call: calls.PackedCall, **settings):
     else:
         scores = scores.unsqueeze(0)
     extra["parallel_state"] = parallel_state(call.tp_group, call.cp_group)
-    return scores, args, rows, extra
+    return scores, SlimeArgs(**{**SLIME_ARGS, **layout}), rows, extra
 
 
 def _results(out) -> dict:
@@ -150,23 +134,11 @@ def policy_loss(up, call: calls.PolicyCall):
     per-sample log-probs and entropy returned are those slime's loss was built from (its own call of
     ``get_log_probs_and_entropy``, recorded); the first revisions' ``policy_loss_func`` returns ``loss / cp_size``
     (Megatron multiplies back), so the rank's share is that times the CP size."""
-    scores, args, rows, extra = _layout(
-        call,
-        entropy_coef=float(call.entropy_coef) if call.with_entropy else 0.0,
-        observe_training_entropy=bool(call.with_entropy),
-        eps_clip=call.eps_clip,
-        eps_clip_high=call.clip_high,
-        **policy.settings(call.options),
-    )
     masks = [mask.float() for mask in call.inputs.loss_masks]
-    batch = {
-        "advantages": list(call.advantages),
-        "log_probs": list(call.old_log_probs),
-        **rows,
-        "loss_masks": masks,
-        **policy.batch_entries(call.options, masks),
-        **{k: v for k, v in extra.items() if k != "parallel_state"},
-    }
+    settings, entries = policy.settings(call, masks)
+    scores, args, rows, extra = _layout(call, **settings)
+    batch = {"advantages": list(call.advantages), "log_probs": list(call.old_log_probs), **rows, "loss_masks": masks}
+    batch.update(entries, **{k: v for k, v in extra.items() if k != "parallel_state"})
     loss_module = up.modules["policy"]  # its own name for the packed entry point (miles imports it elsewhere)
     original, recorded = loss_module.get_log_probs_and_entropy, {}
 
@@ -176,25 +148,19 @@ def policy_loss(up, call: calls.PolicyCall):
         recorded["result"] = _results(out)
         return out
 
-    loss_module.get_log_probs_and_entropy = recording
-    try:
+    with mock.patch.object(loss_module, "get_log_probs_and_entropy", recording):
         if up.policy_loss_function is None:
             loss, _normaliser, _metrics = up.policy_loss_func(args, batch, 1, scores)
             loss = loss * call.cp[0]
         else:
-            reducer = up.get_sum_of_sample_mean(
-                list(call.inputs.total_lengths),
-                list(call.inputs.response_lengths),
-                masks,
-                **accepted(up.get_sum_of_sample_mean, qkv_format=call.inputs.qkv_format, **extra),
-                **({"calculate_per_token_loss": True} if args.calculate_per_token_loss else {}),
-            )
+            lengths = list(call.inputs.total_lengths), list(call.inputs.response_lengths)
+            keywords = accepted(up.get_sum_of_sample_mean, qkv_format=call.inputs.qkv_format, **extra)
+            per_token = {"calculate_per_token_loss": True} if args.calculate_per_token_loss else {}
+            reducer = up.get_sum_of_sample_mean(*lengths, masks, **keywords, **per_token)
             keywords = accepted(up.policy_loss_function, parallel_state=extra["parallel_state"])
             loss, _metrics = up.policy_loss_function(
                 args=args, batch=batch, logits=scores, sum_of_sample_mean=reducer, **keywords
             )
-    finally:
-        loss_module.get_log_probs_and_entropy = original
     result = recorded["result"]
     return loss, list(result["log_probs"]), (list(result["entropy"]) if call.with_entropy else None)
 
@@ -216,11 +182,12 @@ PLACEHOLDERS = (
         for name in ("megatron.core.packed_seq_params", "megatron.core.utils")
     ),
 )
+TOKEN = ("calculate_log_probs_and_entropy",)
 LOSS = frozenset({"policy_loss", "entropy", "temperature"})
 ENTRIES = (
     Entry(
         "token_log_probs",
-        ("calculate_log_probs_and_entropy",),
+        TOKEN,
         token,
         frozenset({"token", "entropy"}),
         since="0d3ada3a7 (#1185, reverted by #1189 the next day) has no calculate_log_probs_and_entropy: its "
@@ -232,13 +199,7 @@ ENTRIES = (
         Entry("policy_loss", (*first, "get_log_probs_and_entropy"), policy_loss, LOSS)
         for first in (("policy_loss_function", "get_sum_of_sample_mean"), ("policy_loss_func",))
     ),
-    Entry(
-        "sampling_log_probs",
-        ("calculate_log_probs_and_entropy",),
-        sampling,
-        frozenset(),
-        since="the keep-mask replay arrived with slime #2102",
-    ),
+    Entry("sampling_log_probs", TOKEN, sampling, frozenset(), since="the keep-mask replay arrived with slime #2102"),
 )
 LAYOUT_OPTIONS = (
     Option("chunking", ("calculate_log_probs_and_entropy(chunk_size)",), "packed"),
@@ -259,27 +220,25 @@ NOT_DECLARED = {
     "sampling_csr": "the trainer expands the rollout's CSR into the dense keep mask before this call",
     "sampling_derived": "slime replays the rollout's kept set, never derives one",
     "sampling_entropy": "slime's entropy stays over the full vocabulary (logprob only; entropy stays unmasked)",
-    "sampling_error": "the sampled token is always force-kept",
-    "sampling_neg_inf": "the sampled token is always force-kept",
+    **dict.fromkeys(("sampling_error", "sampling_neg_inf"), "the sampled token is always force-kept"),
     "hidden": "slime's Megatron path computes log-probs from the logits (no fused LM head)",
 }
-
-
-def _symbols(policy_module: str) -> dict:
-    """The definitions the records call, by name (the loss module's own import of a helper counts as present)."""
-    names = (
-        ("token", ("compute_policy_loss", "compute_cispo_loss", "compute_approx_kl")),
-        ("loss", ("get_log_probs_and_entropy", "get_logits_and_tokens_offset_with_cp")),
-        (policy_module, ("policy_loss_function", "policy_loss_func", "vanilla_tis_function")),
-        ("cp_utils", ("get_sum_of_sample_mean",)),
-    )
-    found = {name: Symbol(module, (name,)) for module, listed in names for name in listed}
-    # Until slime #278 (2025-09) the token function lived in the loss module, without a tp_group parameter.
-    found["calculate_log_probs_and_entropy"] = Symbol(("token", "loss"), ("calculate_log_probs_and_entropy",))
-    found["allgather_cp_redistribute"] = Symbol("loss", ("_allgather_cp_redistribute", "allgather_cp_redistribute"))
-    return found
-
-
+# The definitions the records call, by key of the record's modules (the loss module's own import of a helper counts
+# as present); until slime #278 (2025-09) the token function lived in the loss module, without a tp_group parameter.
+SYMBOLS = {
+    **{
+        name: Symbol(module, (name,))
+        for module, names in (
+            ("token", ("compute_policy_loss", "compute_cispo_loss", "compute_approx_kl")),
+            ("loss", ("get_log_probs_and_entropy", "get_logits_and_tokens_offset_with_cp")),
+            ("policy", ("policy_loss_function", "policy_loss_func", "vanilla_tis_function")),
+            ("cp_utils", ("get_sum_of_sample_mean",)),
+        )
+        for name in names
+    },
+    "calculate_log_probs_and_entropy": Symbol(("token", "loss"), ("calculate_log_probs_and_entropy",)),
+    "allgather_cp_redistribute": Symbol("loss", ("_allgather_cp_redistribute", "allgather_cp_redistribute")),
+}
 SLIME = Family(
     name="slime",
     locate=Locate("slime", "slime/utils/ppo_utils.py", "LPH_SLIME_PATH"),
@@ -290,7 +249,7 @@ SLIME = Family(
         "cp_utils": Module(("slime.backends.megatron_utils.cp_utils", "slime.backends.training_utils.cp_utils")),
         "policy": Module(("slime.backends.megatron_utils.loss", "slime.backends.training_utils.loss")),
     },
-    symbols=_symbols("loss"),
+    symbols=SYMBOLS,
     entries=ENTRIES,
     options=LAYOUT_OPTIONS + policy.OPTIONS,
     placeholders=PLACEHOLDERS,
@@ -300,32 +259,11 @@ SLIME = Family(
 
 
 class _BaseModel:
-    """pydantic's ``BaseModel`` as miles' event models use it at import: subclassable, with the ``model_fields``
-    (each field's default) its import-time naming check reads."""
+    """pydantic's ``BaseModel`` as miles' event models use it at import: subclassable, with ``model_fields``."""
 
     def __init_subclass__(cls, **options):
         names = {n for klass in cls.__mro__ for n in getattr(klass, "__annotations__", {})}
         cls.model_fields = {n: types.SimpleNamespace(default=getattr(cls, n, None)) for n in names}
-
-
-class _TypeAdapter:
-    """Built over the event union at import (and subscripted in its annotation); nothing else of it exists."""
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __class_getitem__(cls, item):
-        return cls
-
-
-# pydantic as far as miles' event logger reads it at import; ConfigDict, Discriminator, NonNegativeInt plain values
-_PYDANTIC = holding(
-    BaseModel=_BaseModel,
-    TypeAdapter=_TypeAdapter,
-    ConfigDict=dict,
-    NonNegativeInt=int,
-    Discriminator=lambda *args, **kwargs: None,
-)
 
 
 _HUB = "miles.backends.training_utils.loss_hub"
@@ -341,7 +279,7 @@ MILES = Family(
         "cp_utils": Module(("miles.backends.training_utils.cp_utils",)),
         "parallel": Module(("miles.backends.training_utils.parallel",)),
     },
-    symbols=_symbols("policy") | {"set_parallel_state": Symbol("parallel", ("set_parallel_state",))},
+    symbols=SYMBOLS | {"set_parallel_state": Symbol("parallel", ("set_parallel_state",))},
     entries=ENTRIES,
     options=LAYOUT_OPTIONS + tuple(o for o in policy.OPTIONS if o.capability == "policy_agg_token-sum"),
     placeholders=(
@@ -350,7 +288,13 @@ MILES = Family(
             "pydantic",
             "miles' event logger (losses.py -> utils/misc.py -> logging_utils.py) builds its models and a TypeAdapter "
             "at import; no event is logged here",
-            _PYDANTIC,
+            holding(  # TypeAdapter is subscripted in an annotation and called on the event union: ``type`` does both
+                BaseModel=_BaseModel,
+                TypeAdapter=type,
+                ConfigDict=dict,
+                NonNegativeInt=int,
+                Discriminator=lambda *args, **kwargs: None,
+            ),
         ),
     ),
     not_declared=NOT_DECLARED

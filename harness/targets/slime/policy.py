@@ -33,33 +33,27 @@ NOT_DECLARED = {
 }
 
 
-def settings(options) -> dict:
-    """slime ``args`` for ``options`` (empty for None: the adapter's plain PPO defaults)."""
+def settings(call, masks) -> tuple[dict, dict]:
+    """slime ``args`` for the call's clip range, entropy coefficient and options, and the batch keys the options
+    need (reference and rollout log-probs, the per-sample mask sums); options None: plain PPO."""
+    args = dict(eps_clip=call.eps_clip, eps_clip_high=call.clip_high, observe_training_entropy=bool(call.with_entropy))
+    args["entropy_coef"] = float(call.entropy_coef) if call.with_entropy else 0.0
+    options, batch = call.options, {}
     if options is None:
-        return {}
-    out = {
-        "eps_clip_c": options.dual_clip_c,
-        "advantage_estimator": "cispo" if options.kind == "cispo" else "grpo",
-        "use_kl_loss": options.kl_coef != 0,
-        "kl_loss_coef": float(options.kl_coef),
-        "kl_loss_type": options.kl_kind,
-        "use_unbiased_kl": bool(options.kl_ratio_weighted),
-        "calculate_per_token_loss": options.aggregation == "token-sum",
-    }
+        return args, batch
+    args.update(
+        eps_clip_c=options.dual_clip_c,
+        advantage_estimator="cispo" if options.kind == "cispo" else "grpo",
+        use_kl_loss=options.kl_coef != 0,
+        kl_loss_coef=float(options.kl_coef),
+        kl_loss_type=options.kl_kind,
+        use_unbiased_kl=bool(options.kl_ratio_weighted),
+        calculate_per_token_loss=options.aggregation == "token-sum",
+    )
+    if options.kl_coef != 0:
+        batch["ref_log_probs"] = list(options.ref_log_probs)
     if options.rollout_correction is not None:
         floor = 0.0 if options.rollout_floor is None else options.rollout_floor
-        out.update(use_tis=True, tis_clip=options.rollout_cap, tis_clip_low=floor)
-    return out
-
-
-def batch_entries(options, masks) -> dict:
-    """The batch keys ``options`` need: reference and rollout log-probs, the per-sample mask sums."""
-    if options is None:
-        return {}
-    out = {}
-    if options.kl_coef != 0:
-        out["ref_log_probs"] = list(options.ref_log_probs)
-    if options.rollout_correction is not None:
-        out["rollout_log_probs"] = list(options.rollout_log_probs)
-        out["rollout_mask_sums"] = [mask.sum() for mask in masks]
-    return out
+        args.update(use_tis=True, tis_clip=options.rollout_cap, tis_clip_low=floor)
+        batch.update(rollout_log_probs=list(options.rollout_log_probs), rollout_mask_sums=[m.sum() for m in masks])
+    return args, batch
