@@ -115,8 +115,20 @@ def test_gate_and_history_know_the_family():
     )
 
 
+def test_a_miles_checkout_in_slimes_older_layout_is_checked_there(tmp_path):
+    """miles before the loss_hub (2025-10 to 2026-05) kept slime's layout under its own package: the record's older
+    forms load it (groups through mpu where set_parallel_state is absent) and the checks run on it."""
+    for path in (slime_fakes.HERE / "fused" / "slime").rglob("*.py"):
+        copy = tmp_path / "miles" / path.relative_to(slime_fakes.HERE / "fused" / "slime")
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(path.read_text().replace("from slime.", "from miles."))
+    (tmp_path / "miles" / "__init__.py").write_text("")
+    assert {"token", "packed", "policy_loss"} <= load_target(f"miles={tmp_path}").capabilities
+    check_packed_forward(CASE, f"miles={tmp_path}")
+
+
 def test_a_miles_checkout_without_the_loss_hub_names_the_file_the_record_lacks(tmp_path):
-    """An older miles layout (before the loss_hub, 2026-05) is a load ERROR naming the missing file."""
+    """A miles layout with neither the loss_hub nor the older forms is a load ERROR naming the missing files."""
     from harness.targets.upstream.loader import MissingUpstream
 
     (tmp_path / "miles").mkdir()

@@ -20,7 +20,7 @@ from torch.nn.utils.rnn import pad_sequence
 from harness.targets.protocol import PolicyOptions
 from harness.targets.upstream import packing
 from harness.targets.upstream.family import Option, configured
-from harness.targets.upstream.placeholders import Placeholder, absent_holding, holding
+from harness.targets.upstream.placeholders import RAY_WITHOUT_CLUSTER, Placeholder, holding
 from harness.targets.upstream.settings import StrictSettings
 
 AGGREGATIONS = {
@@ -43,15 +43,11 @@ class AlgorithmSettings(StrictSettings):
 
 
 # No cluster: the registry keeps its functions locally (SkyRL's documented behaviour without Ray); ``ray.get`` refuses.
-_ray = absent_holding(
-    is_initialized=lambda: False,
-    remote=lambda cls=None, **options: cls if cls is not None else (lambda inner: inner),
-)
 _config = holding(__doc__="harness stand-in (harness/targets/skyrl/policy.py)", AlgorithmConfig=AlgorithmSettings)
 # Not cloudpickle (imported under try/except ImportError): SkyRL's own fallback runs. skyrl.train.config even where
 # the tree has it (its package pulls in the trainer): a revision reading a setting the adapter does not map fails.
 PLACEHOLDERS = (
-    Placeholder("ray", "the registry's optional actor sync and @ray.remote", _ray),
+    Placeholder("ray", "the registry's optional actor sync and @ray.remote", RAY_WITHOUT_CLUSTER),
     Placeholder("loguru", "logging, also inside gspo_policy_loss", holding(logger=logging.getLogger("skyrl")), "call"),
     # Float[torch.Tensor, "b s"] (always two arguments, as jaxtyping requires): an annotated tensor
     Placeholder("jaxtyping", "annotations evaluated at definition time", holding(Float=Annotated, Integer=Annotated)),

@@ -18,7 +18,7 @@ from harness.targets.slime import policy
 from harness.targets.upstream import calls, megatron_cross_entropy, megatron_stand_in
 from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol, accepted, parameters
 from harness.targets.upstream.locate import Locate
-from harness.targets.upstream.placeholders import Placeholder, holding
+from harness.targets.upstream.placeholders import RAY_WITHOUT_CLUSTER, Placeholder, holding
 from harness.targets.upstream.settings import StrictSettings
 
 GATE_PARAMETERS = ("with_entropy_grad", "need_entropy_grad", "entropy_requires_grad")
@@ -267,23 +267,27 @@ class _BaseModel:
 
 
 _HUB = "miles.backends.training_utils.loss_hub"
+_OLDER_LOSS = ("miles.backends.training_utils.loss", "miles.backends.megatron_utils.loss")
 MILES = Family(
     name="miles",
     # The marker is the package (from 2025-10-08), not the loss_hub (2026-05-21): an older layout is then a
     # MissingUpstream naming the file the record lacks, not "not a checkout".
     locate=Locate("miles", "miles/__init__.py", "LPH_MILES_PATH"),
+    # Older forms: slime's layout under miles/ (megatron_utils/ from 2025-10-08, training_utils/ from 2026-01-12,
+    # where set_parallel_state arrived; before it, the groups come from mpu), until the loss_hub (2026-05-21).
     modules={
-        "token": Module((f"{_HUB}.math_utils",)),
-        "loss": Module((f"{_HUB}.logit_processors",)),
-        "policy": Module((f"{_HUB}.losses",)),
-        "cp_utils": Module(("miles.backends.training_utils.cp_utils",)),
+        "token": Module((f"{_HUB}.math_utils", "miles.utils.ppo_utils")),
+        "loss": Module((f"{_HUB}.logit_processors", *_OLDER_LOSS)),
+        "policy": Module((f"{_HUB}.losses", *_OLDER_LOSS)),
+        "cp_utils": Module(tuple(f"miles.backends.{where}.cp_utils" for where in ("training_utils", "megatron_utils"))),
         "parallel": Module(("miles.backends.training_utils.parallel",)),
     },
     symbols=SYMBOLS | {"set_parallel_state": Symbol("parallel", ("set_parallel_state",))},
     entries=ENTRIES,
     options=LAYOUT_OPTIONS + tuple(o for o in policy.OPTIONS if o.capability == "policy_agg_token-sum"),
     placeholders=(
-        *PLACEHOLDERS,
+        *(p for p in PLACEHOLDERS if p.name != "ray"),
+        Placeholder("ray", "@ray.remote on utilities imported by the loss module (2026-01 to 05)", RAY_WITHOUT_CLUSTER),
         Placeholder(
             "pydantic",
             "miles' event logger (losses.py -> utils/misc.py -> logging_utils.py) builds its models and a TypeAdapter "

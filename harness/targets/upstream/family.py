@@ -307,7 +307,8 @@ class FamilyTarget(Target):
         missing = call.needs() - declared
         if missing:
             asked = ", ".join(f"{calls.ARGUMENTS.get(c, 'options')} needs {c!r}" for c in sorted(missing))
-            why = {c: lacks.get(c) or self.not_declared[c] for c in missing if c in lacks or c in self.not_declared}
+            known = sorted(missing & {*lacks, *self.not_declared})  # sorted: the same message on every run
+            why = {c: lacks.get(c) or self.not_declared[c] for c in known}
             raise ValueError(
                 f"{self.name}: {asked}, which this revision does not declare" + (f" ({why})" if why else "")
             )

@@ -87,6 +87,14 @@ def absent_holding(**attributes):
     return build
 
 
+# Ray without a cluster (SkyRL's registry, miles' utilities): not initialised, and ``@ray.remote`` (bare or with
+# options) leaves the function or class as it is, to run locally; any other use of Ray refuses (``absent``).
+RAY_WITHOUT_CLUSTER = absent_holding(
+    is_initialized=lambda: False,
+    remote=lambda cls=None, **options: cls if cls is not None else (lambda inner: inner),
+)
+
+
 @dataclass(frozen=True)
 class Placeholder:
     """A module the harness provides when it is not installed: ``name``, how to build it, why, for how long.
