@@ -1,7 +1,5 @@
-"""verl's engine forward and ``ppo_loss`` on the harness's batch. The model's ``input_ids`` are each position's ROW
-NUMBER + 1 in the CP ranks' concatenated rows, so verl's own pack and CP split tell each rank's model which rows it
-returns (verl's padding, 0: a zero row). verl's loss is the gathered batch's on every rank; the harness gives each
-rank its zigzag view's gradient (``SumGradientOverGroup``).
+"""verl's engine forward and ``ppo_loss`` on the harness's batch: the model's ``input_ids`` are each position's ROW
++ 1 in the CP ranks' concatenated rows (0, verl's padding: a zero row), so verl's own pack and CP split pick them.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import torch.distributed as dist
 from harness.targets.protocol import PolicyOptions
 from harness.targets.upstream import packing
 from harness.targets.upstream.calls import size_and_rank
-from harness.targets.upstream.family import parameters
 from harness.targets.upstream.settings import StrictSettings
 from harness.targets.upstream.shared_gradient import SumGradientOverGroup
 
@@ -53,13 +50,11 @@ def checked(inputs, logits, cp_group) -> None:
     problem = _problem(inputs, logits, cp)
     if cp == 1 and problem:
         raise ValueError(problem)
-    if cp == 1:
-        return
     lengths = tuple(int(t) for t in inputs.total_lengths), tuple(int(r) for r in inputs.response_lengths)
-    everyone = [None] * cp
-    dist.all_gather_object(
-        everyone, (problem, (logits.shape[0], logits.shape[-1], str(logits.dtype), *lengths)), group=cp_group
-    )
+    everyone = [(problem, (logits.shape[0], logits.shape[-1], str(logits.dtype), *lengths))]
+    if cp > 1:
+        mine, everyone = everyone[0], [None] * cp
+        dist.all_gather_object(everyone, mine, group=cp_group)
     for rank, (found, _) in enumerate(everyone):
         if found:
             raise ValueError(f"CP rank {rank}: {found}")
@@ -82,9 +77,8 @@ def row_ids(inputs, cp: int, local_rows: int, device) -> torch.Tensor:
         chunk = padded // (2 * cp)  # zigzag: chunk k of the sequence on rank k, or 2cp-1-k behind that rank's first
         k, within = positions // chunk, positions % chunk
         late = k >= cp
-        rows.append(
-            torch.where(late, 2 * cp - 1 - k, k) * local_rows + offset + torch.where(late, chunk + within, within)
-        )
+        rank = torch.where(late, 2 * cp - 1 - k, k)
+        rows.append(rank * local_rows + offset + torch.where(late, chunk + within, within))
         offset += 2 * chunk
     return torch.nested.as_nested_tensor([r + 1 for r in rows], layout=torch.jagged)
 
@@ -118,17 +112,13 @@ class RowsModel:
 
 def views(out: dict, call, cp_group) -> tuple:
     """The log-probs (and entropy, if asked) of this rank's zigzag view, the gradient summed over ``cp_group``."""
-    positions, picked = packing.view_positions(call.inputs, *call.cp), {}
+    picked = []
     for key in ("log_probs", "entropy") if call.with_entropy else ("log_probs",):
-        sequences = out[key].unbind()
-        flat = torch.cat(sequences)
-        if cp_group is not None and flat.requires_grad:
-            flat = SumGradientOverGroup.apply(flat, cp_group)
-        picked[key] = [
-            s.index_select(0, torch.tensor(p, dtype=torch.long, device=s.device))
-            for s, p in zip(flat.split([s.shape[0] for s in sequences]), positions)
-        ]
-    return picked["log_probs"], picked.get("entropy")
+        padded = out[key].to_padded_tensor(0.0)  # [B, the longest sequence]
+        if cp_group is not None and padded.requires_grad:
+            padded = SumGradientOverGroup.apply(padded, cp_group)
+        picked.append(packing.per_sample_view(padded, call.inputs, *call.cp))
+    return picked[0], picked[1] if call.with_entropy else None
 
 
 def whole(views: list[torch.Tensor], inputs, cp_group, name: str) -> list[torch.Tensor]:
@@ -159,50 +149,31 @@ class ActorSettings(StrictSettings):
         return self.__dict__.get(key, default)
 
 
-def _runs(doc: str, name: str, *args, needs: str = "", **kwargs):
-    """An ``Option`` condition: the revision's ``name`` (taking ``needs``) accepts these arguments without an error."""
+def _runs(name: str, *args, **kwargs):
+    """An ``Option`` condition: the revision's ``name`` accepts ``args`` (the last: the option's) without an error."""
 
     def holds(up) -> bool:
-        fn = getattr(up, name)
-        if needs and needs not in parameters(fn):
-            return False
         try:
-            fn(*args, **kwargs)
+            getattr(up, name)(*args, **kwargs)
         except (KeyError, ValueError, NotImplementedError, TypeError):
             return False
         return True
 
-    holds.__doc__ = doc
+    holds.__doc__ = f"verl's {name} takes {args[-1]!r}"
     return holds
 
 
 DECLARED_BY = {  # each option: what declares it where present (the vanilla loss's dual clip: clip_ratio_c)
     **{
-        f"policy_{kind}": _runs(f"verl's policy-loss registry has {mode!r}", "get_policy_loss_fn", mode)
+        f"policy_{kind}": _runs("get_policy_loss_fn", mode)
         for kind, mode in (("gspo", "gspo"), ("cispo", "cispo"), ("dual_clip", "vanilla"))
     },
-    **{
-        f"policy_kl_{kind}": _runs(
-            f"verl's kl_penalty takes {kind!r}", "kl_penalty", torch.zeros(1, 2), torch.zeros(1, 2), kind
-        )
-        for kind in KL_KINDS
-    },
-    **{
-        f"policy_agg_{mode}": _runs(
-            f"verl's agg_loss takes {mode!r}",
-            "agg_loss",
-            needs="loss_scale_factor" if mode == "seq-mean-token-sum-norm" else "",
-            loss_mat=torch.zeros(1, 2),
-            loss_mask=torch.ones(1, 2),
-            loss_agg_mode=mode,
-        )
-        for mode in _VERLS
-    },
+    **{f"policy_kl_{kind}": _runs("kl_penalty", torch.zeros(1, 2), torch.zeros(1, 2), kind) for kind in KL_KINDS},
+    **{f"policy_agg_{mode}": _runs("agg_loss", torch.zeros(1, 2), torch.ones(1, 2), mode) for mode in _VERLS[:-1]},
+    # the norm mode where agg_loss takes its constant horizon (#4360, 2025-12; before, the mask's width)
+    f"policy_agg_{_VERLS[-1]}": _runs("agg_loss", torch.zeros(1, 2), torch.ones(1, 2), _VERLS[-1], loss_scale_factor=1),
     # the trainer's compute_rollout_correction_weights (prepare loads it alone) makes the weights its loss reads
-    **{
-        f"policy_{r}": "rollout_weights"
-        for r in ("tis_token", "tis_sequence", "mis_token", "mis_sequence", "mis_floor")
-    },
+    **{f"policy_{r}": "rollout_weights" for r in "tis_token tis_sequence mis_token mis_sequence mis_floor".split()},
 }
 
 
@@ -261,5 +232,4 @@ def loss(up, call, output: dict, lengths, mask):
         kl_loss_type=options.kl_kind if options.kl_kind in KL_KINDS else None,
         kl_loss_coef=options.kl_coef,
     )
-    value, _metrics = up.ppo_loss(config, output, Batch(data))
-    return value
+    return up.ppo_loss(config, output, Batch(data))[0]  # (the loss, its metrics)

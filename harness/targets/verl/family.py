@@ -1,9 +1,5 @@
-"""The verl family (verl-project/verl): ``verl==X`` or ``verl=PATH``; the generated page says what each entry calls.
-
-verl composes its log-probs in its Megatron engine, not in a library function (temperature division in place,
-entropy on the divided logits after a ``clone()`` backup, log-probs from the backup; around it ``forward_step``'s
-packing, CP split, label roll and CP gather): the entries call those, the engine never built (``self``: ``Engine``;
-the model: the harness's logits, ``engine.RowsModel``). The stand-ins below are written from upstream SIGNATURES.
+"""The verl family: verl composes its log-probs in its Megatron engine, so the entries call the engine's own steps
+(never built: ``self`` is ``Engine``, the model ``engine.RowsModel``); stand-ins written from upstream SIGNATURES.
 """
 
 from __future__ import annotations
@@ -25,16 +21,14 @@ from harness.targets.upstream.settings import StrictSettings
 from harness.targets.verl import engine as verl_engine
 
 ENGINE = "verl/workers/engine/megatron/transformer_impl.py"
-ROLLOUT_CORRECTION = "verl/trainer/ppo/rollout_corr_helper.py"
+ROLLOUT_WEIGHTS = "verl/trainer/ppo/rollout_corr_helper.py", "compute_rollout_correction_weights"
 # the processor's keywords the engine binds alike for every call (its other outputs off)
 SETTINGS = {"logits_processor_func": None, "batch": None, "data_format": "thd"} | dict.fromkeys(
     ("calculate_sum_pi_squared", "distillation_use_topk", "distillation_only"), False
 )
 
 
-class Engine(StrictSettings):
-    """``self`` of ``MegatronEngineWithLMHead._lm_head_logits_processor``: its engine config only."""
-
+class Engine(StrictSettings):  # the processor's self: its engine config only
     READ_AS = "verl MegatronEngineWithLMHead"
     MAPPED_IN = "harness/targets/verl/family.py (_processor)"
 
@@ -44,17 +38,15 @@ class EngineConfig(Engine):
 
 
 def _prepare(up) -> None:
-    """Per revision: util.py's logger as a verl process has it; ``rollout_weights``, the trainer's
-    ``compute_rollout_correction_weights`` loaded alone (the weights its loss reads); the processor's form (a method,
-    or an older revision's closure over forward_step's locals, each mapped, or an ERROR)."""
+    """Per revision: util.py's logger as a verl process has it; the trainer's rollout weights loaded alone; the
+    processor's form (a method, or an older revision's closure over forward_step's locals, each mapped, or an ERROR)."""
     util, verl_F = up.modules["util"], up.modules["torch_functional"]  # noqa: N806  (the name verl imports it by)
     if util is not None and isinstance(getattr(util, "logger", None), logging.Logger):
         util.logger = logging.LoggerAdapter(util.logger, {})  # with the warning_once transformers adds to a Logger
         util.logger.warning_once = functools.cache(util.logger.warning)  # (an lru_cache over warning)
     up.rollout_weights = None
     if verl_F is not None:
-        weights = "compute_rollout_correction_weights"
-        up.rollout_weights = up.loader.symbol_if_present(ROLLOUT_CORRECTION, weights, stand_ins={"verl_F": verl_F})
+        up.rollout_weights = up.loader.symbol_if_present(*ROLLOUT_WEIGHTS, stand_ins={"verl_F": verl_F})
     processor = up.logits_processor
     if processor is None and up.logits_closure is not None:
         unmapped = set(up.logits_closure.free) - {"self", "calculate_entropy", *SETTINGS}
@@ -84,8 +76,7 @@ def _processor(up, call):
 
 def token(up, call: calls.TokenCall):
     """verl's processor on ``[1, rows, V_local]``, a view of the job's copy (verl divides it in place, a write the
-    inputs-unmutated check must see), one float32 temperature per row, ``calculate_entropy`` the call's
-    ``with_entropy``, the entropy chunked by ``chunk_size`` (verl chunks the entropy only), its other outputs off."""
+    inputs-unmutated check must see), one float32 temperature per row, the entropy chunked by ``chunk_size``."""
     logits = call.logits.unsqueeze(0)
     temperature = torch.full(logits.shape[:2], float(call.temperature), dtype=torch.float32, device=logits.device)
     out = _processor(up, call)(logits, call.targets.unsqueeze(0), *([temperature] if up.takes_temperature else []))
@@ -101,21 +92,16 @@ def _forward(up, call: calls.PackedCall) -> dict:
     if up.takes_temperature:  # one per sample, expanded per token by verl's own helper (forward_step's)
         per_sample = torch.full((len(inputs.tokens),), float(call.temperature), dtype=torch.float32, device=device)
         arguments["temperature"] = up.expand_as_nested(per_sample, input_ids)
+    model, processor = verl_engine.RowsModel(logits, call.cp_group), _processor(up, call)
+    layout = accepted(up.engine_forward, cp_layout=verl_engine.VERL_LAYOUTS[inputs.cp_mode])
     return up.engine_forward(
-        verl_engine.RowsModel(logits, call.cp_group),
-        input_ids,
-        {},
-        logits_processor=_processor(up, call),
-        logits_processor_args=arguments,
-        data_format="thd",
-        **accepted(up.engine_forward, cp_layout=verl_engine.VERL_LAYOUTS[inputs.cp_mode]),
+        model, input_ids, {}, logits_processor=processor, logits_processor_args=arguments, data_format="thd", **layout
     )
 
 
 def packed(up, call: calls.PackedCall):
-    """The engine forward as ``forward_step`` calls it: ``label`` the token ids (its ``input_ids.clone()``), one
-    float32 temperature per sample expanded by verl's ``expand_as_nested``; verl's per-position sequences (position
-    ``p``: token ``p + 1``) read as each sample's response, this CP rank's zigzag view (``engine.py``)."""
+    """The engine forward as ``forward_step`` calls it (``label``: its ``input_ids.clone()``; the temperature per
+    sample, expanded by verl's ``expand_as_nested``), its per-position output read as this CP rank's zigzag views."""
     if not call.inputs.tokens:
         return [], ([] if call.with_entropy else None)
     return verl_engine.views(_forward(up, call), call, call.cp_group)
@@ -160,10 +146,8 @@ def token_policy_loss(up, call: calls.TokenPolicyCall):
 
 
 def hidden(up, call: calls.HiddenCall):
-    """``FusedLinearForPPO(chunk_size)`` called as a module (all rows one chunk when None), its entropy as verl
-    returns it, dropped when not asked for."""
-    rows = max(call.hidden.shape[0], 1)
-    chunk = rows if call.chunk_size is None else call.chunk_size  # 0 and negatives reach verl as given
+    """``FusedLinearForPPO(chunk_size)`` as a module (all rows one chunk when None); its entropy only if asked."""
+    chunk = max(call.hidden.shape[0], 1) if call.chunk_size is None else call.chunk_size  # 0, negatives: as given
     log_probs, entropy = up.FusedLinearForPPO(chunk_size=chunk)(
         call.hidden, call.weight, call.targets.to(call.hidden.device), float(call.temperature)
     )
@@ -172,8 +156,7 @@ def hidden(up, call: calls.HiddenCall):
 
 # ---- placeholders: what the record's files import that the harness provides ----------------------
 def _stand_in(name: str, why: str, refused: str = "", **attributes) -> Placeholder:
-    """A module holding ``attributes`` and the ``refused`` names (which refuse to be used); verl's own modules are
-    stood in even where the tree has them (the loader never runs a package's __init__)."""
+    """A module holding ``attributes`` and the ``refused`` names; verl's own replace the tree's (never its __init__)."""
     refusals = {r: refusing(f"{name}.{r}") for r in refused.split()}
     build = holding(__doc__="harness stand-in (harness/targets/verl/family.py)", **attributes, **refusals)
     return Placeholder(name, why, build, replaces=name.startswith("verl."))
@@ -186,15 +169,10 @@ _PackedSeqParams = dataclasses.make_dataclass(
 )
 
 
-class _Metric:
-    """``verl.utils.metric.Metric`` as ``ppo_loss`` builds it: a value and how to aggregate it (never read here)."""
-
-    def __init__(self, aggregation, value=None):
-        self.aggregation, self.value = aggregation, value
-
+class _Metric(types.SimpleNamespace):  # verl.utils.metric.Metric as ppo_loss builds it (keywords only)
     @classmethod
     def from_dict(cls, data, aggregation):
-        return {key: cls(aggregation, value) for key, value in data.items()}
+        return {key: cls(value=value, aggregation=aggregation) for key, value in data.items()}
 
 
 _AGGREGATION = types.SimpleNamespace(MEAN="mean", SUM="sum", MIN="min", MAX="max")  # AggregationType's members
@@ -251,14 +229,18 @@ _PROCESSOR = (
     "(a closure in forward_step; the method _lm_head_logits_processor since #6848) are not in this revision"
 )
 _ENGINE_FORWARD = f"{_PROCESSOR}, or not its engine forward (gptmodel_forward_no_padding since #3600, 2025-10)"
+_LOSS = f"{_ENGINE_FORWARD}, or not its ppo_loss (workers/utils/losses.py)"
+_PPO = "verl's actor loss ppo_loss arrived with its Megatron engine (#3235, 2025-08)"
 
 
-def _both_forms(serves: str, more: tuple, translate, brings: set, since: str) -> tuple[Entry, Entry]:
+def _entry(serves: str, symbols: tuple, translate, brings: str, since: str | None = None) -> Entry:
+    return Entry(serves, symbols, translate, frozenset(brings.split()), since)
+
+
+def _forms(serves: str, more: tuple, translate, brings: str, since: str) -> tuple[Entry, Entry]:
     """The entry through the current processor (required), then through an older revision's closure (``since``)."""
-    return (
-        Entry(serves, ("logits_processor", *more), translate, frozenset(brings)),
-        Entry(serves, ("logits_closure", *more), translate, frozenset(brings), since=since),
-    )
+    current = _entry(serves, ("logits_processor", *more), translate, brings)
+    return current, _entry(serves, ("logits_closure", *more), translate, brings, since)
 
 
 def _takes_temperature(up) -> bool:
@@ -292,30 +274,11 @@ VERL = Family(
         "FusedLinearForPPO": Symbol("fused", ("FusedLinearForPPO",)),
     },
     entries=(
-        *_both_forms("token_log_probs", (), token, {"token", "entropy"}, _PROCESSOR),
-        *_both_forms(
-            "packed_log_probs", ("engine_forward",), packed, {"packed", "entropy", "cp_zigzag"}, _ENGINE_FORWARD
-        ),
-        *_both_forms(
-            "policy_loss",
-            ("engine_forward", "ppo_loss"),
-            policy_loss,
-            {"policy_loss", "entropy", "cp_zigzag"},
-            f"{_ENGINE_FORWARD}, or not its ppo_loss (workers/utils/losses.py)",
-        ),
-        Entry(
-            "token_policy_loss",
-            ("ppo_loss",),
-            token_policy_loss,
-            frozenset({"token_policy_loss", "token_policy_entropy"}),
-            since="verl's actor loss ppo_loss arrived with its Megatron engine (#3235, 2025-08)",
-        ),
-        Entry(
-            "hidden_log_probs",
-            ("FusedLinearForPPO",),
-            hidden,
-            frozenset({"hidden", "entropy", "chunking", "temperature"}),
-        ),
+        *_forms("token_log_probs", (), token, "token entropy", _PROCESSOR),
+        *_forms("packed_log_probs", ("engine_forward",), packed, "packed entropy cp_zigzag", _ENGINE_FORWARD),
+        *_forms("policy_loss", ("engine_forward", "ppo_loss"), policy_loss, "policy_loss entropy cp_zigzag", _LOSS),
+        _entry("token_policy_loss", ("ppo_loss",), token_policy_loss, "token_policy_loss token_policy_entropy", _PPO),
+        _entry("hidden_log_probs", ("FusedLinearForPPO",), hidden, "hidden entropy chunking temperature"),
     ),
     options=(
         # the processor reads the engine config's entropy chunk where its file has the chunked entropy (#6446)
@@ -330,8 +293,7 @@ VERL = Family(
         "entropy_gate": "verl's logits processor has no gate: its entropy keeps a graph whenever computed (its "
         "callers compute reference and old log-probs under no_grad, which the forward-only check runs)",
         "bshd": "the engine's bshd path (data_format='bshd', preprocess_bshd_engine) is not mapped",
-        "response_only": "verl evaluates every row",
-        "loss_mask_only": "verl evaluates every row",
+        **dict.fromkeys(("response_only", "loss_mask_only"), "verl evaluates every row"),
         "donation": "verl never writes the gradient over the logits",
         "hidden_tp": "the torch fused LM head takes the whole head (verl's TP kernel, verl/utils/kernel/, asserts "
         "CUDA tensors and uses CUDA streams: not reachable on a CPU run)",
@@ -339,8 +301,7 @@ VERL = Family(
         "policy_kl_k3": "verl's k3 is the clamped low_var_kl (declared as policy_kl_low_var_kl)",
         "policy_kl_ratio_weighted": "verl's KL loss term is not weighted by the ratio",
         "policy_tis_floor": "verl's TIS has a cap only",
-        "policy_tis_geometric": "verl has no geometric-mean rollout weight",
-        "policy_mis_geometric": "verl has no geometric-mean rollout weight",
+        **dict.fromkeys(("policy_tis_geometric", "policy_mis_geometric"), "verl has no geometric-mean rollout weight"),
         **{
             f"policy_rs_{level}": "verl's rollout_rs edits the response mask; the harness's RS does not"
             for level in ("token", "sequence", "geometric")
