@@ -97,8 +97,11 @@ def _layout(call: calls.PackedCall, **settings):
     inputs = call.inputs
     layout = dict(allgather_cp=inputs.cp_mode == "allgather", qkv_format=inputs.qkv_format)
     layout.update(rollout_temperature=call.temperature, log_probs_chunk_size=_chunk(call), **settings)
-    rows = {"unconcat_tokens": list(inputs.tokens), "total_lengths": list(inputs.total_lengths)}
-    rows["response_lengths"] = list(inputs.response_lengths)
+    rows = {
+        "unconcat_tokens": list(inputs.tokens),
+        "total_lengths": list(inputs.total_lengths),
+        "response_lengths": list(inputs.response_lengths),
+    }
     scores, extra = _fp32(call.logits), {}
     if inputs.qkv_format == "bshd":
         batch = len(inputs.total_lengths)
@@ -173,9 +176,15 @@ PLACEHOLDERS = (
         lambda name: megatron_cross_entropy.install(),
         "process",
     ),
+    Placeholder(
+        "ray",
+        "imported at module level by the utility modules for functions never called here; no cluster: the @ray.remote "
+        "miles' utilities apply at import (2026-01 to 05) leaves a function as it is",
+        RAY_WITHOUT_CLUSTER,
+    ),
     *(
         Placeholder(name, "imported at module level by slime's utility modules for functions never called here")
-        for name in ("ray", "httpx", "wandb")
+        for name in ("httpx", "wandb")
     ),
     *(
         Placeholder(name, "imported by the 2025-06/07 data module (pulled in by the loss module), never called")
@@ -286,8 +295,7 @@ MILES = Family(
     entries=ENTRIES,
     options=LAYOUT_OPTIONS + tuple(o for o in policy.OPTIONS if o.capability == "policy_agg_token-sum"),
     placeholders=(
-        *(p for p in PLACEHOLDERS if p.name != "ray"),
-        Placeholder("ray", "@ray.remote on utilities imported by the loss module (2026-01 to 05)", RAY_WITHOUT_CLUSTER),
+        *PLACEHOLDERS,
         Placeholder(
             "pydantic",
             "miles' event logger (losses.py -> utils/misc.py -> logging_utils.py) builds its models and a TypeAdapter "
