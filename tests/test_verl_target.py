@@ -152,6 +152,77 @@ def test_an_older_revisions_closure_serves_the_token_and_packed_levels(tmp_path)
         VERL.target(tree)
 
 
+# Older closures (verl 2025-08..2026-01; their files annotate with the DataProto verl's __init__ re-exports), each
+# with one of its forms: a temperature that is forward_step's local
+# (and a warning through transformers' Logger.warning_once after torch.distributed.get_rank(), which a trainer
+# process answers), a label_mask parameter (engine_impl.py, before #3600), a label the closure rolls itself
+# (#3600 to #4250, where forward_step's label is its input_ids).
+OLDER_CLOSURE = """
+import logging
+import torch
+from verl import DataProto
+from verl.utils.megatron.tensor_parallel import vocab_parallel_entropy, vocab_parallel_log_probs_from_logits
+
+logger = logging.getLogger(__file__)
+
+
+class MegatronEngineWithLMHead:
+    def forward_step(self, batch: DataProto, model):
+        calculate_entropy = batch["calculate_entropy"]
+        temperature = batch["temperature"]
+
+        def logits_processor(logits, label):
+            logits.div_(temperature)
+            result, backup = {}, logits
+            if calculate_entropy:
+                backup = logits.clone()
+                if torch.distributed.get_rank() == 0:
+                    logger.warning_once("the clone costs memory")
+                result["entropy"] = vocab_parallel_entropy(logits)
+            result["log_probs"] = vocab_parallel_log_probs_from_logits(backup, label)
+            return result
+
+        return model(logits_processor)
+"""
+OLDER_FORMS = {
+    "temperature local": ("transformer_impl.py", OLDER_CLOSURE),
+    "label_mask": (
+        "engine_impl.py",
+        OLDER_CLOSURE.replace("(logits, label):", "(logits, label, label_mask):").replace(
+            'result["log_probs"] = vocab_parallel_log_probs_from_logits(backup, label)',
+            'result["log_probs"] = vocab_parallel_log_probs_from_logits(backup, label).masked_fill(~label_mask, 0.0)',
+        ),
+    ),
+    "rolled label": (
+        "transformer_impl.py",
+        OLDER_CLOSURE.replace(
+            'result["log_probs"] =', 'label = torch.roll(label, shifts=-1, dims=1)\n            result["log_probs"] ='
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(OLDER_FORMS))
+def test_older_closures_serve_the_token_level_with_their_temperature(tmp_path, form):
+    """Each older closure is translated (its temperature bound, an all-True label_mask, the input ids it rolls),
+    never rewritten: one that reads its temperature but divides by 1 FAILS."""
+    file, text = OLDER_FORMS[form]
+
+    def tree(name: str, engine: str) -> str:
+        shutil.copytree(fakes.HERE / "correct", tmp_path / name)
+        engines = tmp_path / name / "verl/workers/engine/megatron"
+        (engines / "transformer_impl.py").unlink()
+        (engines / file).write_text(engine)
+        return f"verl={tmp_path / name}"
+
+    spec = tree("older", text)
+    assert {"token", "temperature"} <= load_target(spec).capabilities
+    check_token_forward(TOKEN_CASE, spec)
+    check_token_backward(TOKEN_CASE.with_(dtype="float32"), spec)
+    with pytest.raises(AssertionError):
+        check_token_forward(TOKEN_CASE, tree("undivided", text.replace("div_(temperature)", "div_(temperature**0)")))
+
+
 def test_the_tree_comes_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(VERL.locate.variable, str(fakes.HERE / "correct"))
     assert VERL.target().root == (fakes.HERE / "correct").resolve()

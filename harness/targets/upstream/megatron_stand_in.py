@@ -19,7 +19,10 @@ with no process group, and fake tensors must never reach gloo). Upstream code
 still calls ``torch.distributed`` with the group it looked up, so ``None`` is
 presented as ``SINGLE_RANK``, a sentinel on which the collectives upstream
 code uses are the identity (an all-reduce or all-gather over one rank) and the
-rank/size queries answer 0 and 1. Any other group goes to torch unchanged.
+rank/size queries answer 0 and 1. So is the world of that in-process rank
+(no group named, no default group: a trainer process always has one, and
+verl's engine asks ``get_rank()`` of it before a warning). Any other group
+goes to torch unchanged.
 """
 
 from __future__ import annotations
@@ -82,8 +85,8 @@ def _identity_on_single_rank(original, *, result_of_single=None):
     def wrapped(*args, **kwargs):
         group = kwargs.get("group")
         if group is None:
-            group = next((a for a in args if isinstance(a, _SingleRank)), None)
-        if isinstance(group, _SingleRank):
+            group = next((a for a in args if isinstance(a, (_SingleRank, dist.ProcessGroup))), None)
+        if isinstance(group, _SingleRank) or (group is None and not dist.is_initialized()):
             return result_of_single(*args, **kwargs) if result_of_single else None
         return original(*args, **kwargs)
 

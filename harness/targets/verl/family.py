@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import dis
 import functools
 import logging
 import types
@@ -21,6 +22,7 @@ from harness.targets.upstream.settings import StrictSettings
 from harness.targets.verl import engine as verl_engine
 
 ENGINE = "verl/workers/engine/megatron/transformer_impl.py"
+ENGINE_BEFORE_3422 = "verl/workers/engine/megatron/engine_impl.py"  # the engine's file 2025-08-28..09-09
 ROLLOUT_WEIGHTS = "verl/trainer/ppo/rollout_corr_helper.py", "compute_rollout_correction_weights"
 # the processor's keywords the engine binds alike for every call (its other outputs off)
 SETTINGS = {"logits_processor_func": None, "batch": None, "data_format": "thd"} | dict.fromkeys(
@@ -41,45 +43,68 @@ def _prepare(up) -> None:
     """Per revision: util.py's logger as a verl process has it; the trainer's rollout weights loaded alone; the
     processor's form (a method, or an older revision's closure over forward_step's locals, each mapped, or an ERROR)."""
     util, verl_F = up.modules["util"], up.modules["torch_functional"]  # noqa: N806  (the name verl imports it by)
-    if util is not None and isinstance(getattr(util, "logger", None), logging.Logger):
-        util.logger = logging.LoggerAdapter(util.logger, {})  # with the warning_once transformers adds to a Logger
-        util.logger.warning_once = functools.cache(util.logger.warning)  # (an lru_cache over warning)
+    if util is not None:
+        _warning_once(vars(util))
     up.rollout_weights = None
     if verl_F is not None:
         up.rollout_weights = up.loader.symbol_if_present(*ROLLOUT_WEIGHTS, stand_ins={"verl_F": verl_F})
     processor = up.logits_processor
     if processor is None and up.logits_closure is not None:
-        unmapped = set(up.logits_closure.free) - {"self", "calculate_entropy", *SETTINGS}
+        unmapped = set(up.logits_closure.free) - {"self", "calculate_entropy", "temperature", *SETTINGS}
         if unmapped:
             raise MissingUpstream(
                 f"{ENGINE}: forward_step's logits_processor reads {sorted(unmapped)}, which the verl record does "
                 "not map (harness/targets/verl/family.py, SETTINGS)"
             )
         processor = up.logits_closure(**dict.fromkeys(up.logits_closure.free))
+        _warning_once(processor.__globals__)  # 2025-09..11 closures warn through the engine file's logger
     up.takes_temperature = processor is not None and "temperature" in parameters(processor)
+    # 2025-10-13..11-24 (#3600 to #4250): the closure rolls its label (forward_step's input_ids.clone()) itself
+    up.label_is_input_ids = processor is not None and any(
+        op.opname == "STORE_FAST" and op.argval == "label" for op in dis.get_instructions(processor)
+    )
+    # 2025-10..2026-01: the closure divides by forward_step's local, the batch's one float (never an argument)
+    up.closes_over_temperature = processor is not None and "temperature" in getattr(up.logits_closure, "free", ())
     if up.takes_temperature and up.expand_as_nested is None:
         raise MissingUpstream(f"{up.root}: no expand_as_nested in verl/utils/torch_functional.py (the engine's)")
 
 
+def _warning_once(namespace: dict) -> None:
+    """The ``logger`` of ``namespace`` with the ``warning_once`` transformers adds to every Logger in a verl process
+    (an lru_cache over warning)."""
+    if isinstance(namespace.get("logger"), logging.Logger):
+        namespace["logger"] = logging.LoggerAdapter(namespace["logger"], {})
+        namespace["logger"].warning_once = functools.cache(namespace["logger"].warning)
+
+
 def _processor(up, call):
     """verl's logits processor as the engine binds it (the method's ``functools.partial``, or the closure)."""
-    if call.temperature != 1.0 and not up.takes_temperature:  # declared by the hidden path, not this one
+    if call.temperature != 1.0 and not _takes_temperature(up):  # declared by the hidden path, not this one
         raise ValueError(f"temperature={call.temperature}: this revision's logits processor takes no temperature")
     chunking = {"entropy_from_logits_with_chunking": call.chunk_size is not None}
     engine = Engine(engine_config=EngineConfig(**chunking, entropy_from_logits_chunk_size=call.chunk_size))
     settings = {**SETTINGS, "calculate_entropy": call.with_entropy}
     if up.logits_processor is None:
-        bound = {"self": engine, **settings}
+        bound = {"self": engine, "temperature": float(call.temperature), **settings}
         return up.logits_closure(**{name: bound[name] for name in up.logits_closure.free})
     return functools.partial(up.logits_processor, engine, **accepted(up.logits_processor, **settings))
 
 
 def token(up, call: calls.TokenCall):
     """verl's processor on ``[1, rows, V_local]``, a view of the job's copy (verl divides it in place, a write the
-    inputs-unmutated check must see), one float32 temperature per row, the entropy chunked by ``chunk_size``."""
+    inputs-unmutated check must see), one float32 temperature per row, the entropy chunked by ``chunk_size``. An
+    older closure gets an all-True ``label_mask``, or the input ids whose next tokens are the targets where it rolls
+    its label itself (forward_step's ``input_ids.clone()``)."""
     logits = call.logits.unsqueeze(0)
     temperature = torch.full(logits.shape[:2], float(call.temperature), dtype=torch.float32, device=logits.device)
-    out = _processor(up, call)(logits, call.targets.unsqueeze(0), *([temperature] if up.takes_temperature else []))
+    targets, processor = call.targets.unsqueeze(0), _processor(up, call)
+    if "label_mask" in parameters(processor):  # before #3600 (2025-10): every row is one the engine evaluates
+        targets = (targets, torch.ones_like(targets, dtype=torch.bool))
+    elif up.label_is_input_ids:  # the input ids whose next tokens are the targets, as forward_step passes them
+        targets = (torch.roll(targets, 1, dims=1),)
+    else:
+        targets = (targets, *([temperature] if up.takes_temperature else []))
+    out = processor(logits, *targets)
     return out["log_probs"][0], (out["entropy"][0] if call.with_entropy else None)
 
 
@@ -93,10 +118,10 @@ def _forward(up, call: calls.PackedCall) -> dict:
         per_sample = torch.full((len(inputs.tokens),), float(call.temperature), dtype=torch.float32, device=device)
         arguments["temperature"] = up.expand_as_nested(per_sample, input_ids)
     model, processor = verl_engine.RowsModel(logits, call.cp_group), _processor(up, call)
-    layout = accepted(up.engine_forward, cp_layout=verl_engine.VERL_LAYOUTS[inputs.cp_mode])
-    return up.engine_forward(
-        model, input_ids, {}, logits_processor=processor, logits_processor_args=arguments, data_format="thd", **layout
-    )
+    # data_format since #4323 (2025-12-02; before, the no-padding forward was THD only), cp_layout where it is taken
+    layout = accepted(up.engine_forward, cp_layout=verl_engine.VERL_LAYOUTS[inputs.cp_mode], data_format="thd")
+    arguments = {"logits_processor": processor, "logits_processor_args": arguments}
+    return up.engine_forward(model, input_ids, {}, **arguments, **layout)
 
 
 def packed(up, call: calls.PackedCall):
@@ -159,7 +184,7 @@ def _stand_in(name: str, why: str, refused: str = "", **attributes) -> Placehold
     """A module holding ``attributes`` and the ``refused`` names; verl's own replace the tree's (never its __init__)."""
     refusals = {r: refusing(f"{name}.{r}") for r in refused.split()}
     build = holding(__doc__="harness stand-in (harness/targets/verl/family.py)", **attributes, **refusals)
-    return Placeholder(name, why, build, replaces=name.startswith("verl."))
+    return Placeholder(name, why, build, replaces=name.partition(".")[0] == "verl")
 
 
 # Megatron's PackedSeqParams as a record of its fields, the CP layout's (which verl looks for among them) included.
@@ -189,6 +214,7 @@ PLACEHOLDERS = (
         "megatron.core.packed_seq_params", "PackedSeqParams, a record (util.py)", PackedSeqParams=_PackedSeqParams
     ),
     # __path__: a package, whose submodules the loader finds in the tree by name
+    _stand_in("verl", "the package __init__'s DataProto, an annotation of 2025-09..10 files", "DataProto", __path__=[]),
     _stand_in(
         "verl.utils",
         "the package __init__'s re-exports core_algos imports",
@@ -225,7 +251,8 @@ PLACEHOLDERS = (
 
 # ---- the record ---------------------------------------------------------------------------------
 _PROCESSOR = (
-    "verl's Megatron engine (workers/engine/megatron/transformer_impl.py, #3422, 2025-09) and its logits processor "
+    "verl's Megatron engine (workers/engine/megatron/engine_impl.py, #3235, 2025-08; transformer_impl.py since "
+    "#3422) and its logits processor "
     "(a closure in forward_step; the method _lm_head_logits_processor since #6848) are not in this revision"
 )
 _ENGINE_FORWARD = f"{_PROCESSOR}, or not its engine forward (gptmodel_forward_no_padding since #3600, 2025-10)"
@@ -244,8 +271,9 @@ def _forms(serves: str, more: tuple, translate, brings: str, since: str) -> tupl
 
 
 def _takes_temperature(up) -> bool:
-    """The revision's logits processor takes a ``temperature`` (before, the engine divided outside these entries)."""
-    return up.takes_temperature
+    """The revision's logits processor divides by a ``temperature``: its argument, or an older closure's local (before
+    either, the engine divided outside these entries)."""
+    return up.takes_temperature or up.closes_over_temperature
 
 
 VERL = Family(
@@ -264,7 +292,9 @@ VERL = Family(
     symbols={
         "logits_processor": Method((ENGINE,), "MegatronEngineWithLMHead", "_lm_head_logits_processor"),
         # before verl #6848 (2026-07): a closure over forward_step's locals (an older form, not a skip)
-        "logits_closure": Method((ENGINE,), "MegatronEngineWithLMHead", "forward_step", inner="logits_processor"),
+        "logits_closure": Method(
+            (ENGINE, ENGINE_BEFORE_3422), "MegatronEngineWithLMHead", "forward_step", inner="logits_processor"
+        ),
         "engine_forward": Symbol("model_forward", ("gptmodel_forward_model_engine", "gptmodel_forward_no_padding")),
         "vocab_parallel_entropy_with_chunking": Symbol("tensor_parallel", ("vocab_parallel_entropy_with_chunking",)),
         "expand_as_nested": Symbol("torch_functional", ("expand_as_nested",)),
