@@ -101,6 +101,27 @@ def test_gate_regression_fails_on_an_inverted_gate(tmp_path):
         check_policy_loss(GATE_CASE, f"miles={tree}")
 
 
+def test_a_loss_that_computes_no_entropy_at_coefficient_zero_fails_that_output_only(tmp_path):
+    """miles before #1464 computed the entropy only for the bonus (``with_entropy=args.entropy_coef != 0``): asked
+    for it at coefficient 0, the policy check FAILs the entropy output and its flags (a LAYOUT failure, not a crash
+    of the check), and still judges the loss and its gradient."""
+    from harness.checks.failure import facts_of
+
+    tree = tmp_path / "unobserved"
+    shutil.copytree(fakes.HERE / "hub", tree)
+    losses = tree / "miles/backends/training_utils/loss_hub/losses.py"
+    text = losses.read_text()
+    assert " or args.observe_training_entropy" in text
+    losses.write_text(text.replace(" or args.observe_training_entropy", ""))
+    spec = f"miles={tree}"
+    check_policy_loss(GATE_CASE, spec)  # coefficient 0.01: the entropy is computed
+    with pytest.raises(AssertionError, match="entropy was requested but not returned") as raised:
+        check_policy_loss(GATE_CASE.with_(entropy_coef=0.0), spec)
+    outcomes = {output: entry["outcome"] for output, entry in facts_of(raised.value).subtests.items()}
+    assert outcomes["entropy"] == outcomes["graph"] == "FAIL"
+    assert outcomes["loss"] == outcomes["grad(logits)"] == "PASS"
+
+
 def test_gate_and_history_know_the_family():
     resolved = specs.resolve(f"miles={fakes.HERE / 'hub'}")
     assert resolved.family == "miles" and resolved.run_as == f"miles={(fakes.HERE / 'hub').resolve()}"

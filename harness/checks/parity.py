@@ -282,6 +282,7 @@ def assert_packed_forward(case: Case, results: list) -> None:
     for key in (LOG_PROBS, ENTROPY) if case.with_entropy else (LOG_PROBS,):
         with subtest(key):
             values = gather_samples(case, results, key)
+            ensure(values is not None, LAYOUT, f"{key} was requested but not returned")
             _compare_samples(
                 only_consumed(values, consumed),
                 only_consumed(getattr(ref, key), consumed),

@@ -135,7 +135,8 @@ def packed(up, call: calls.PackedCall):
 def policy_loss(up, call: calls.PolicyCall):
     """``args`` with the call's clip range, entropy coefficient and options (``policy.settings``); the
     per-sample log-probs and entropy returned are those slime's loss was built from (its own call of
-    ``get_log_probs_and_entropy``, recorded); the first revisions' ``policy_loss_func`` returns ``loss / cp_size``
+    ``get_log_probs_and_entropy``, recorded; none where it computed none: miles before #1464 only with a nonzero
+    coefficient); the first revisions' ``policy_loss_func`` returns ``loss / cp_size``
     (Megatron multiplies back), so the rank's share is that times the CP size."""
     masks = [mask.float() for mask in call.inputs.loss_masks]
     settings, entries = policy.settings(call, masks)
@@ -164,8 +165,10 @@ def policy_loss(up, call: calls.PolicyCall):
             loss, _metrics = up.policy_loss_function(
                 args=args, batch=batch, logits=scores, sum_of_sample_mean=reducer, **keywords
             )
-    result = recorded["result"]
-    return loss, list(result["log_probs"]), (list(result["entropy"]) if call.with_entropy else None)
+    result, entropy = recorded["result"], None
+    if call.with_entropy and result.get("entropy") is not None:  # miles before #1464: none when its coefficient is 0
+        entropy = list(result["entropy"])
+    return loss, list(result["log_probs"]), entropy
 
 
 PLACEHOLDERS = (
