@@ -208,3 +208,21 @@ def test_a_wrapper_that_leaves_out_its_temperature_division_fails(tmp_path):
     for check in (check_token_forward, check_packed_forward):
         with pytest.raises(AssertionError):
             check(case, f"skyrl={tree}")
+
+
+def test_a_checkout_in_skyrl_trains_layout_is_checked_there(tmp_path):
+    """Until #1139 (2026-02-15) SkyRL's trainer was the skyrl-train package (skyrl-train/skyrl_train/, its config
+    skyrl_train.config): the record's older layout finds it, executes its files, and its checks run on them."""
+    import shutil
+
+    package = tmp_path / "skyrl-train" / "skyrl_train"
+    shutil.copytree(HERE_FAKES / "skyrl_fixed/skyrl/backends/skyrl_train", package)
+    ppo_utils = package / "utils/ppo_utils.py"
+    ppo_utils.write_text(ppo_utils.read_text().replace("from skyrl.train.config", "from skyrl_train.config"))
+    spec = f"skyrl={tmp_path}"
+    target = load_target(spec)
+    assert {"token", "packed", "policy_loss", "temperature"} <= target.capabilities
+    assert "skyrl_train/utils/ppo_utils.py" in target.executed
+    case = CASES[0].with_(temperature=0.5)
+    for check in (check_token_forward, check_packed_forward, check_policy_loss):
+        check(case, spec)

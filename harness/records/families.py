@@ -57,7 +57,8 @@ def render(name: str, snapshot: dict | None = None) -> str:
         ("found as", "value"),
         [
             ("import name", code(locate.package)),
-            ("marker file (every supported revision has it)", code(locate.marker)),
+            ("marker file (every revision in the current layout has it)", code(locate.marker)),
+            *((f"older layout under {code(sub + '/')}", code(marker)) for sub, marker in locate.older),
             ("checkout variable", code(locate.variable)),
             ("PyPI", code(locate.pypi) if locate.pypi else "checkouts only"),
             ("gate spec", code(f"{name}=PATH") + (f", {code(f'{name}==X')}" if locate.pypi else "")),

@@ -22,7 +22,7 @@ LOSS = ("PolicyLossRegistry", "apply_loss_reduction_to_advantages_minibatch")
 
 def _prepare(up) -> None:
     """The wrapper's steps (None where its loss_func lacks one), the losses PolicyLossRegistry lists."""
-    text = up.loader.read(wrapper.WRAPPER)
+    text = next((t for t in map(up.loader.read, wrapper.WRAPPER) if t is not None), None)
     up.wrapper = wrapper.read(text) if text is not None else None
     listed = getattr(up.PolicyLossRegistry, "list_available", None)
     up.config_fields = frozenset(listed()) if listed is not None else frozenset()
@@ -102,11 +102,16 @@ def _takes_temperature(up) -> bool:
 SKYRL = Family(
     name="skyrl",
     locate=Locate(
-        "skyrl", "skyrl/backends/skyrl_train/distributed/megatron/model_utils.py", "LPH_SKYRL_PATH", pypi="skyrl"
+        "skyrl",
+        "skyrl/backends/skyrl_train/distributed/megatron/model_utils.py",
+        "LPH_SKYRL_PATH",
+        pypi="skyrl",
+        # until #1139 (2026-02-15) the trainer was the skyrl-train package (its Megatron code from 2025-09-05)
+        older=(("skyrl-train", "skyrl_train/distributed/megatron/model_utils.py"),),
     ),
     modules={
-        "model_utils": Module(("skyrl.backends.skyrl_train.distributed.megatron.model_utils",)),
-        "ppo_utils": Module(("skyrl.backends.skyrl_train.utils.ppo_utils",)),
+        name: Module((f"skyrl.backends.skyrl_train.{path}", f"skyrl_train.{path}"))
+        for name, path in (("model_utils", "distributed.megatron.model_utils"), ("ppo_utils", "utils.ppo_utils"))
     },
     symbols={
         **{name: Symbol("model_utils", (name,)) for name in (*TOKEN, PACKED, "FusedLinearChunkedDistributedLogprob")},

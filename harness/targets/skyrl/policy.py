@@ -54,7 +54,10 @@ PLACEHOLDERS = (
     Placeholder("omegaconf", "a type annotation"),
     Placeholder("numpy", "one KL controller's arithmetic, never called here"),
     Placeholder("skyrl.train", "the trainer package, never executed", holding(__path__=[]), replaces=True),
-    Placeholder("skyrl.train.config", "AlgorithmConfig, as the adapter's strict settings", _config, replaces=True),
+    *(
+        Placeholder(name, "AlgorithmConfig, as the adapter's strict settings", _config, replaces=True)
+        for name in ("skyrl.train.config", "skyrl_train.config")  # skyrl-train's own (2026-02, before #1139)
+    ),
 )
 
 _DECLARED_BY = {  # each option (less its "policy_" prefix): what declares it where present

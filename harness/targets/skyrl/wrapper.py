@@ -12,7 +12,8 @@ import ast
 
 import torch
 
-WRAPPER = "skyrl/backends/skyrl_train/workers/megatron/megatron_model_wrapper.py"
+# the current layout's file, then skyrl-train's (until 2026-02, root skyrl-train/)
+WRAPPER = tuple(f"{where}skyrl_train/workers/megatron/megatron_model_wrapper.py" for where in ("skyrl/backends/", ""))
 _ALLOWED = {"loss_config", "temperature", "fused_lm_head", "logits"}
 
 
@@ -24,10 +25,10 @@ class WrapperSteps:
     """The three steps of one revision's ``loss_func``."""
 
     def __init__(self, grad_enabled: ast.expr, term_added: ast.expr, temperature: ast.If | None, takes: bool):
-        self._grad = compile(ast.Expression(grad_enabled), WRAPPER, "eval")
-        self._term = compile(ast.Expression(term_added), WRAPPER, "eval")
-        self._divides = compile(ast.Expression(temperature.test), WRAPPER, "eval") if temperature else None
-        self._division = compile(ast.Module(temperature.body, []), WRAPPER, "exec") if temperature else None
+        self._grad = compile(ast.Expression(grad_enabled), WRAPPER[0], "eval")
+        self._term = compile(ast.Expression(term_added), WRAPPER[0], "eval")
+        self._divides = compile(ast.Expression(temperature.test), WRAPPER[0], "eval") if temperature else None
+        self._division = compile(ast.Module(temperature.body, []), WRAPPER[0], "exec") if temperature else None
         self.takes_temperature = takes
 
     def grad_enabled(self, settings) -> bool:

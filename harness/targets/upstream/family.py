@@ -200,7 +200,7 @@ class FamilyTarget(Target):
         self.name = f"{family.name}@{located.revision}" if located.revision else f"{family.name}-{located.version}"
         if located.version == "unknown":
             self.name = family.name
-        self.loader = Loader(located.root, (family.locate.package,), family.placeholders)
+        self.loader = Loader(located.root, family.locate.packages, family.placeholders)
         self.up = self._bind()
         if family.prepare is not None:
             family.prepare(self.up)

@@ -4,7 +4,9 @@ A family is found, in this order, at the path a SPEC names (``slime=PATH``),
 at the directory its variable names (``LPH_SLIME_PATH``: a checkout, or the
 ``--target`` directory the gate installs ``skyrl==X`` into), or in the
 installed package. The root must hold the family's ``marker`` file (a checkout
-may keep its package under ``src/``); anything else is a clear error naming
+may keep its package under ``src/``), or, for a checkout in an ``older``
+layout, that layout's marker under its subdirectory (SkyRL's ``skyrl-train/``
+until 2026-02, package ``skyrl_train``); anything else is a clear error naming
 the variable, the marker and how to install. Nothing is imported here: the
 loader (``loader.py``) executes the files.
 
@@ -33,6 +35,16 @@ class Locate:
     marker: str  # a file under the root every supported revision has (relative, "/"-separated)
     variable: str  # LPH_<FAMILY>_PATH: a checkout or an install directory
     pypi: str | None = None  # the distribution on PyPI (None: checkouts only)
+    older: tuple[tuple[str, str], ...] = ()  # (subdirectory, marker): an older layout's root in a checkout, its file
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """The top-level import names upstream code lives under: the package, then each older layout's."""
+        return tuple(dict.fromkeys((self.package, *(marker.split("/")[0] for _, marker in self.older))))
+
+    def roots(self, base: Path) -> list[tuple[Path, str]]:
+        """Where a checkout at ``base`` may keep the family's root, each with the marker it must hold there."""
+        return [(base, self.marker), (base / "src", self.marker), *((base / sub, m) for sub, m in self.older)]
 
     def install_hint(self, family: str) -> str:
         if self.pypi:
@@ -56,7 +68,7 @@ def find(
     given = where if where is not None else os.environ.get(locate.variable)
     if given:
         base = Path(given).expanduser().resolve()
-        root = next((r for r in (base, base / "src") if (r / locate.marker).is_file()), None)
+        root = next((r for r, marker in locate.roots(base) if (r / marker).is_file()), None)
         if root is None:
             named = f"{family}={given}" if where is not None else f"{locate.variable}={given}"
             raise FileNotFoundError(f"{named}: no {locate.marker} under it (give the root of a {family} checkout)")
