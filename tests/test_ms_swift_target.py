@@ -104,6 +104,26 @@ def test_a_trainer_without_its_forward_step_is_an_error_naming_it(tmp_path):
         MsSwift(root)
 
 
+def test_a_forward_step_reading_batch_keys_the_record_does_not_hand_it_is_an_error_naming_them(tmp_path):
+    """ms-swift before #9580 (2026-06-23) popped the rollout's columns from the batch: that composition is a load
+    ERROR naming the keys, never a check FAIL from the newer form's batch (KeyError 'advantages')."""
+    old = 'grpo_batch: GRPOBatch = data.pop("grpo_batch")'
+    root, _spec = _edited(tmp_path, TRAINER, old, f'{old}\n        advantages = data.pop("advantages")')
+    with pytest.raises(MissingUpstream, match=r"forward_step reads the batch's \['advantages'\]"):
+        MsSwift(root)
+
+
+def test_pandas_for_the_completions_table_is_stood_in(tmp_path):
+    """loss_func (2025-11..2026-06) builds a pandas table of completions for wandb when log_completions is on: the
+    record binds ``pd`` to an object that refuses use (never imported, installed or not), so the loss loads."""
+    old = 'batch = data["grpo_batch"]'
+    table = "if self.log_completions_to_wandb:\n            pd.DataFrame({})\n        "
+    root, spec = _edited(tmp_path, TRAINER, old, table + old)
+    text = (root / TRAINER).read_text()
+    (root / TRAINER).write_text(text.replace("import torch\n", "import pandas as pd\nimport torch\n", 1))
+    assert "token_policy_loss" in MsSwift(root).capabilities
+
+
 def test_a_checkout_before_the_log_prob_utilities_names_what_it_lacks(tmp_path):
     """ms-swift before #7263 (2025-12-31) has no vocab_parallel_utils.py: a load ERROR naming it, not "no checkout"."""
     root = tmp_path / "ms_swift"

@@ -9,7 +9,9 @@ imports the whole trainer stack) on a strict stand-in ``self``. Their log-probs 
 from __future__ import annotations
 
 import ast
+import inspect
 import sys
+import textwrap
 import types
 
 import torch
@@ -17,7 +19,7 @@ import torch
 from harness.targets.ms_swift import policy
 from harness.targets.upstream import calls, megatron_stand_in, packing
 from harness.targets.upstream.family import Entry, Family, field_names
-from harness.targets.upstream.loader import Loader
+from harness.targets.upstream.loader import Loader, MissingUpstream
 from harness.targets.upstream.locate import Locate, find
 from harness.targets.upstream.placeholders import holding, refusing
 
@@ -93,14 +95,41 @@ def _prepare(up) -> None:
         "set_router_replay_data": refusing("set_router_replay_data"),
         "RouterReplayAction": None,
         "GRPOBatch": object,  # an annotation
+        "pd": refusing("pandas"),  # loss_func's completions table for wandb (2025-11..2026-06): log_completions off
     }
     for name in ("forward_step", "loss_func"):
         up.read_from[name] = f"{TRAINER} ({OWNER}.{name})"
         setattr(up, name, up.loader.method_if_present(TRAINER, OWNER, name, stand_ins=trainer_names))
+    unmapped = _batch_reads(up.forward_step) - BATCH_KEYS if up.forward_step is not None else set()
+    if unmapped:
+        raise MissingUpstream(
+            f"{TRAINER}: {OWNER}.forward_step reads the batch's {sorted(unmapped)}, which the ms_swift record does "
+            "not map (its composition before #9580, 2026-06-23: the rollout's columns popped from the batch, "
+            "self._prepare_model_inputs, self._postprocess_packed_tensor_cp under CP)"
+        )
     # Megatron RLHF arguments' fields, which declare the options; the names only its __post_init__ reads refused
     unused = {name: refusing(f"swift.utils.{name}") for name in ("get_dist_setting", "json_parse_to_dict", "logger")}
     mixin = up.loader.symbol_if_present(ARGUMENTS, "RLHFMegatronArgumentsMixin", stand_ins=unused)
     up.config_fields = field_names(mixin)
+
+
+BATCH_KEYS = {"grpo_batch", "labels", "input_ids", "packed_seq_params"}  # what token and packed hand forward_step
+
+
+def _batch_reads(method) -> set[str]:
+    """The keys ``method`` reads of its batch ``data`` with no default (``data[key]``, ``data.pop(key)``)."""
+    keys = set()
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(method)))):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_data(node.value):
+            keys.add(getattr(node.slice, "value", None))
+        elif isinstance(node, ast.Call) and _is_data(getattr(node.func, "value", None)):
+            if node.func.attr == "pop" and len(node.args) == 1 and not node.keywords:
+                keys.add(getattr(node.args[0], "value", None))
+    return {key for key in keys if isinstance(key, str)}
+
+
+def _is_data(node) -> bool:
+    return isinstance(node, ast.Name) and node.id == "data"
 
 
 def _forward_step(up, call, data: dict, logits, micro_batch_size: int, **args):
