@@ -59,7 +59,8 @@ def _prepare(up) -> None:
         processor = up.logits_closure(**dict.fromkeys(up.logits_closure.free))
         _warning_once(processor.__globals__)  # 2025-09..11 closures warn through the engine file's logger
     up.takes_temperature = processor is not None and "temperature" in parameters(processor)
-    # 2025-10-13..11-24 (#3600 to #4250): the closure rolls its label (forward_step's input_ids.clone()) itself
+    # 2025-10-13..11-24 (#3600 to #4250): the closure rolls its label (forward_step's input_ids.clone()) itself,
+    # the only rebinding of label in any engine revision's closure since 2025-08 (each one read)
     up.label_is_input_ids = processor is not None and any(
         op.opname == "STORE_FAST" and op.argval == "label" for op in dis.get_instructions(processor)
     )
