@@ -96,6 +96,8 @@ def _prepare(up) -> None:
         "RouterReplayAction": None,
         "GRPOBatch": object,  # an annotation
         "pd": refusing("pandas"),  # loss_func's completions table for wandb (2025-11..2026-06): log_completions off
+        # Megatron-LM's training module (2025-11..2026-02): imported, refused; that composition is refused below
+        **{name: refusing(f"megatron.training.{name}") for name in ("get_args", "get_wandb_writer", "training")},
     }
     for name in ("forward_step", "loss_func"):
         up.read_from[name] = f"{TRAINER} ({OWNER}.{name})"
