@@ -180,8 +180,7 @@ class Revisions:
         """
         locate = registry.family(self.family).locate
         package = locate.package
-        older = [f"{sub}/{marker.split('/')[0]}" for sub, marker in locate.older]
-        listing = _git(self.repo, "ls-tree", "-r", revision, "--", package, f"src/{package}", *older).splitlines()
+        listing = _git(self.repo, "ls-tree", "-r", revision, "--", *locate.package_dirs()).splitlines()
         blobs = [line.split(None, 3) for line in listing if line.split(None, 3)[1] == "blob"]
         if not blobs:
             first = why.strip().splitlines()[0] if why.strip() else "no files"

@@ -41,6 +41,7 @@ MEGATRON_HINT = (
     "checkout (or `pip install --no-deps --target DIR megatron-core==X` and give DIR)"
 )
 IGNORED = -100  # ms-swift's label for a position whose next token is no completion token
+BATCH_KEYS = {"grpo_batch", "labels", "input_ids", "packed_seq_params"}  # what token and packed hand forward_step
 
 
 def _megatron(state: types.ModuleType) -> types.SimpleNamespace:
@@ -113,9 +114,6 @@ def _prepare(up) -> None:
     unused = {name: refusing(f"swift.utils.{name}") for name in ("get_dist_setting", "json_parse_to_dict", "logger")}
     mixin = up.loader.symbol_if_present(ARGUMENTS, "RLHFMegatronArgumentsMixin", stand_ins=unused)
     up.config_fields = field_names(mixin)
-
-
-BATCH_KEYS = {"grpo_batch", "labels", "input_ids", "packed_seq_params"}  # what token and packed hand forward_step
 
 
 def _batch_reads(method) -> set[str]:

@@ -40,11 +40,15 @@ class Locate:
     @property
     def packages(self) -> tuple[str, ...]:
         """The top-level import names upstream code lives under: the package, then each older layout's."""
-        return tuple(dict.fromkeys((self.package, *(marker.split("/")[0] for _, marker in self.older))))
+        return tuple(dict.fromkeys(path.rpartition("/")[2] for path in self.package_dirs()))
 
     def roots(self, base: Path) -> list[tuple[Path, str]]:
         """Where a checkout at ``base`` may keep the family's root, each with the marker it must hold there."""
         return [(base, self.marker), (base / "src", self.marker), *((base / sub, m) for sub, m in self.older)]
+
+    def package_dirs(self) -> list[str]:
+        """The package's directory in a checkout under each of those roots (a history's paths in git)."""
+        return [self.package, f"src/{self.package}", *(f"{sub}/{marker.split('/')[0]}" for sub, marker in self.older)]
 
     def install_hint(self, family: str) -> str:
         if self.pypi:

@@ -49,6 +49,7 @@ def _prepare(up) -> None:
     if verl_F is not None:
         up.rollout_weights = up.loader.symbol_if_present(*ROLLOUT_WEIGHTS, stand_ins={"verl_F": verl_F})
     processor = up.logits_processor
+    up.closes_over_temperature = up.label_is_input_ids = False  # the closure's forms, read below where it serves
     if processor is None and up.logits_closure is not None:
         unmapped = set(up.logits_closure.free) - {"self", "calculate_entropy", "temperature", *SETTINGS}
         if unmapped:
@@ -58,14 +59,14 @@ def _prepare(up) -> None:
             )
         processor = up.logits_closure(**dict.fromkeys(up.logits_closure.free))
         _warning_once(processor.__globals__)  # 2025-09..11 closures warn through the engine file's logger
+        # 2025-10..2026-01: the closure divides by forward_step's local, the batch's one float (never an argument)
+        up.closes_over_temperature = "temperature" in up.logits_closure.free
+        # 2025-10-13..11-24 (#3600 to #4250): the closure rolls its label (forward_step's input_ids.clone()) itself,
+        # the only rebinding of label in any engine revision's closure since 2025-08 (each one read)
+        up.label_is_input_ids = any(
+            op.opname == "STORE_FAST" and op.argval == "label" for op in dis.get_instructions(processor)
+        )
     up.takes_temperature = processor is not None and "temperature" in parameters(processor)
-    # 2025-10-13..11-24 (#3600 to #4250): the closure rolls its label (forward_step's input_ids.clone()) itself,
-    # the only rebinding of label in any engine revision's closure since 2025-08 (each one read)
-    up.label_is_input_ids = processor is not None and any(
-        op.opname == "STORE_FAST" and op.argval == "label" for op in dis.get_instructions(processor)
-    )
-    # 2025-10..2026-01: the closure divides by forward_step's local, the batch's one float (never an argument)
-    up.closes_over_temperature = processor is not None and "temperature" in getattr(up.logits_closure, "free", ())
     if up.takes_temperature and up.expand_as_nested is None:
         raise MissingUpstream(f"{up.root}: no expand_as_nested in verl/utils/torch_functional.py (the engine's)")
 
@@ -121,8 +122,8 @@ def _forward(up, call: calls.PackedCall) -> dict:
     model, processor = verl_engine.RowsModel(logits, call.cp_group), _processor(up, call)
     # data_format since #4323 (2025-12-02; before, the no-padding forward was THD only), cp_layout where it is taken
     layout = accepted(up.engine_forward, cp_layout=verl_engine.VERL_LAYOUTS[inputs.cp_mode], data_format="thd")
-    arguments = {"logits_processor": processor, "logits_processor_args": arguments}
-    return up.engine_forward(model, input_ids, {}, **arguments, **layout)
+    processing = {"logits_processor": processor, "logits_processor_args": arguments}
+    return up.engine_forward(model, input_ids, {}, **processing, **layout)
 
 
 def packed(up, call: calls.PackedCall):
