@@ -76,6 +76,29 @@ def test_a_revision_the_adapter_cannot_load_is_an_error_row_with_its_reason(repo
     assert "adapter cannot load" in (reports / "verl" / "history.md").read_text()
 
 
+def test_a_replay_resumed_from_its_table_keeps_its_rows_and_refuses_another_harness(repo, tmp_path, capsys):
+    """A long replay outlives its run cache (a temporary folder): ``--resume`` continues from the committed table.
+    Its rows stand in for their commits (none is loaded or run again); a table from another harness revision is
+    refused with the fix, since its rows would mix two suites."""
+    reports = tmp_path / "reports"
+    assert history.main([f"verl={repo}", "--since", "2025-01-01", "--reports", str(reports)]) == 0
+    table = reports / "verl" / "history.json"
+    body = history.json.loads(table.read_text())
+    body["rows"][0]["title"] = "kept from the earlier table"
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(history.json.dumps(body))
+    again = tmp_path / "again"
+    resume = [f"verl={repo}", "--since", "2025-01-01", "--reports", str(again), "--resume", str(earlier)]
+    assert history.main(resume) == 0
+    (row,) = history.json.loads((again / "verl" / "history.json").read_text())["rows"]
+    assert row["title"] == "kept from the earlier table"
+    body["about"]["harness"] = "0123abcde"
+    earlier.write_text(history.json.dumps(body))
+    assert history.main(resume) == 2
+    said = capsys.readouterr().err
+    assert "--resume" in said and "harness '0123abcde'" in said and "git worktree add --detach DIR 0123abcde" in said
+
+
 def test_tags_replay_consecutive_releases_in_version_order(repo, tmp_path, monkeypatch):
     """``--tags``: each release against the release before it (v0.10 after v0.2, not before), the PR's row named by
     its tag; a release whose files under test did not change costs nothing, an unloadable one is ERROR."""

@@ -175,6 +175,17 @@ def test_an_attribution_on_a_row_that_changed_nothing_is_not_shown(tmp_path):
     assert "loss.py: the mask sum" in page and history.summary(rows, attributed)["harness"] == 0
 
 
+def test_a_table_whose_replay_stopped_before_its_window_ends_says_how_far_it_got():
+    """A long replay is committed as it goes: a partial table must not read as the window's whole history."""
+    rows = [_history_row("a1")]
+    about = {"date": "2026-11-28", "harness": "abc", "total": 9, "since": "2025-06-01", "selection": "all",
+             "keyed_by": ["p/loss.py"], "source": "/repo", "through": "a1 2025-06-03", "complete": False}  # fmt: skip
+    page = history.render("fam", {"about": about, "rows": rows}, {})
+    assert "**Not yet whole**: replayed through a1 2025-06-03" in page and "harness abc" in page
+    whole = history.render("fam", {"about": {**about, "complete": True}, "rows": rows}, {})
+    assert "Not yet whole" not in whole
+
+
 def test_an_attribution_outside_the_four_kinds_is_an_error_naming_the_file(tmp_path):
     (tmp_path / "fam.toml").write_text('[[row]]\ncommit = "a1"\nattribution = "bug"\nwhy = "x"\n')
     with pytest.raises(ValueError, match="fam.toml: row 'a1' needs commit, attribution"):

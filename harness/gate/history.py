@@ -304,6 +304,12 @@ def main(argv=None) -> int:
     parser.add_argument("--tags", help="replay consecutive release tags matching this glob instead of commits")
     parser.add_argument("--reports", default="reports/history")
     parser.add_argument("--plan", action="store_true", help="count the suite runs the replay needs; run none")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        help="an earlier table of this replay (its history.json, e.g. the family's record): its rows are kept, "
+        "only the commits it lacks are run; it must name this harness revision, profile and selection",
+    )
     args, pytest_args = parser.parse_known_args(argv)
     family, _, location = args.spec.partition("=")
     published = location.startswith("=")
@@ -341,9 +347,18 @@ def main(argv=None) -> int:
         if args.plan:
             print(plan(revisions, pending), flush=True)
             return 0
+        try:
+            kept = resumed(args.resume, header) if args.resume else {}
+        except ValueError as exc:
+            print(f"history: --resume: {exc}", file=sys.stderr)
+            return 2
         for commit in pending:
             head_key, base_key = revisions.key(commit.sha), revisions.key(commit.parent)
             if head_key == base_key:
+                continue
+            header.through = f"{commit.name or commit.sha[:9]} {commit.date}"
+            if (row := kept.get(commit.name or commit.sha[:9])) is not None:
+                table.append(row)
                 continue
             unloadable = [
                 f"adapter cannot load {rev[:9]}: {reason}"
@@ -375,6 +390,7 @@ def main(argv=None) -> int:
                 flush=True,
             )
             _write(cache, header, table)
+        header.complete = True
     _write(cache, header, table)
     print(f"history: {cache / 'history.md'}")
     return 0
@@ -395,6 +411,33 @@ class History:
     harness: str = HARNESS_REVISION
     profile: str = field(default_factory=specs.hypothesis_profile)  # examples per check: said in the table's header
     date: str = field(default_factory=lambda: datetime.datetime.now(datetime.UTC).date().isoformat())  # the run's day
+    # How far the table reaches: the last commit it decided ("sha date"), and whether that was the window's last (a
+    # replay stopped before its end leaves a table of its first commits, which a --resume continues).
+    through: str = ""
+    complete: bool = False
+
+
+def resumed(path: Path, header: History) -> dict[str, dict]:
+    """The rows of an earlier table, by commit, to keep instead of running their commits again.
+
+    A row is the comparison of two trees fixed by their commits, so it holds for as long as the harness revision,
+    the Hypothesis profile and the selection that produced it do (a key widened since adds rows, it changes none).
+    The run caches live in a temporary folder between sessions of a long replay; the table is what is committed
+    (``docs/records/data/history/<family>.json``), so a replay pinned at the table's harness revision continues
+    from it. A table from another harness, profile or selection is refused: its rows would mix two suites.
+    """
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file: give a history.json an earlier replay wrote")
+    earlier = json.loads(path.read_text())
+    about, now = earlier.get("about", {}), asdict(header)
+    for fact in ("family", "harness", "profile", "selection"):
+        if about.get(fact) != now[fact]:
+            raise ValueError(
+                f"{path} was replayed with {fact} {about.get(fact)!r}, this replay has {now[fact]!r}; run from a "
+                f"worktree pinned at its harness (git worktree add --detach DIR {about.get('harness')}) with its "
+                "profile (HYPOTHESIS_PROFILE), or replay without --resume"
+            )
+    return {row["commit"]: row for row in earlier.get("rows", [])}
 
 
 def _row(commit: Commit, new_fail, fixed, still_failing: int, errors, *, would_block: bool) -> dict:
@@ -430,11 +473,12 @@ def _short(ids: list[str]) -> str:
 
 def render_table(header: History, table: list[dict]) -> str:
     blocked = sum(1 for row in table if row["would_block"])
+    reach = "" if header.complete else f" Not yet whole: replayed through {header.through or 'none'}."
     lines = [
         f"# Gate history: {header.family} since {header.since}",
         "",
-        f"{len(table)} of {header.total} commits touching the code under test replayed; the gate would have blocked "
-        f"{blocked}.",
+        f"{len(table)} rows (the commits that changed the key, of {header.total} touching its files); the gate "
+        f"would have blocked {blocked}.{reach}",
         "",
         f"Keyed by the {len(header.keyed_by)} files the loader executed: " + keyed_by(header.keyed_by, header.alone),
         "",

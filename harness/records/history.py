@@ -84,6 +84,17 @@ def _until(about: dict) -> str:
     return "" if until == "HEAD" else f" --until {until}"
 
 
+def _reach(about: dict) -> str:
+    """A table whose replay has not reached its window's end says how far it got (tables written before replays
+    recorded it were written at their window's end)."""
+    if about.get("complete", True):
+        return ""
+    return (
+        f" **Not yet whole**: replayed through {about.get('through') or 'no commit'}; the window's later commits are "
+        f"to come (`--resume` this table from a worktree at harness {about['harness']})."
+    )
+
+
 def _spec(family: str, about: dict) -> str:
     """The history's own spec: ``FAMILY==pypi`` or the releases it named, else a checkout (``FAMILY=PATH``)."""
     source = about.get("source", "")
@@ -96,8 +107,9 @@ def render(family: str, snapshot: dict, attributed: dict[str, dict]) -> str:
     lines += [
         f"# History of {family} through the gate",
         "",
-        f"Replayed on {about['date']} with harness {about['harness']}: {len(rows)} of {about['total']} revisions "
-        f"from {about['since']} to {about.get('until', 'HEAD')} ({cell(about.get('source', ''))}). Selection: "
+        f"Replayed on {about['date']} with harness {about['harness']}: {len(rows)} rows (the revisions that changed "
+        f"the key, of {about['total']} touching its files) from {about['since']} to {about.get('until', 'HEAD')} "
+        f"({cell(about.get('source', ''))}).{_reach(about)} Selection: "
         f"{cell(about['selection'])}; Hypothesis profile `{about.get('profile', 'not recorded')}`. Regenerate: "
         f"`nox -s history -- {_spec(family, about)} --since {about['since']}{_until(about)}`, then `nox -s docs`.",
         "",
