@@ -142,9 +142,15 @@ def test_one_hot_stand_in_is_caught_and_fixed_one_is_not():
 
 
 def test_missing_checkout_is_a_clear_error(monkeypatch, tmp_path):
+    """The error names every place a root was looked for, the older layout's included: a replay's ERROR row for a
+    revision before SkyRL's Megatron code must not read as a wrong path."""
     monkeypatch.setenv(PATH_VARIABLE, str(tmp_path))
-    with pytest.raises(FileNotFoundError, match=PATH_VARIABLE):
+    with pytest.raises(FileNotFoundError, match=PATH_VARIABLE) as raised:
         SKYRL.target()
+    marker, older = SKYRL.locate.marker, SKYRL.locate.older
+    assert older, "SkyRL's record names its older layout"
+    for place in (marker, f"src/{marker}", *(f"{sub}/{file}" for sub, file in older)):
+        assert place in str(raised.value), place
 
 
 def test_temperature_is_the_wrappers_own_division_on_a_tensor_it_owns():

@@ -75,7 +75,11 @@ def find(
         root = next((r for r, marker in locate.roots(base) if (r / marker).is_file()), None)
         if root is None:
             named = f"{family}={given}" if where is not None else f"{locate.variable}={given}"
-            raise FileNotFoundError(f"{named}: no {locate.marker} under it (give the root of a {family} checkout)")
+            tried = " nor ".join((r.relative_to(base) / marker).as_posix() for r, marker in locate.roots(base))
+            raise FileNotFoundError(
+                f"{named}: no {tried} under it (a revision before the code under test, or not the root of a "
+                f"{family} checkout)"
+            )
     else:
         spec = importlib.util.find_spec(locate.package)
         if spec is None or not spec.submodule_search_locations:
