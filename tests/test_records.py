@@ -53,6 +53,19 @@ def test_an_import_takes_only_runs_newer_than_the_record(tmp_path, monkeypatch):
     assert store.load_all(store.GATES)["impl"]["rows"][0]["outcome"] == "PASS"
 
 
+def test_a_familys_commits_and_its_releases_are_two_records_neither_replacing_the_other(tmp_path, monkeypatch):
+    """SkyRL's history is its repository's commits and its PyPI releases: importing one must not drop the other."""
+    monkeypatch.setattr(store, "HISTORIES", tmp_path / "data" / "history")
+    for folder, source, releases in (("commits", "/mirror/skyrl", False), ("releases", "pypi", True)):
+        about = {"family": "skyrl", "date": "2026-11-28", "source": source, "releases": releases}
+        (tmp_path / "r" / folder / "skyrl").mkdir(parents=True)
+        (tmp_path / "r" / folder / "skyrl" / "history.json").write_text(json.dumps({"about": about, "rows": []}))
+    store.import_reports(tmp_path / "r")
+    assert sorted(store.load_all(store.HISTORIES)) == ["skyrl", "skyrl-releases"]
+    older = {"family": "trl", "date": "2026-11-27", "source": "pypi"}  # written before tables said which they were
+    assert store.history_name({"about": older}) == "trl-releases"
+
+
 def test_a_base_vs_pr_run_is_not_a_record_and_the_import_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "GATES", tmp_path / "data" / "gates")
     (tmp_path / "r" / "a-vs-b").mkdir(parents=True)
@@ -152,7 +165,8 @@ def test_only_defect_rows_count_as_blocks_or_fixes(tmp_path):
     counts = history.summary(rows, attributed)
     assert counts["defect blocks"] == 1 and counts["defect fixes"] == 1 and counts["reachable"] == 1
     assert counts["unattributed"] == 1 and counts["ERROR"] == 1
-    about = {"date": "2026-11-27", "harness": "abc", "total": 5, "since": "2025-06-01", "selection": "all",
+    about = {"family": "fam", "date": "2026-11-27", "harness": "abc", "total": 5, "since": "2025-06-01",
+             "selection": "all",
              "keyed_by": ["p/loss.py", "p/trainer.py"], "alone": {"p/trainer.py": ["Trainer.loss"]},
              "source": "/repo"}  # fmt: skip
     page = history.render("fam", {"about": about, "rows": rows}, attributed)
@@ -168,7 +182,8 @@ def test_an_attribution_on_a_row_that_changed_nothing_is_not_shown(tmp_path):
         '[[row]]\ncommit = "b2"\nattribution = "defect"\nwhy = "loss.py: the mask sum"\n'
     )
     attributed = history.attributions("fam", tmp_path)
-    about = {"date": "2026-11-27", "harness": "abc", "total": 2, "since": "2025-06-01", "selection": "all",
+    about = {"family": "fam", "date": "2026-11-27", "harness": "abc", "total": 2, "since": "2025-06-01",
+             "selection": "all",
              "keyed_by": ["p/loss.py"], "source": "/repo"}  # fmt: skip
     page = history.render("fam", {"about": about, "rows": rows}, attributed)
     assert "old detectors" not in page and "| `a1` | 2026-01-01 | a1 | - | - | - | - | - |" in page
@@ -178,7 +193,8 @@ def test_an_attribution_on_a_row_that_changed_nothing_is_not_shown(tmp_path):
 def test_a_table_whose_replay_stopped_before_its_window_ends_says_how_far_it_got():
     """A long replay is committed as it goes: a partial table must not read as the window's whole history."""
     rows = [_history_row("a1")]
-    about = {"date": "2026-11-28", "harness": "abc", "total": 9, "since": "2025-06-01", "selection": "all",
+    about = {"family": "fam", "date": "2026-11-28", "harness": "abc", "total": 9, "since": "2025-06-01",
+             "selection": "all",
              "keyed_by": ["p/loss.py"], "source": "/repo", "through": "a1 2025-06-03", "complete": False}  # fmt: skip
     page = history.render("fam", {"about": about, "rows": rows}, {})
     assert "**Not yet whole**: replayed through a1 2025-06-03" in page and "harness abc" in page

@@ -344,6 +344,7 @@ def main(argv=None) -> int:
         header = History(
             family, args.since, len(pending), sorted(revisions.paths), described, source, args.until, alone=alone
         )
+        header.releases = published
         if args.plan:
             print(plan(revisions, pending), flush=True)
             return 0
@@ -415,6 +416,7 @@ class History:
     # replay stopped before its end leaves a table of its first commits, which a --resume continues).
     through: str = ""
     complete: bool = False
+    releases: bool = False  # a PyPI family's published releases, not a checkout's commits (its record's own name)
 
 
 def resumed(path: Path, header: History) -> dict[str, dict]:

@@ -3,7 +3,7 @@
 The gate's decision on a commit says what changed between two verdict sets;
 whether the commit CHANGED THE CODE'S BEHAVIOUR is read from its diff by a
 person, and written as data beside the table
-(``docs/records/data/attribution/<family>.toml``: ``commit``,
+(``docs/records/data/attribution/<name>.toml``, the record's name: ``commit``,
 ``attribution``, ``why``; a row with both NEW FAIL and FIXED gives its FIXED
 side its own ``fixed_attribution`` and ``fixed_why``). An attribution is one of:
 
@@ -95,23 +95,25 @@ def _reach(about: dict) -> str:
     )
 
 
-def _spec(family: str, about: dict) -> str:
+def _spec(about: dict) -> str:
     """The history's own spec: ``FAMILY==pypi`` or the releases it named, else a checkout (``FAMILY=PATH``)."""
-    source = about.get("source", "")
-    return f"{family}=={source}" if source and not source.startswith("/") else f"{family}=PATH"
+    family = about["family"]
+    return f"{family}=={about['source']}" if store.replays_releases(about) else f"{family}=PATH"
 
 
-def render(family: str, snapshot: dict, attributed: dict[str, dict]) -> str:
+def render(name: str, snapshot: dict, attributed: dict[str, dict]) -> str:
+    """The record ``name`` (``store.history_name``: the family, or ``<family>-releases``) with its attributions."""
     about, rows = snapshot["about"], snapshot["rows"]
-    lines = banner(f"docs/records/data/history/{family}.json and docs/records/data/attribution/{family}.toml")
+    kind = "its PyPI releases" if store.replays_releases(about) else "its repository's commits"
+    lines = banner(f"docs/records/data/history/{name}.json and docs/records/data/attribution/{name}.toml")
     lines += [
-        f"# History of {family} through the gate",
+        f"# History of {about['family']} through the gate: {kind}",
         "",
         f"Replayed on {about['date']} with harness {about['harness']}: {len(rows)} rows (the revisions that changed "
         f"the key, of {about['total']} touching its files) from {about['since']} to {about.get('until', 'HEAD')} "
         f"({cell(about.get('source', ''))}).{_reach(about)} Selection: "
         f"{cell(about['selection'])}; Hypothesis profile `{about.get('profile', 'not recorded')}`. Regenerate: "
-        f"`nox -s history -- {_spec(family, about)} --since {about['since']}{_until(about)}`, then `nox -s docs`.",
+        f"`nox -s history -- {_spec(about)} --since {about['since']}{_until(about)}`, then `nox -s docs`.",
         "",
         "Keyed by the files the loader executed: " + keyed_by(about["keyed_by"], about.get("alone", {})),
         "",

@@ -137,6 +137,19 @@ def name_of(snapshot: dict) -> str:
     return about.get("family") or about["slug"]
 
 
+def replays_releases(about: dict) -> bool:
+    """Whether a history replayed a family's published releases (``FAMILY==pypi`` or ``==V1,V2``) rather than the
+    commits of a checkout, whose source is the repository's path."""
+    return about.get("releases", not about.get("source", "").startswith("/"))
+
+
+def history_name(snapshot: dict) -> str:
+    """A history's record name: the family for its commits, ``<family>-releases`` for its PyPI releases. A family
+    may have both (SkyRL: its repository's commits and its releases), and neither replaces the other."""
+    about = snapshot["about"]
+    return f"{about['family']}-releases" if replays_releases(about) else about["family"]
+
+
 def newer(candidate: dict, stored: dict | None) -> bool:
     return stored is None or candidate["about"]["date"] >= stored["about"]["date"]
 
@@ -200,6 +213,6 @@ def import_reports(reports: Path) -> list[str]:
         except NotARecord as exc:
             imported.append(f"history skipped: {exc}")
             continue
-        if _keep_newer(HISTORIES / f"{name_of(snapshot)}.json", snapshot):
-            imported.append(f"history {name_of(snapshot)}: {path.parent}")
+        if _keep_newer(HISTORIES / f"{history_name(snapshot)}.json", snapshot):
+            imported.append(f"history {history_name(snapshot)}: {path.parent}")
     return imported
