@@ -28,12 +28,6 @@ TRITON_NOT_PROMISED = [
     "--deselect=properties/test_topology.py::test_topology_invariance_bit_for_bit",
     "--deselect=properties/test_topology.py::test_token_topology_invariance_bit_for_bit",
 ]
-# pytest rewrites the harness's modules (its plugin's package) in every pytest process the suite starts: the
-# xdist workers, each mutant's and each gate self-test's subprocess. Where the environment forbids bytecode files
-# (PYTHONDONTWRITEBYTECODE, set on this project's development machines) each of those processes compiles them
-# again, about 1.5 s of CPU apiece; the suite's runs may write them (to the checkout's __pycache__/ folders, which
-# git ignores).
-BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
 # Short names of targets `nox -s check -- --target NAME` accepts beside impl (the gate takes module:attr).
 
 
@@ -54,7 +48,7 @@ def _suite(session: nox.Session, *selection: str) -> None:
     """The whole suite twice: on impl (torch), then on the Triton kernels under Triton's CPU interpreter."""
     workers = _workers()
     first = ["tests", *SUITE, f"--ignore={TRITON_KERNEL_TESTS}"]
-    profile = {"HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "suite"), **BYTECODE}
+    profile = {"HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "suite")}
     session.run("python", "-m", "pytest", *first, *workers, *selection, *session.posargs, env=profile)
     session.run(
         "python",
@@ -68,7 +62,7 @@ def _suite(session: nox.Session, *selection: str) -> None:
         *workers,
         *selection,
         *session.posargs,
-        env={"TRITON_INTERPRET": "1", "HYPOTHESIS_PROFILE": "interpreter", **BYTECODE},
+        env={"TRITON_INTERPRET": "1", "HYPOTHESIS_PROFILE": "interpreter"},
     )
 
 
@@ -95,7 +89,7 @@ def slow(session: nox.Session) -> None:
     end-to-end gate runs (a hang waited out on both sides, two real-scale traces, the isolation stand-ins) whose
     rules the suite unit-tests."""
     _install(session)
-    session.run("python", "-m", "pytest", "tests", "-m", "nightly", *_workers(), *session.posargs, env=BYTECODE)
+    session.run("python", "-m", "pytest", "tests", "-m", "nightly", *_workers(), *session.posargs)
 
 
 @nox.session(python=PYTHON)
