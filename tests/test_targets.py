@@ -94,11 +94,12 @@ def test_replay_command_reproduces_failure_and_pass(adapter_file):
     assert passing.returncode == 0 and "PASS" in passing.stdout, passing.stdout + passing.stderr
 
 
-def _verdicts(adapter_file, selection: str, adapter: str, report_dir=None) -> str:
-    """Run one property in a fresh pytest (dev profile) against an adapter; its verdict table."""
+def _verdicts(adapter_file, selection: str | list[str], adapter: str, report_dir=None) -> str:
+    """Run properties in a fresh pytest (dev profile) against an adapter; their verdict table."""
     report = [f"--report-dir={report_dir}"] if report_dir else []
+    selected = [selection] if isinstance(selection, str) else selection
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", selection, "--target", f"{adapter_file}:{adapter}", *report],
+        [sys.executable, "-m", "pytest", "-q", *selected, "--target", f"{adapter_file}:{adapter}", *report],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -125,12 +126,17 @@ def test_left_out_examples_never_hide_a_failure(adapter_file):
 
 @pytest.mark.slow
 def test_property_whose_every_example_needs_a_missing_capability_is_unsupported(adapter_file, tmp_path):
-    table = _verdicts(
-        adapter_file, "properties/test_forward_parity.py::test_packed_forward_parity", "TokenOnly", report_dir=tmp_path
-    )
-    assert "UNSUPPORTED   needs packed: 1 checks" in table, table
-    (verdict,) = Run.load(tmp_path).verdicts.values()
-    assert verdict.outcome == "UNSUPPORTED" and "does not support ['packed'] (all " in verdict.reason, verdict
+    """A missing entry point stops the property at its first example; any other capability every example needed
+    is found by rejecting them all (Hypothesis' Unsatisfiable): both are UNSUPPORTED, naming what was missing."""
+    packed = "properties/test_forward_parity.py::test_packed_forward_parity"
+    chunked = "properties/test_invariances.py::test_token_chunk_invariance"
+    table = _verdicts(adapter_file, [packed, chunked], "TokenOnly", report_dir=tmp_path)
+    assert "UNSUPPORTED   needs packed: 1 checks" in table and "needs chunking: 1 checks" in table, table
+    verdicts = Run.load(tmp_path).verdicts
+    entry, other = verdicts[packed], verdicts[chunked]
+    assert entry.outcome == other.outcome == "UNSUPPORTED", verdicts
+    assert "does not support ['packed'] (the check's entry point" in entry.reason and entry.missing == ["packed"]
+    assert "does not support ['chunking'] (all " in other.reason and other.missing == ["chunking"], other
 
 
 def test_a_replay_line_from_before_the_checks_package_still_resolves():

@@ -82,6 +82,11 @@ SAMPLING_CAPABILITIES = frozenset(
     }
 )
 CAPABILITIES = CAPABILITIES | SAMPLING_CAPABILITIES
+# The capabilities that name a Target method a check calls. A check calls one of them, fixed by its code (a
+# level it is written for), never chosen by a drawn value: a target without it can run no example of the check,
+# so ``harness.checks.running.require`` reports the check UNSUPPORTED at its first example instead of drawing
+# hundreds more to reject. ``sampling_packed`` is not here: a sampling Case draws whether it is packed.
+ENTRY_POINTS = frozenset({"token", "packed", "policy_loss", "token_policy_loss", "hidden", "sampling"})
 
 
 @dataclass(frozen=True)
