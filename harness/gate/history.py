@@ -98,6 +98,11 @@ class Commit:
     parent: str
     name: str = ""  # a release tag (``--tags``); the row shows it instead of the short sha
 
+    @property
+    def label(self) -> str:
+        """The commit as its table row names it, and as ``--resume`` finds that row again."""
+        return self.name or self.sha[:9]
+
 
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
@@ -342,9 +347,16 @@ def main(argv=None) -> int:
         source = location if not published else location[1:]
         alone = {path: list(selectors) for path, selectors in revisions.alone.items()}
         header = History(
-            family, args.since, len(pending), sorted(revisions.paths), described, source, args.until, alone=alone
+            family,
+            args.since,
+            len(pending),
+            sorted(revisions.paths),
+            described,
+            source,
+            args.until,
+            alone=alone,
+            releases=published,
         )
-        header.releases = published
         if args.plan:
             print(plan(revisions, pending), flush=True)
             return 0
@@ -357,8 +369,8 @@ def main(argv=None) -> int:
             head_key, base_key = revisions.key(commit.sha), revisions.key(commit.parent)
             if head_key == base_key:
                 continue
-            header.through = f"{commit.name or commit.sha[:9]} {commit.date}"
-            if (row := kept.get(commit.name or commit.sha[:9])) is not None:
+            header.through = f"{commit.label} {commit.date}"
+            if (row := kept.get(commit.label)) is not None:
                 table.append(row)
                 continue
             unloadable = [
@@ -444,7 +456,7 @@ def resumed(path: Path, header: History) -> dict[str, dict]:
 
 def _row(commit: Commit, new_fail, fixed, still_failing: int, errors, *, would_block: bool) -> dict:
     return {
-        "commit": commit.name or commit.sha[:9],
+        "commit": commit.label,
         "date": commit.date,
         "title": commit.subject,
         "new_fail": new_fail,
