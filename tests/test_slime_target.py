@@ -11,6 +11,7 @@ on the right one.
 
 import shutil
 import sys
+import types
 
 import pytest
 import torch
@@ -29,6 +30,8 @@ from harness.checks.policy import check_policy_loss
 from harness.jobs.logits import policy_job
 from harness.ranks.run import run_job
 from harness.targets import PackedInputs, load_target
+from harness.targets.protocol import PolicyOptions
+from harness.targets.slime import policy as slime_policy
 from harness.targets.slime.family import SLIME
 from harness.targets.upstream import megatron_cross_entropy, megatron_stand_in
 from harness.targets.upstream.locate import find, revision
@@ -315,6 +318,32 @@ def test_an_option_present_but_not_passed_through_fails_instead_of_reading_unsup
         text.replace("args.eps_clip, args.eps_clip_high)", "args.eps_clip, args.eps_clip_high, args.eps_clip_c)")
     )
     check_policy_loss(DUAL_CLIP, f"slime={tree}")
+
+
+def _approx_kl_before_483(log_probs, log_probs_base, kl_loss_type, importance_ratio=None):
+    """compute_approx_kl's switch before slime #483 (2025-10-20): k1 under the name "kl", the others as now."""
+    log_ratio = log_probs - log_probs_base
+    if kl_loss_type == "kl":
+        return log_ratio
+    if kl_loss_type in ("k3", "low_var_kl"):
+        return (-log_ratio).exp() - 1 + log_ratio
+    raise ValueError(f"Unknown kl_loss_type: {kl_loss_type}")
+
+
+def test_a_kl_estimator_is_declared_and_passed_under_the_name_the_revision_takes():
+    """slime named k1 "kl" until #483: that revision declares k1 and is passed "kl" (a convention, translated),
+    never the harness's "k1", which its switch refuses; a kind it takes under no name is not declared."""
+    up = types.SimpleNamespace(compute_approx_kl=_approx_kl_before_483)
+    kinds = {f"policy_kl_{kind}" for kind in slime_policy.KL_NAMES}
+    declared = {o.capability for o in slime_policy.OPTIONS if o.capability in kinds and o.when[0](up)}
+    assert declared == {"policy_kl_k1", "policy_kl_k3", "policy_kl_low_var_kl"}
+    options = PolicyOptions(kl_kind="k1", kl_coef=0.1, ref_log_probs=[torch.zeros(2)])
+    call = types.SimpleNamespace(eps_clip=0.2, clip_high=0.2, with_entropy=False, entropy_coef=0.0, options=options)
+    args, _ = slime_policy.settings(up, call, [torch.ones(2)])
+    assert args["kl_loss_type"] == "kl"
+    current = types.SimpleNamespace(compute_approx_kl=lambda lp, base, kind, importance_ratio=None: lp - base)
+    assert slime_policy.kl_name(current, "k1") == "k1"
+    assert slime_policy.kl_name(types.SimpleNamespace(compute_approx_kl=None), "k1") is None
 
 
 # ---- the composition that runs is slime's; a replay line names its checkout -----------------------

@@ -139,7 +139,7 @@ def policy_loss(up, call: calls.PolicyCall):
     coefficient); the first revisions' ``policy_loss_func`` returns ``loss / cp_size``
     (Megatron multiplies back), so the rank's share is that times the CP size."""
     masks = [mask.float() for mask in call.inputs.loss_masks]
-    settings, entries = policy.settings(call, masks)
+    settings, entries = policy.settings(up, call, masks)
     scores, args, rows, extra = _layout(call, **settings)
     batch = {"advantages": list(call.advantages), "log_probs": list(call.old_log_probs), **rows, "loss_masks": masks}
     batch.update(entries, **{k: v for k, v in extra.items() if k != "parallel_state"})

@@ -169,6 +169,32 @@ def configured(where: str, *fields: str) -> Callable:
     return holds
 
 
+# What a definition raises for a value it does not take (a string switch's else, a registry's lookup, a missing
+# keyword, the symbol absent: None called).
+REFUSALS = (KeyError, ValueError, NotImplementedError, TypeError)
+
+
+def accepts(name: str, *args, **kwargs) -> Callable:
+    """An ``Option`` condition: the revision's ``name`` returns on ``args`` (the last, or a keyword: the option's
+    value) instead of refusing it (``REFUSALS``).
+
+    For options a revision holds as data its code runs, a string switch or a registry (verl's ``kl_penalty``,
+    slime's ``compute_approx_kl``): the value is declared where the definition takes it, never where its name
+    appears in the source.
+    """
+
+    def holds(up) -> bool:
+        try:
+            getattr(up, name)(*args, **kwargs)
+        except REFUSALS:
+            return False
+        return True
+
+    value = args[-1] if args else next(iter(kwargs.values()), "")
+    holds.__doc__ = f"{name} takes {value!r}"
+    return holds
+
+
 def configured_options(where: str, extends: str, table: dict) -> tuple[Option, ...]:
     """One ``Option`` per capability of ``table`` (capability -> the fields of ``where`` that select it), each
     declared where the configuration class has those fields (``configured``)."""

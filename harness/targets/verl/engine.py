@@ -13,6 +13,7 @@ import torch.distributed as dist
 from harness.targets.protocol import PolicyOptions
 from harness.targets.upstream import packing
 from harness.targets.upstream.calls import size_and_rank
+from harness.targets.upstream.family import accepts
 from harness.targets.upstream.settings import StrictSettings
 from harness.targets.upstream.shared_gradient import SumGradientOverGroup
 
@@ -149,29 +150,17 @@ class ActorSettings(StrictSettings):
         return self.__dict__.get(key, default)
 
 
-def _runs(name: str, *args, **kwargs):
-    """An ``Option`` condition: the revision's ``name`` accepts ``args`` (the last: the option's) without an error."""
-
-    def holds(up) -> bool:
-        try:
-            getattr(up, name)(*args, **kwargs)
-        except (KeyError, ValueError, NotImplementedError, TypeError):
-            return False
-        return True
-
-    holds.__doc__ = f"verl's {name} takes {args[-1]!r}"
-    return holds
-
-
 DECLARED_BY = {  # each option: what declares it where present (the vanilla loss's dual clip: clip_ratio_c)
     **{
-        f"policy_{kind}": _runs("get_policy_loss_fn", mode)
+        f"policy_{kind}": accepts("get_policy_loss_fn", mode)
         for kind, mode in (("gspo", "gspo"), ("cispo", "cispo"), ("dual_clip", "vanilla"))
     },
-    **{f"policy_kl_{kind}": _runs("kl_penalty", torch.zeros(1, 2), torch.zeros(1, 2), kind) for kind in KL_KINDS},
-    **{f"policy_agg_{mode}": _runs("agg_loss", torch.zeros(1, 2), torch.ones(1, 2), mode) for mode in _VERLS[:-1]},
+    **{f"policy_kl_{kind}": accepts("kl_penalty", torch.zeros(1, 2), torch.zeros(1, 2), kind) for kind in KL_KINDS},
+    **{f"policy_agg_{mode}": accepts("agg_loss", torch.zeros(1, 2), torch.ones(1, 2), mode) for mode in _VERLS[:-1]},
     # the norm mode where agg_loss takes its constant horizon (#4360, 2025-12; before, the mask's width)
-    f"policy_agg_{_VERLS[-1]}": _runs("agg_loss", torch.zeros(1, 2), torch.ones(1, 2), _VERLS[-1], loss_scale_factor=1),
+    f"policy_agg_{_VERLS[-1]}": accepts(
+        "agg_loss", torch.zeros(1, 2), torch.ones(1, 2), _VERLS[-1], loss_scale_factor=1
+    ),
     # the trainer's compute_rollout_correction_weights (prepare loads it alone) makes the weights its loss reads
     **{f"policy_{r}": "rollout_weights" for r in "tis_token tis_sequence mis_token mis_sequence mis_floor".split()},
 }
