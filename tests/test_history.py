@@ -76,10 +76,12 @@ def test_a_revision_the_adapter_cannot_load_is_an_error_row_with_its_reason(repo
     assert "adapter cannot load" in (reports / "verl" / "history.md").read_text()
 
 
-def test_a_replay_resumed_from_its_table_keeps_its_rows_and_refuses_another_harness(repo, tmp_path, capsys):
+def test_a_replay_resumed_from_its_table_keeps_its_rows_and_refuses_another_harness(
+    repo, tmp_path, capsys, monkeypatch
+):
     """A long replay outlives its run cache (a temporary folder): ``--resume`` continues from the committed table.
     Its rows stand in for their commits (none is loaded or run again); a table from another harness revision is
-    refused with the fix, since its rows would mix two suites."""
+    refused with the fix, before any revision is loaded, since its rows would mix two suites."""
     reports = tmp_path / "reports"
     assert history.main([f"verl={repo}", "--since", "2025-01-01", "--reports", str(reports)]) == 0
     table = reports / "verl" / "history.json"
@@ -94,6 +96,11 @@ def test_a_replay_resumed_from_its_table_keeps_its_rows_and_refuses_another_harn
     assert row["title"] == "kept from the earlier table"
     body["about"]["harness"] = "0123abcde"
     earlier.write_text(history.json.dumps(body))
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("a table that cannot be continued is refused before any revision is loaded")
+
+    monkeypatch.setattr(history.Revisions, "probe", no_probe)
     assert history.main(resume) == 2
     said = capsys.readouterr().err
     assert "--resume" in said and "harness '0123abcde'" in said and "git worktree add --detach DIR 0123abcde" in said

@@ -328,6 +328,11 @@ def main(argv=None) -> int:
     repo = None if published else Path(location).expanduser().resolve()
     cache = Path(args.reports) / family
     chosen, described = selection(family, pytest_args)
+    try:  # before any revision is loaded: a table that cannot be continued is refused at once
+        kept = resumed(args.resume, family, described) if args.resume else {}
+    except ValueError as exc:
+        print(f"history: --resume: {exc}", file=sys.stderr)
+        return 2
     table: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="lph-history-") as trees:
         kind = ReleaseRevisions if published else Revisions
@@ -360,11 +365,6 @@ def main(argv=None) -> int:
         if args.plan:
             print(plan(revisions, pending), flush=True)
             return 0
-        try:
-            kept = resumed(args.resume, header) if args.resume else {}
-        except ValueError as exc:
-            print(f"history: --resume: {exc}", file=sys.stderr)
-            return 2
         for commit in pending:
             head_key, base_key = revisions.key(commit.sha), revisions.key(commit.parent)
             if head_key == base_key:
@@ -431,7 +431,7 @@ class History:
     releases: bool = False  # a PyPI family's published releases, not a checkout's commits (its record's own name)
 
 
-def resumed(path: Path, header: History) -> dict[str, dict]:
+def resumed(path: Path, family: str, described: str) -> dict[str, dict]:
     """The rows of an earlier table, by commit, to keep instead of running their commits again.
 
     A row is the comparison of two trees fixed by their commits, so it holds for as long as the harness revision,
@@ -443,7 +443,8 @@ def resumed(path: Path, header: History) -> dict[str, dict]:
     if not path.is_file():
         raise ValueError(f"{path} is not a file: give a history.json an earlier replay wrote")
     earlier = json.loads(path.read_text())
-    about, now = earlier.get("about", {}), asdict(header)
+    about = earlier.get("about", {})
+    now = asdict(History(family, "", 0, [], described))  # this replay's harness and profile, as its table records them
     for fact in ("family", "harness", "profile", "selection"):
         if about.get(fact) != now[fact]:
             raise ValueError(
