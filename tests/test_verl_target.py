@@ -25,6 +25,7 @@ from harness.checks.forward_only import check_hidden_forward_only, check_packed_
 from harness.checks.hidden import check_hidden_backward, check_hidden_forward
 from harness.checks.parity import check_packed_backward, check_packed_forward, check_token_backward, check_token_forward
 from harness.checks.policy import check_policy_loss
+from harness.checks.token_policy import check_token_policy_loss
 from harness.gate import specs
 from harness.targets import PackedInputs, load_target, registry
 from harness.targets.upstream.loader import MissingUpstream
@@ -333,6 +334,37 @@ def test_a_loss_that_leaves_out_its_entropy_term_fails(tmp_path):
     check_policy_loss(case, CORRECT)
     with pytest.raises(AssertionError):
         check_policy_loss(case, spec)
+
+
+OLDER_PPO_LOSS = (  # ppo_loss before #3600 (2025-10-13): the [B, R] matrices as given, no padding helper
+    ("def no_padding_2_padding(", "def _unused_padding("),
+    ('log_prob = no_padding_2_padding(model_output["log_probs"], data)', 'log_prob = model_output["log_probs"]'),
+    ("agg_loss(no_padding_2_padding(entropy, data), mask", "agg_loss(entropy, mask"),
+)
+
+
+def test_token_policy_loss_hands_each_form_of_ppo_loss_its_own_layout(tmp_path):
+    """From verl #3600 ppo_loss pads the engine's per-position output to ``[B, R]`` itself (no_padding_2_padding);
+    before, it took the ``[B, R]`` matrices as given. Each form gets its layout and passes; the older form handed
+    the newer layout (what the record did before it told them apart) fails."""
+    case = POLICY_CASE.with_(entropy_coef=-0.5, with_entropy=True)
+    check_token_policy_loss(case, CORRECT)
+    tree = tmp_path / "older-ppo-loss"
+    shutil.copytree(fakes.HERE / "correct", tree)
+    losses = tree / "verl/workers/utils/losses.py"
+    text = losses.read_text()
+    for old, new in OLDER_PPO_LOSS:
+        assert old in text, old
+        text = text.replace(old, new)
+    losses.write_text(text)
+    check_token_policy_loss(case, f"verl={tree}")
+    misread = tmp_path / "older-ppo-loss-misread"  # another path: a loaded tree is cached by its spec
+    shutil.copytree(tree, misread)
+    (misread / "verl/workers/utils/losses.py").write_text(
+        text.replace("def _unused_padding(", "def no_padding_2_padding(")
+    )
+    with pytest.raises(RuntimeError, match="must match the size"):
+        check_token_policy_loss(case, f"verl={misread}")
 
 
 def test_policy_loss_under_cp_reads_verls_whole_batch_loss_as_each_ranks_share():

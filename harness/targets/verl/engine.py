@@ -169,6 +169,10 @@ DECLARED_BY = {  # each option: what declares it where present (the vanilla loss
 class Batch(dict):
     """The TensorDict ``ppo_loss`` reads, as it reads it: entries by key, ``get``, ``select``, ``to_padded_tensor``."""
 
+    @property
+    def batch(self):  # ppo_loss between #3401 and #3422 (2025-09) took a DataProto and read its ``batch``
+        return self
+
     def select(self, *keys):
         return Batch({key: self[key] for key in keys})
 
@@ -220,5 +224,8 @@ def loss(up, call, output: dict, lengths, mask):
         use_kl_loss=options.kl_coef != 0,
         kl_loss_type=options.kl_kind if options.kl_kind in KL_KINDS else None,
         kl_loss_coef=options.kl_coef,
+        # the vanilla loss's own truncated IS (#2953 to #3694, 2025-08..10), read on every call: verl's default -1,
+        # off (the harness's rollout corrections are the rollout_is_weights above, where the trainer makes them)
+        tis_imp_ratio_cap=-1,
     )
     return up.ppo_loss(config, output, Batch(data))[0]  # (the loss, its metrics)

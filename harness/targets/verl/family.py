@@ -165,11 +165,15 @@ def policy_loss(up, call: calls.PolicyCall):
 
 
 def token_policy_loss(up, call: calls.TokenPolicyCall):
-    """``ppo_loss`` on ``[B, R]`` matrices (``engine.py``), each row a sequence with a one-token prompt's response."""
+    """``ppo_loss`` on ``[B, R]`` matrices (``engine.py``), each row a sequence with a one-token prompt's response.
+
+    From #3600 ppo_loss takes the engine's output per position of each sequence (position p: token p + 1) and pads
+    it to ``[B, R]`` itself (``no_padding_2_padding``); before, it took the ``[B, R]`` matrices as they are."""
     rows, width = call.log_probs.shape
-    matrices = {"log_probs": call.log_probs, "entropy": call.entropy}  # per position p of a sequence: token p + 1
-    output = {key: pad(matrix, (0, 1)).reshape(-1) for key, matrix in matrices.items() if matrix is not None}
-    return verl_engine.loss(up, call, output, [(width + 1, width)] * rows, call.loss_mask)
+    matrices = {key: m for key, m in (("log_probs", call.log_probs), ("entropy", call.entropy)) if m is not None}
+    if up.no_padding_2_padding is not None:
+        matrices = {key: pad(matrix, (0, 1)).reshape(-1) for key, matrix in matrices.items()}
+    return verl_engine.loss(up, call, matrices, [(width + 1, width)] * rows, call.loss_mask)
 
 
 def hidden(up, call: calls.HiddenCall):
@@ -303,6 +307,8 @@ VERL = Family(
         # read by the options (ppo_loss imports them)
         **{name: Symbol("core_algos", (name,)) for name in ("get_policy_loss_fn", "agg_loss", "kl_penalty")},
         "ppo_loss": Symbol("losses", ("ppo_loss",)),
+        # from #3600 (2025-10-13) ppo_loss pads the engine's per-position output itself (its module imports this)
+        "no_padding_2_padding": Symbol("losses", ("no_padding_2_padding",)),
         "FusedLinearForPPO": Symbol("fused", ("FusedLinearForPPO",)),
     },
     entries=(

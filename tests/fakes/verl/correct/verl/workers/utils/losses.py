@@ -15,7 +15,7 @@ from verl.utils.metric import AggregationType, Metric
 ENTROPY_TERM = True
 
 
-def _responses(output, data):
+def no_padding_2_padding(output, data):  # verl imports it from its padding utilities (from #3600)
     values = output.values() if output.is_nested else output
     prompts, responses = data["prompts"].offsets().diff(), data["responses"].offsets().diff()
     ends = (prompts + responses).cumsum(0)
@@ -25,7 +25,7 @@ def _responses(output, data):
 
 
 def ppo_loss(config, model_output, data, dp_group=None):
-    log_prob = _responses(model_output["log_probs"], data)
+    log_prob = no_padding_2_padding(model_output["log_probs"], data)
     entropy = model_output.get("entropy", None)
     config.global_batch_info.update(dp_size=data["dp_size"], global_batch_size=data["global_batch_size"])
     padded = data.select("response_mask", "old_log_probs", "advantages").to_padded_tensor()
@@ -37,6 +37,6 @@ def ppo_loss(config, model_output, data, dp_group=None):
     )  # fmt: skip
     metrics = Metric.from_dict(metrics, aggregation=AggregationType.MEAN)
     if entropy is not None and ENTROPY_TERM:
-        entropy_loss = agg_loss(_responses(entropy, data), mask, mode, **config.global_batch_info)
+        entropy_loss = agg_loss(no_padding_2_padding(entropy, data), mask, mode, **config.global_batch_info)
         loss = loss - config.entropy_coeff * entropy_loss
     return loss, metrics
