@@ -35,6 +35,10 @@ SKEWED_ADAPTER = textwrap.dedent('''
 
     class SkewedNoTemperature(Skewed):
         capabilities = ImplTarget.capabilities - {"temperature"}
+
+    class NoContextParallel(ImplTarget):
+        name = "no-cp"
+        capabilities = ImplTarget.capabilities - {"cp_zigzag", "cp_allgather"}
 ''')
 
 
@@ -126,17 +130,23 @@ def test_left_out_examples_never_hide_a_failure(adapter_file):
 
 @pytest.mark.slow
 def test_property_whose_every_example_needs_a_missing_capability_is_unsupported(adapter_file, tmp_path):
-    """A missing entry point stops the property at its first example; any other capability every example needed
-    is found by rejecting them all (Hypothesis' Unsatisfiable): both are UNSUPPORTED, naming what was missing."""
+    """What the check's code needs on every example (its entry point, a chunk check's ``chunking``) stops the
+    property at its first example; a capability each draw needs (a CP layout, drawn) is found by rejecting every
+    example (Hypothesis' Unsatisfiable). Both are UNSUPPORTED, naming what was missing."""
     packed = "properties/test_forward_parity.py::test_packed_forward_parity"
     chunked = "properties/test_invariances.py::test_token_chunk_invariance"
-    table = _verdicts(adapter_file, [packed, chunked], "TokenOnly", report_dir=tmp_path)
+    table = _verdicts(adapter_file, [packed, chunked], "TokenOnly", report_dir=tmp_path / "token-only")
     assert "UNSUPPORTED   needs packed: 1 checks" in table and "needs chunking: 1 checks" in table, table
-    verdicts = Run.load(tmp_path).verdicts
-    entry, other = verdicts[packed], verdicts[chunked]
-    assert entry.outcome == other.outcome == "UNSUPPORTED", verdicts
-    assert "does not support ['packed'] (the check's entry point" in entry.reason and entry.missing == ["packed"]
-    assert "does not support ['chunking'] (all " in other.reason and other.missing == ["chunking"], other
+    verdicts = Run.load(tmp_path / "token-only").verdicts
+    for check, missing in ((packed, ["packed"]), (chunked, ["chunking"])):
+        verdict = verdicts[check]
+        assert verdict.outcome == "UNSUPPORTED" and verdict.missing == missing, verdict
+        assert f"does not support {missing} (every example of the check needs it" in verdict.reason, verdict
+    split = "properties/test_policy_losses.py::test_policy_cp_invariance"
+    _verdicts(adapter_file, split, "NoContextParallel", report_dir=tmp_path / "no-cp")
+    (verdict,) = Run.load(tmp_path / "no-cp").verdicts.values()
+    assert verdict.outcome == "UNSUPPORTED" and verdict.missing == ["cp_allgather", "cp_zigzag"], verdict
+    assert "(all " in verdict.reason and "generated examples needed it" in verdict.reason, verdict
 
 
 def test_a_replay_line_from_before_the_checks_package_still_resolves():

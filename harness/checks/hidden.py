@@ -127,7 +127,7 @@ def check_hidden_chunk_invariance(case: Case, spec: str = "impl", *, exact: bool
     any other target the contract is that both configurations match the
     oracle, and bit-identity is the hardening property.
     """
-    require(spec, hidden_capabilities(case) | {"chunking"})
+    require(spec, hidden_capabilities(case), every_example={"chunking"})
     chunked = run_ranks(hidden_job, case, spec)
     whole = run_ranks(hidden_job, case.with_(chunk_size=None), spec)
     if not promised_bit_exact(spec, exact):
@@ -151,7 +151,7 @@ def check_hidden_gate_invariance(case: Case, spec: str = "impl", *, exact: bool 
     Bit for bit where promised (``exact``, as in ``check_hidden_chunk_invariance``);
     otherwise both configurations' values must match the oracle.
     """
-    require(spec, hidden_capabilities(case) | {"entropy", "entropy_gate"})
+    require(spec, hidden_capabilities(case), every_example={"entropy", "entropy_gate"})
     case = case.with_(with_entropy=True)
     on = run_ranks(hidden_job, case, spec, entropy_grad=True)
     off = run_ranks(hidden_job, case, spec, entropy_grad=False)

@@ -77,7 +77,7 @@ LEVELS = {
 
 def _chunk_invariance(case: Case, spec: str, exact: bool | None, level: str) -> None:
     job, forward, backward = LEVELS[level]
-    require(spec, required_capabilities(case, level) | {"chunking"})
+    require(spec, required_capabilities(case, level), every_example={"chunking"})
     chunked = run_ranks(job, case, spec)
     whole = run_ranks(job, case.with_(chunk_size=None), spec)
     label = f"chunk_size={case.chunk_size} vs one chunk"
@@ -121,7 +121,7 @@ def _gate_flags(off: list, token_level: bool) -> None:
 
 def _gate_invariance(case: Case, spec: str, exact: bool | None, level: str) -> None:
     job, forward, _ = LEVELS[level]
-    require(spec, required_capabilities(case, level) | {"entropy", "entropy_gate"})
+    require(spec, required_capabilities(case, level), every_example={"entropy", "entropy_gate"})
     case = case.with_(with_entropy=True)
     on = run_ranks(job, case, spec, entropy_grad=True)
     off = run_ranks(job, case, spec, entropy_grad=False)
@@ -163,7 +163,7 @@ def check_token_gate_invariance(case: Case, spec: str = "impl", *, exact: bool |
 @replayable
 def check_response_only(case: Case, spec: str = "impl", *, exact: bool | None = None) -> None:
     """Response-only (and loss-mask-only) equal the full path on consumed positions (slime #2076)."""
-    require(spec, required_capabilities(case, "policy_loss") | {"response_only"})
+    require(spec, required_capabilities(case, "policy_loss"), every_example={"response_only"})
     full_case, compact_case = case.with_(response_only=False, loss_mask_only=False), case.with_(response_only=True)
     full = run_ranks(policy_job, full_case, spec)
     compact = run_ranks(policy_job, compact_case, spec)

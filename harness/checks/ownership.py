@@ -38,7 +38,7 @@ def check_shared_logits(case: Case, spec: str = "impl", *, backwards: int = 1) -
     unchanged version after the forward and after the backward(s), values and
     every gradient equal to the oracle.
     """
-    require(spec, {"token", "entropy", "chunking"} | ({"temperature"} if case.temperature != 1.0 else set()))
+    require(spec, {"temperature"} if case.temperature != 1.0 else set(), every_example={"token", "entropy", "chunking"})
     assert case.rows >= 2, "the overlapping view logits[1:] needs at least two rows"
     chunk_size = case.chunk_size or max(1, case.rows // 2)
     results = run_ranks(shared_logits_job, case, spec, chunk_size=chunk_size, backwards=backwards)

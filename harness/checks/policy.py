@@ -229,7 +229,7 @@ def assert_loss_of_own_log_probs(case: Case, results: list) -> None:
 @replayable
 def check_entropy_bonus_gradient(case: Case, spec: str = "impl") -> None:
     """grad(c) - grad(0) == -c * d(agg(H))/dz (the Case's aggregation): the bonus really moves the gradient."""
-    require(spec, required_capabilities(case, "policy_loss") | {"entropy"})
+    require(spec, required_capabilities(case, "policy_loss"), every_example={"entropy"})
     with_bonus, without = run_ranks(policy_job, case, spec), run_ranks(policy_job, case.with_(entropy_coef=0.0), spec)
     want = -case.entropy_coef * expected.entropy_bonus_grad(case)
     with subtest(GRAD_LOGITS):

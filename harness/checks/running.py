@@ -92,7 +92,7 @@ def run_ranks(job, case: Case, spec: str, **options) -> list:
     return results
 
 
-def require(spec: str, capabilities) -> None:
+def require(spec: str, capabilities, every_example=frozenset()) -> None:
     """Stop a check the target cannot run: UNSUPPORTED in the verdict, never a silent pass.
 
     Inside a Hypothesis example the example is rejected and counted in
@@ -103,12 +103,18 @@ def require(spec: str, capabilities) -> None:
     reports the test UNSUPPORTED. Outside Hypothesis, under pytest, this is a
     skip whose reason starts with ``UNSUPPORTED:``; elsewhere it raises
     Unsupported.
+
+    ``every_example``: what the check's own code needs whatever the draw
+    (a chunk-invariance check's ``chunking``). Like an entry point
+    (``ENTRY_POINTS``), a target without one of them can run no example of
+    the check, which is then UNSUPPORTED at its first example.
     """
     target = load_target(spec)
+    needed = set(capabilities) | set(every_example)
     path = getattr(target, "capabilities_for", None)  # a family's path may lack an option its other paths have
-    missing = set(capabilities) - set(path(set(capabilities)) if path else target.capabilities)
+    missing = needed - set(path(needed) if path else target.capabilities)
     if missing:
-        _left_out(spec, missing)
+        _left_out(spec, missing, ENTRY_POINTS | set(every_example))
 
 
 def require_rows_within_limits(spec: str, case: Case) -> None:
@@ -122,23 +128,24 @@ def require_rows_within_limits(spec: str, case: Case) -> None:
         _left_out(spec, {f"more than {bound} rows per call (its case_limits)"})
 
 
-def _left_out(spec: str, missing) -> None:
+def _left_out(spec: str, missing, fixed=frozenset()) -> None:
     """Reject this example (counted), or stop the check where no example can run.
 
-    A missing entry point (``ENTRY_POINTS``: the method the check calls, fixed by its code) stops the whole
-    property at its first example: every other example would call the same method, and rejecting them one by one
-    costs Hypothesis' invalid-example limit (about 460 draws) per property, most of a history replay's run on a
-    family that lacks a level. Its verdict names only the entry point, the one capability every example needed.
+    A missing capability the check's code needs on every example (``fixed``: its entry point, ``ENTRY_POINTS``,
+    and what it names as ``every_example``) stops the whole property at its first example: every other example
+    would need it too, and rejecting them one by one costs Hypothesis' invalid-example limit (about 460 draws)
+    per property, most of a history replay's run on a family that lacks a level. Its verdict names only those
+    capabilities, the ones every example needed.
     """
     name = load_target(spec).name
-    entry = sorted(set(missing) & ENTRY_POINTS)
+    always = sorted(set(missing) & set(fixed))
     message = f"target {name!r} does not support {sorted(missing)}"
     if currently_in_test_context():
-        if not entry:
+        if not always:
             record.current().unsupported[(name, tuple(sorted(missing)))] += 1
             reject()
-        missing = entry
-        message = f"target {name!r} does not support {entry} (the check's entry point: no example can run)"
+        missing = always
+        message = f"target {name!r} does not support {always} (every example of the check needs it: none can run)"
     if "pytest" in sys.modules:
         skip = sys.modules["pytest"].skip.Exception(f"UNSUPPORTED: {message}", allow_module_level=True)
         raise mark(skip, kind=UNSUPPORTED, missing=sorted(missing))
