@@ -46,13 +46,16 @@ PACKED_CASES = [
 ]
 
 
-def _edited(tmp_path, name: str, path: str, old: str, new: str) -> str:
-    """A copy of the correct tree with one line of ``path`` changed: the spec of that tree."""
+def _edited(tmp_path, name: str, path: str, *changes: tuple[str, str]) -> str:
+    """A copy of the correct tree with ``path``'s lines changed (each ``(old, new)``): the spec of that tree."""
     tree = tmp_path / name
     shutil.copytree(fakes.HERE / "correct", tree)
     file = tree / path
-    assert old in file.read_text()
-    file.write_text(file.read_text().replace(old, new))
+    text = file.read_text()
+    for old, new in changes:
+        assert old in text, old
+        text = text.replace(old, new)
+    file.write_text(text)
     return f"verl={tree}"
 
 
@@ -101,7 +104,7 @@ def test_a_missing_path_is_an_error_naming_it(tmp_path):
 
 def test_the_engine_method_missing_from_its_file_is_not_declared_with_the_reason(tmp_path):
     spec = _edited(
-        tmp_path, "closure", "verl/workers/engine/megatron/transformer_impl.py", "def _lm_head_logits", "def _renamed"
+        tmp_path, "closure", "verl/workers/engine/megatron/transformer_impl.py", ("def _lm_head_logits", "def _renamed")
     )
     target = load_target(spec)
     assert "token" not in target.capabilities
@@ -269,7 +272,7 @@ def test_the_processor_divides_the_tensor_it_is_handed_in_place():
 def test_a_processor_that_leaves_out_its_temperature_step_fails(tmp_path):
     """The composition that runs is the tree's: its processor takes a temperature and never divides by it."""
     spec = _edited(
-        tmp_path, "undivided", "verl/workers/engine/megatron/transformer_impl.py", "DIVIDE = True", "DIVIDE = False"
+        tmp_path, "undivided", "verl/workers/engine/megatron/transformer_impl.py", ("DIVIDE = True", "DIVIDE = False")
     )
     check_token_forward(TOKEN_CASE, CORRECT)
     assert "temperature" in load_target(spec).capabilities
@@ -301,7 +304,7 @@ def test_packed_forward_only():
 def test_an_engine_forward_that_leaves_out_the_label_roll_fails(tmp_path):
     """verl decides the roll (``need_roll``) in its engine forward; a tree whose forward leaves it out FAILS."""
     spec = _edited(
-        tmp_path, "unrolled", "verl/models/mcore/model_forward.py", "ROLL_LABEL = True", "ROLL_LABEL = False"
+        tmp_path, "unrolled", "verl/models/mcore/model_forward.py", ("ROLL_LABEL = True", "ROLL_LABEL = False")
     )
     case = PACKED_CASES[0].with_(tp=1)
     check_packed_forward(case, CORRECT)
@@ -328,7 +331,7 @@ def test_policy_loss_through_verls_registry(coef):
 def test_a_loss_that_leaves_out_its_entropy_term_fails(tmp_path):
     """The policy loss that runs is verl's ppo_loss: a tree whose ppo_loss drops the entropy term FAILS."""
     spec = _edited(
-        tmp_path, "no-entropy-term", "verl/workers/utils/losses.py", "ENTROPY_TERM = True", "ENTROPY_TERM = False"
+        tmp_path, "no-entropy-term", "verl/workers/utils/losses.py", ("ENTROPY_TERM = True", "ENTROPY_TERM = False")
     )
     case = POLICY_CASE.with_(entropy_coef=-0.5, with_entropy=True)
     check_policy_loss(case, CORRECT)
@@ -336,6 +339,7 @@ def test_a_loss_that_leaves_out_its_entropy_term_fails(tmp_path):
         check_policy_loss(case, spec)
 
 
+LOSSES = "verl/workers/utils/losses.py"
 OLDER_PPO_LOSS = (  # ppo_loss before #3600 (2025-10-13): the [B, R] matrices as given, no padding helper
     ("def no_padding_2_padding(", "def _unused_padding("),
     ('log_prob = no_padding_2_padding(model_output["log_probs"], data)', 'log_prob = model_output["log_probs"]'),
@@ -349,22 +353,11 @@ def test_token_policy_loss_hands_each_form_of_ppo_loss_its_own_layout(tmp_path):
     the newer layout (what the record did before it told them apart) fails."""
     case = POLICY_CASE.with_(entropy_coef=-0.5, with_entropy=True)
     check_token_policy_loss(case, CORRECT)
-    tree = tmp_path / "older-ppo-loss"
-    shutil.copytree(fakes.HERE / "correct", tree)
-    losses = tree / "verl/workers/utils/losses.py"
-    text = losses.read_text()
-    for old, new in OLDER_PPO_LOSS:
-        assert old in text, old
-        text = text.replace(old, new)
-    losses.write_text(text)
-    check_token_policy_loss(case, f"verl={tree}")
-    misread = tmp_path / "older-ppo-loss-misread"  # another path: a loaded tree is cached by its spec
-    shutil.copytree(tree, misread)
-    (misread / "verl/workers/utils/losses.py").write_text(
-        text.replace("def _unused_padding(", "def no_padding_2_padding(")
-    )
+    check_token_policy_loss(case, _edited(tmp_path, "older-ppo-loss", LOSSES, *OLDER_PPO_LOSS))
+    # the older loss with the newer form's helper kept: the record hands it the newer layout
+    misread = _edited(tmp_path, "older-ppo-loss-misread", LOSSES, *OLDER_PPO_LOSS[1:])
     with pytest.raises(RuntimeError, match="must match the size"):
-        check_token_policy_loss(case, f"verl={misread}")
+        check_token_policy_loss(case, misread)
 
 
 def test_policy_loss_under_cp_reads_verls_whole_batch_loss_as_each_ranks_share():
