@@ -112,7 +112,7 @@ def _run_without_cuda(module: str, out: Path) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("module", ["bench.gpu_calibration", "bench.gpu_bench", "bench.gpu_hidden"])
+@pytest.mark.parametrize("module", ["bench.gpu_calibration", "bench.gpu_bench", "bench.gpu_hidden", "bench.gpu_tune"])
 def test_gpu_scripts_skip_cleanly_without_cuda(module, tmp_path):
     out = tmp_path / "gpu"
     proc = _run_without_cuda(module, out)
@@ -177,3 +177,15 @@ def test_gpu_hidden_without_torchs_chunked_op_measures_the_rest_and_fails(tmp_pa
     assert "no chunked linear_cross_entropy" in table["left_out"]["torch-chunked"]
     assert set(table["shapes"]["tiny"]) == {"impl", "impl+entropy", "unfused"}
     assert "tiny" in table["impl_vs_unfused"] and "impl_vs_torch_chunked" not in table
+
+
+def test_gpu_tune_swaps_the_launch_choices_for_its_run_only():
+    """bench.gpu_tune times other tiles and warp counts; afterwards the kernels' own choices are back."""
+    from bench.gpu_tune import chosen
+    from impl.triton import kernels
+
+    own = kernels.block_columns, kernels.warps
+    with chosen(kernels, 512, 2):
+        assert kernels.block_columns(151_936, torch.bfloat16, kernels.FORWARD_TILE) == 512
+        assert kernels.warps(512, True) == 2
+    assert (kernels.block_columns, kernels.warps) == own

@@ -33,7 +33,7 @@ if device_type() != "cpu":
 load_target("impl-triton")  # switches this process to the interpreter before the kernels are imported
 
 from impl.backend import TORCH, resolve_backend  # noqa: E402
-from impl.triton.kernels import block_columns, row_stats, write_grad  # noqa: E402
+from impl.triton.kernels import FORWARD_TILE, block_columns, row_stats, write_grad  # noqa: E402
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -78,7 +78,7 @@ def test_row_bits_do_not_depend_on_the_rows_launched_with_it(dtype):
 
 def test_statistics_across_tiles_match_float64():
     rows, cols = 6, 150
-    assert block_columns(cols, torch.float32) < cols, "the row must span several tiles"
+    assert block_columns(cols, torch.float32, FORWARD_TILE) < cols, "the row must span several tiles"
     logits = _logits(rows, cols, torch.float32)
     logits[0, 149] = 40.0  # the row max arrives in the last tile: every earlier lane is rescaled
     targets = torch.tensor([149, 3, 0, 1, 148, 77])

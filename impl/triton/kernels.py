@@ -184,12 +184,28 @@ def _grad_kernel(
         tl.store(dst + col_offsets * dst_stride_col, grad.to(dst_ptr.dtype.element_ty), mask=mask)
 
 
-def block_columns(n_cols: int, dtype: torch.dtype) -> int:
-    """The column tile: a function of ``V_local``, the dtype and the interpreter only (chunk invariance)."""
+# The launch choices, measured on an H200 with ``python -m bench.gpu_tune`` (docs/triton.md, "Launch choices"):
+# the forward reduces every tile to its row's running max, so narrow tiles with 4 warps keep the most rows in
+# flight; the backward has no reduction and streams best in wide tiles with one warp per 512 columns.
+FORWARD_TILE = 2048
+BACKWARD_TILE = 8192
+
+
+def block_columns(n_cols: int, dtype: torch.dtype, widest: int) -> int:
+    """The column tile, at most ``widest``: a function of ``V_local`` and the interpreter only (chunk invariance).
+
+    Only the forward's tile orders additions (its sums run lane by lane
+    across tiles); the backward's is elementwise, so its width never changes
+    a bit. ``dtype`` is the tile's element type, for a choice per dtype.
+    """
     if interpreting():
         return min(max(triton.next_power_of_2(-(-n_cols // 2)), 16), 4096)
-    widest = 4096 if dtype.itemsize <= 2 else 2048
     return min(max(triton.next_power_of_2(n_cols), 16), widest)
+
+
+def warps(block: int, forward: bool) -> int:
+    """Warps per program for a ``block``-column tile (a launch option: it never changes a result's bits)."""
+    return 4 if forward else max(4, block // 512)
 
 
 def block_rows() -> int:
@@ -202,9 +218,9 @@ def block_rows() -> int:
     return 64 if interpreting() else 1
 
 
-def _launch(kernel, rows: int, block: int, *args, **constexprs) -> None:
+def _launch(kernel, rows: int, block: int, forward: bool, *args, **constexprs) -> None:
     per_program = block_rows()
-    options = {} if interpreting() else {"num_warps": 8 if block >= 2048 else 4}
+    options = {} if interpreting() else {"num_warps": warps(block, forward)}
     kernel[(triton.cdiv(rows, per_program),)](*args, BLOCK_R=per_program, BLOCK_V=block, **constexprs, **options)
 
 
@@ -225,11 +241,12 @@ def row_stats(
     local_max = torch.empty(rows, dtype=torch.float32, device=logits.device)
     stats = torch.empty(rows, 3 if with_entropy else 2, dtype=torch.float32, device=logits.device)
     if rows:
-        block = block_columns(logits.shape[1], logits.dtype)
+        block = block_columns(logits.shape[1], logits.dtype, FORWARD_TILE)
         _launch(
             _row_stats_kernel,
             rows,
             block,
+            True,
             logits,
             targets if row_index is None else row_index,
             targets,
@@ -280,12 +297,13 @@ def write_grad(
     if not rows:
         return
     src = dst if src is None else src
-    block = block_columns(src.shape[1], src.dtype)
+    block = block_columns(src.shape[1], src.dtype, BACKWARD_TILE)
     entropy_grad = grad_entropy is not None
     _launch(
         _grad_kernel,
         rows,
         block,
+        False,
         src,
         dst,
         targets if row_index is None else row_index,
