@@ -12,6 +12,8 @@ import datetime
 import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,9 +22,22 @@ import torch
 from harness.gate.specs import harness_revision
 
 
+def driver() -> str:
+    """The NVIDIA driver's version (``nvidia-smi``), or why it is not known: GPU speeds change with it."""
+    if shutil.which("nvidia-smi") is None:
+        return "unknown (no nvidia-smi)"
+    query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+    try:
+        answer = subprocess.run(query, capture_output=True, text=True, timeout=30, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unknown ({type(exc).__name__})"
+    return answer[0] if answer else "unknown (nvidia-smi printed nothing)"
+
+
 def about(command: str) -> dict:
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU: {os.cpu_count()} cores"
-    return {
+    cuda = torch.cuda.is_available()
+    device = torch.cuda.get_device_name(0) if cuda else f"CPU: {os.cpu_count()} cores"
+    facts = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "harness": harness_revision(),
         "command": command,
@@ -32,6 +47,9 @@ def about(command: str) -> dict:
         "cuda": torch.version.cuda or "none",
         "python": platform.python_version(),
     }
+    if cuda:
+        facts["driver"] = driver()
+    return facts
 
 
 def main(argv: list[str]) -> int:

@@ -254,3 +254,30 @@ def test_a_gpu_page_without_a_run_says_how_to_make_one():
 
     page = measurements.render_gpu({})
     assert "No run recorded yet" in page and "nox -s gpu" in page
+
+
+def _quick_run(folder: Path, mode: str) -> Path:
+    """A prepared GPU run's output (bench.gpu_quick): its facts in steps.json, each step's file in its folder."""
+    about = {"date": "2026-11-28T08:35:59+00:00", "harness": "abc", "command": "python -m bench.gpu_quick"}
+    about |= {"device": "GPU, x86_64", "load": "0.2 0.0 0.0", "torch": "2.11.0", "cuda": "13.0", "python": "3.12"}
+    about |= {"driver": "580.1", "triton": "3.6.0", "mode": mode}
+    step = {"step": "3-hidden", "what": "the hidden path", "outcome": "failed", "wall_s": 20.2, "limit_s": 45}
+    (folder / "3-hidden").mkdir(parents=True)
+    (folder / "steps.json").write_text(json.dumps({"about": about, "steps": [step | {"reason": "exit code 1"}]}))
+    hidden = {"rounds": 5, "chunk": 1024, "left_out": {"torch-chunked": "this torch has none"}}
+    hidden["shapes"] = {"8x4x16": {"impl": {"seconds": 0.25, "seconds_min": 0.2, "peak_bytes": 2**21}}}
+    (folder / "3-hidden" / "hidden.json").write_text(json.dumps(hidden))
+    return folder
+
+
+def test_the_prepared_gpu_run_is_a_record_and_its_cpu_dry_run_is_not(tmp_path):
+    from harness.records import measurements
+
+    data = tmp_path / "data" / "gpu"
+    assert not store.import_measurement(_quick_run(tmp_path / "dry" / "quick", "CPU dry run: ..."), data, "gpu")
+    assert not data.exists()
+    assert store.import_measurement(_quick_run(tmp_path / "run" / "quick", "cuda"), data, "gpu")
+    page = measurements.render_gpu(measurements._load(data))
+    assert "(CUDA 13.0, driver 580.1, Triton 3.6.0)" in page
+    assert "| 3-hidden | the hidden path | failed | 20 | 45 | exit code 1 |" in page
+    assert "| 8x4x16 | impl | 0.250 | 0.200 | 2.0 |" in page and "`torch-chunked`: this torch has none" in page

@@ -30,10 +30,49 @@ def _header(title: str, kind: str, about: dict | None, how: str) -> list[str]:
         return lines + [f"No run recorded yet. {how}", ""]
     lines += [
         f"`{about['command']}` on {about['date']}, harness {about['harness']}: {about['device']}, "
-        f"load {about['load']}, torch {about['torch']} (CUDA {about['cuda']}), Python {about['python']}. {how}",
+        f"load {about['load']}, torch {about['torch']} (CUDA {about['cuda']}{_extras(about)}), "
+        f"Python {about['python']}. {how}",
         "",
     ]
     return lines
+
+
+def _extras(about: dict) -> str:
+    """The GPU run's driver and Triton, where its ``about.json`` has them."""
+    return "".join(
+        f", {name} {about[key]}" for key, name in (("driver", "driver"), ("triton", "Triton")) if key in about
+    )
+
+
+def _hidden_table(hidden: dict) -> list[str]:
+    """The hidden-state path's rows (the CPU bench's and the GPU's ``hidden.json`` alike)."""
+    rows = [
+        (label, name, f"{r['seconds']:.3f}", f"{r['seconds_min']:.3f}", f"{r['peak_bytes'] / 2**20:.1f}")
+        for label, paths in hidden["shapes"].items()
+        for name, r in paths.items()
+    ]
+    lines = [f"## The hidden-state path (chunk {hidden['chunk']}, {hidden['rounds']} interleaved rounds)", ""]
+    lines += table(("shape (rows x H x V)", "path", "median s", "min s", "peak MiB"), rows) + [""]
+    left_out = hidden.get("left_out", {})
+    if left_out:
+        lines += ["Left out: " + "; ".join(f"`{name}`: {why}" for name, why in left_out.items()), ""]
+    ratios = [
+        f"{label}: {r['time_median']:.2f}x the time, {r['peak']:.2f}x the peak"
+        for label, r in hidden.get("impl_vs_unfused", {}).items()
+    ]
+    if ratios:
+        lines += ["impl against the unfused path (one GEMM, then the token-level pass): " + "; ".join(ratios), ""]
+    return lines
+
+
+def _steps_table(steps: dict) -> list[str]:
+    """The prepared run's steps (``bench.gpu_quick``): what each checked, its outcome, time and limit."""
+    rows = [
+        (s["step"], s["what"], s["outcome"], f"{s['wall_s']:.0f}", f"{s['limit_s']:g}", s.get("reason") or "")
+        for s in steps["steps"]
+    ]
+    lines = ["## The prepared run's steps (`python -m bench.gpu_quick`)", ""]
+    return lines + table(("step", "what", "outcome", "wall s", "limit s", "reason"), rows) + [""]
 
 
 def render_bench(data: dict[str, dict]) -> str:
@@ -64,13 +103,7 @@ def render_bench(data: dict[str, dict]) -> str:
         lines += table(("implementation", *named), rows) + [""]
     hidden = data.get("hidden", {})
     if hidden.get("shapes"):
-        rows = [
-            (label, name, f"{r['seconds']:.3f}", f"{r['seconds_min']:.3f}", f"{r['peak_bytes'] / 2**20:.1f}")
-            for label, paths in hidden["shapes"].items()
-            for name, r in paths.items()
-        ]
-        lines += [f"## The hidden-state path (chunk {hidden['chunk']}, {hidden['rounds']} interleaved rounds)", ""]
-        lines += table(("shape (rows x H x V)", "path", "median s", "min s", "peak MiB"), rows) + [""]
+        lines += _hidden_table(hidden)
         real = [
             (name, r.get("error") or f"{r['peak_bytes'] / GIB:.3f} GiB, {r['chunks_of_logits']:.2f} chunks")
             for name, r in hidden.get("real_scale", {}).items()
@@ -88,6 +121,8 @@ def render_gpu(data: dict[str, dict]) -> str:
         data.get("about"),
         "Run `nox -s gpu` on a CUDA machine (docs/usage.md), then `nox -s docs` with its reports/gpu/.",
     )
+    if "steps" in data:
+        lines += _steps_table(data["steps"])
     if "bench" in data:
         from bench.gpu_bench import markdown as bench_table
 
@@ -98,6 +133,8 @@ def render_gpu(data: dict[str, dict]) -> str:
         calibration = data["calibration"]
         text = calibration_table(calibration["cases"], calibration["device"], calibration["margin"])
         lines += [text.replace("# ", "## ", 1)]
+    if data.get("hidden", {}).get("shapes"):
+        lines += _hidden_table(data["hidden"])
     return "\n".join(lines).rstrip() + "\n"
 
 

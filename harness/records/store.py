@@ -30,7 +30,10 @@ HISTORIES = DATA / "history"
 GATE_FILE, HISTORY_FILE, SUMMARY_FILE = "gate.json", "history.json", "summary.md"
 EXAMPLE = DATA / "example-summary.json"  # the newest blocking base-vs-PR run: what the workflow posts
 # Measurement runs: ``nox -s bench`` -> reports/bench/, ``nox -s gpu`` -> reports/gpu/, each with its about.json
-MEASUREMENTS = {"bench": ("speed.json", "memory.json", "hidden.json"), "gpu": ("calibration.json", "bench.json")}
+MEASUREMENTS = {
+    "bench": ("speed.json", "memory.json", "hidden.json"),
+    "gpu": ("calibration.json", "bench.json", "hidden.json", "steps.json"),
+}
 ROW_KEYS = ("id", "output", "tier", "outcome", "detail", "reproduce")
 NOT_RECORDED = "not recorded"
 RECLASSIFIED = (
@@ -168,23 +171,44 @@ def _keep_newer(path: Path, snapshot: dict) -> bool:
     return True
 
 
-def import_measurement(source: Path, folder: Path) -> bool:
-    """A bench or GPU run (its tables and ``about.json``) replaces the record's data when it is newer; whether it did.
+def _run_facts(source: Path) -> dict | None:
+    """What a measurement run was: its ``about.json``, or the facts the prepared GPU run (``bench.gpu_quick``)
+    keeps in ``steps.json``; None for no run, or for that run's CPU dry run (its figures are not GPU speeds)."""
+    if (source / "about.json").is_file():
+        return json.loads((source / "about.json").read_text())
+    if not (source / "steps.json").is_file():
+        return None
+    facts = json.loads((source / "steps.json").read_text()).get("about")
+    return facts if facts and facts.get("mode") == "cuda" else None
 
-    A run without ``about.json`` (what machine, what load, which revision) is not a record and is left alone.
+
+def _run_file(source: Path, name: str) -> Path | None:
+    """A run's file: at its top (``nox -s bench``, ``nox -s gpu``) or in one step's folder (``bench.gpu_quick``)."""
+    found = [source / name] if (source / name).is_file() else sorted(source.glob(f"*/{name}"))
+    return found[0] if found else None
+
+
+def import_measurement(source: Path, folder: Path, kind: str | None = None) -> bool:
+    """A bench or GPU run (its tables and what it was) replaces the record's data when it is newer; whether it did.
+
+    ``kind`` (``MEASUREMENTS``' key) defaults to the folder's name. A run
+    that does not say what it was (machine, load, revision) is not a record
+    and is left alone.
     """
-    about = source / "about.json"
-    if not about.is_file():
+    facts = _run_facts(source)
+    if facts is None:
         return False
     stored = folder / "about.json"
-    if stored.is_file() and json.loads(stored.read_text())["date"] >= json.loads(about.read_text())["date"]:
+    if stored.is_file() and json.loads(stored.read_text())["date"] >= facts["date"]:
         return False
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.json"):
         old.unlink()
-    for name in ("about.json", *MEASUREMENTS[source.name]):
-        if (source / name).is_file():
-            (folder / name).write_text(json.dumps(json.loads((source / name).read_text()), indent=1) + "\n")
+    stored.write_text(json.dumps(facts, indent=1) + "\n")
+    for name in MEASUREMENTS[kind or source.name]:
+        found = _run_file(source, name)
+        if found is not None:
+            (folder / name).write_text(json.dumps(json.loads(found.read_text()), indent=1) + "\n")
     return True
 
 
@@ -205,8 +229,10 @@ def import_reports(reports: Path) -> list[str]:
         if _keep_newer(target, snapshot):
             imported.append(f"{label}: {path.parent}")
     for kind in MEASUREMENTS:
-        if import_measurement(Path(reports) / kind, DATA / kind):
-            imported.append(f"{kind}: {Path(reports) / kind}")
+        # the prepared GPU run writes reports/gpu/quick/ (bench.gpu_quick); the newer of the two is kept
+        for source in (Path(reports) / kind, Path(reports) / kind / "quick"):
+            if import_measurement(source, DATA / kind, kind):
+                imported.append(f"{kind}: {source}")
     for path in sorted(Path(reports).rglob(HISTORY_FILE)):
         try:
             snapshot = history_snapshot(path.parent)
