@@ -20,25 +20,22 @@ finished):
 5. ``5-calibration``: ``bench.gpu_calibration``, the tracker against the
    CUDA allocator.
 
-Both pytest steps run the ``ci`` profile's settings without its shrinking
-(the ``device`` profile): shrinking a failure can take minutes, which would
+Both pytest steps run the ``ci`` profile's settings with 20 examples and
+no shrinking (the ``device`` profile): shrinking a failure can take minutes, which would
 cost the verdict at the step's limit; the failing example is still printed.
 ``--profile`` picks another (``dev``: 15 random examples, if 1-kernels
 overruns).
 
-Limits, for one H100 (``LIMITS_S``; 465 s in all, so the run ends inside 8
-minutes with the runner's own start), sized from the one recorded H100
-session (``docs/archive/gpu-results.md``), where the ``ci`` profile cost
-about a minute of one worker per property (80 examples): 1-kernels, eight
-properties on 8 workers plus the ranks' CUDA start and Triton's compiles,
-150 s; 2-bandwidth, whose 6 shapes x 6 entries x 12 rounds take seconds and
-whose time goes to ``torch.compile`` (one compile per shape and dtype) and
-the float64 oracle on the CPU (once per shape), 150 s, the trainer shapes
-first; 3-hidden, about 8 TFLOP of fp32 GEMM per forward+backward at its
-larger shape, 6 rounds x 5 paths, 45 s; 4-topology, three twins x 10
-examples x 2 topologies, 75 s; 5-calibration, whose five cases took seconds,
-45 s. A step over its limit is killed with every process it started and
-recorded as timed out; the next step still runs.
+Limits (``LIMITS_S``; 465 s in all, so the run ends inside 8 minutes with
+the runner's own start), from the H200 session of 2026-11-28
+(``docs/records/gpu.md``, ``docs/triton.md``): 1-kernels, eight properties on
+8 workers, where Triton compiles each new shape: ci's 80 examples finished 2
+of 8 properties in 150 s, 15 examples took 72 to 107 s, so the ``device``
+profile runs 20 in 200 s; 2-bandwidth, 97 s, mostly ``torch.compile`` (one
+compile per shape and dtype) and the float64 oracle on the CPU, 130 s, the
+trainer shapes first; 3-hidden, 20 s, 40 s; 4-topology, 32 s at 80 examples,
+60 s; 5-calibration, 9 s, 35 s. A step over its limit is killed with every
+process it started and recorded as timed out; the next step still runs.
 
 Without a CUDA device the same plan runs in a CPU form, the dry run that
 proves the script end to end before device time is spent: the kernels under
@@ -81,7 +78,7 @@ OUT = Path("reports/gpu/quick")
 STEPS_FILE, LOG_FILE = "steps.json", "log.txt"
 OK, FAILED, TIMED_OUT, SKIPPED = "ok", "failed", "timed out", "skipped"
 ORDER = ("1-kernels", "2-bandwidth", "3-hidden", "4-topology", "5-calibration")
-LIMITS_S = {"1-kernels": 150, "2-bandwidth": 150, "3-hidden": 45, "4-topology": 75, "5-calibration": 45}
+LIMITS_S = {"1-kernels": 200, "2-bandwidth": 130, "3-hidden": 40, "4-topology": 60, "5-calibration": 35}
 CPU_LIMIT_S = 240  # per step in the CPU dry run (the whole run: 1.3 to 5.5 minutes on two cores, by their load)
 GPU_WORKERS = 8  # pytest-xdist workers on the GPU machine's 16 cores (docs/usage.md, "GPU": do not oversubscribe)
 KERNEL_TESTS = (

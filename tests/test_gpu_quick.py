@@ -50,9 +50,9 @@ def test_plan_runs_the_five_checks_in_issue_order(cuda):
         assert profile.derandomize and profile.database is None
 
 
-def test_device_profile_is_ci_without_shrinking():
+def test_device_profile_is_ci_without_shrinking_and_fewer_examples():
     ci, device = settings.get_profile("ci"), settings.get_profile("device")
-    assert (device.max_examples, device.derandomize) == (ci.max_examples, ci.derandomize)
+    assert device.derandomize == ci.derandomize and device.max_examples == 20 < ci.max_examples
     assert Phase.shrink in ci.phases and Phase.shrink not in device.phases and Phase.generate in device.phases
 
 
