@@ -68,7 +68,8 @@ def check_target_ids(targets: torch.Tensor, vocab_local: int, tp_group) -> None:
     tp, _ = tp_world(tp_group)
     vocab = vocab_local * tp
     if targets.numel() and not is_fake(targets):
-        low, high = int(targets.min()), int(targets.max())
+        # one read back to the host, not two: on a GPU each one drains the stream (docs/triton.md)
+        low, high = torch.stack(torch.aminmax(targets)).tolist()
         if low < 0 or high >= vocab:
             bad = low if low < 0 else high
             raise ValueError(
