@@ -26,19 +26,12 @@ from pathlib import Path
 
 import torch
 
-from bench import timing
+from bench import gpu_bench, timing
 
 OUT = Path("reports/gpu")
 GB = 1e9
-SHAPES = {
-    "8192x151936": (8192, 151_936, "float32"),
-    "8192x151936-bf16": (8192, 151_936, "bfloat16"),
-    "1024x151936": (1024, 151_936, "float32"),
-    "1024x151936-bf16": (1024, 151_936, "bfloat16"),
-    "4096x32000": (4096, 32_000, "float32"),
-    "4096x32000-bf16": (4096, 32_000, "bfloat16"),
-}
-TINY = {"tiny-64x1000": (64, 1000, "float32")}
+SHAPES = {name: gpu_bench.SHAPES[name] for name in gpu_bench.DEFAULT_SHAPES}  # the bandwidth table's
+TINY = {name: gpu_bench.SHAPES[name] for name in gpu_bench.TINY[:1]}
 BLOCKS = (1024, 2048, 4096, 8192)
 WARPS = (4, 8, 16)
 
@@ -152,9 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = TINY if args.cpu else {k: SHAPES[k] for k in (args.shapes or SHAPES)}
     for shape, (rows, vocab, dtype) in shapes.items():
         print(f"{shape}:", flush=True)
-        generator = torch.Generator(device=dev).manual_seed(0)
-        logits = (torch.randn(rows, vocab, generator=generator, device=dev) * 3).to(getattr(torch, dtype))
-        targets = torch.randint(0, vocab, (rows,), generator=generator, device=dev)
+        logits, targets = gpu_bench._inputs(rows, vocab, dtype, dev)
         report["shapes"][shape] = {
             "sweep": sweep(kernels, logits, targets, copy_bw, args.cpu),
             "profile": profile(logits, targets),
