@@ -1,7 +1,7 @@
 """The Triton kernels' launch choices, timed on a GPU (``python -m bench.gpu_tune --out DIR``).
 
 ``impl/triton/kernels.py`` picks a column tile (``block_columns``: a
-function of ``V_local`` and the dtype only, for chunk invariance) and warps
+function of ``V_local`` only, for chunk invariance) and warps
 per program (``warps``). This times each kernel alone (``triton.testing.do_bench``)
 for every tile in ``BLOCKS`` and warp count in ``WARPS`` at the bandwidth
 table's shapes, the forward at one read and the backward at one read and one
@@ -40,7 +40,7 @@ WARPS = (4, 8, 16)
 def chosen(kernels, block: int, warps: int):
     """The kernels' tile and warp count set to ``block`` and ``warps`` for the duration."""
     saved = kernels.block_columns, kernels.warps
-    kernels.block_columns = lambda n_cols, dtype, widest: block
+    kernels.block_columns = lambda n_cols, widest: block
     kernels.warps = lambda _block, forward: warps
     try:
         yield

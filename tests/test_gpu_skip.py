@@ -186,6 +186,6 @@ def test_gpu_tune_swaps_the_launch_choices_for_its_run_only():
 
     own = kernels.block_columns, kernels.warps
     with chosen(kernels, 512, 2):
-        assert kernels.block_columns(151_936, torch.bfloat16, kernels.FORWARD_TILE) == 512
+        assert kernels.block_columns(151_936, kernels.FORWARD_TILE) == 512
         assert kernels.warps(512, True) == 2
     assert (kernels.block_columns, kernels.warps) == own

@@ -18,7 +18,7 @@ Contracts carried here (docs/triton.md):
   order of its additions is fixed by the absolute column index alone (tile
   ``k`` holds columns ``[k*BLOCK_V, (k+1)*BLOCK_V)``, lane ``j`` accumulates
   column ``k*BLOCK_V + j``, one tree reduction of the lanes at the end);
-  ``BLOCK_V`` depends on ``V_local``, the dtype and whether the interpreter
+  ``BLOCK_V`` depends on ``V_local``, the pass and whether the interpreter
   runs, never on how many rows a launch covers;
 * ``0 log 0 = 0``: shifts are clamped to ``LOG_ZERO_FLOOR`` only where
   multiplied by an ``exp`` that is already exactly 0, so ``-inf`` columns
@@ -191,12 +191,12 @@ FORWARD_TILE = 2048
 BACKWARD_TILE = 8192
 
 
-def block_columns(n_cols: int, dtype: torch.dtype, widest: int) -> int:
+def block_columns(n_cols: int, widest: int) -> int:
     """The column tile, at most ``widest``: a function of ``V_local`` and the interpreter only (chunk invariance).
 
     Only the forward's tile orders additions (its sums run lane by lane
     across tiles); the backward's is elementwise, so its width never changes
-    a bit. ``dtype`` is the tile's element type, for a choice per dtype.
+    a bit.
     """
     if interpreting():
         return min(max(triton.next_power_of_2(-(-n_cols // 2)), 16), 4096)
@@ -241,7 +241,7 @@ def row_stats(
     local_max = torch.empty(rows, dtype=torch.float32, device=logits.device)
     stats = torch.empty(rows, 3 if with_entropy else 2, dtype=torch.float32, device=logits.device)
     if rows:
-        block = block_columns(logits.shape[1], logits.dtype, FORWARD_TILE)
+        block = block_columns(logits.shape[1], FORWARD_TILE)
         _launch(
             _row_stats_kernel,
             rows,
@@ -297,7 +297,7 @@ def write_grad(
     if not rows:
         return
     src = dst if src is None else src
-    block = block_columns(src.shape[1], src.dtype, BACKWARD_TILE)
+    block = block_columns(src.shape[1], BACKWARD_TILE)
     entropy_grad = grad_entropy is not None
     _launch(
         _grad_kernel,
