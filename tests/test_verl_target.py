@@ -356,7 +356,7 @@ def test_token_policy_loss_hands_each_form_of_ppo_loss_its_own_layout(tmp_path):
     check_token_policy_loss(case, _edited(tmp_path, "older-ppo-loss", LOSSES, *OLDER_PPO_LOSS))
     # the older loss with the newer form's helper kept: the record hands it the newer layout
     misread = _edited(tmp_path, "older-ppo-loss-misread", LOSSES, *OLDER_PPO_LOSS[1:])
-    with pytest.raises(RuntimeError, match="must match the size"):
+    with pytest.raises(RuntimeError, match="must match the existing size"):
         check_token_policy_loss(case, misread)
 
 

@@ -16,6 +16,7 @@ from harness.targets.upstream.calls import size_and_rank
 from harness.targets.upstream.family import accepts
 from harness.targets.upstream.settings import StrictSettings
 from harness.targets.upstream.shared_gradient import SumGradientOverGroup
+from harness.targets.verl import padding as verl_padding
 
 VERL_LAYOUTS = {"none": "zigzag", "zigzag": "zigzag", "allgather": "contiguous"}
 LOSS_MODES = {"ppo": "vanilla", "gspo": "gspo", "cispo": "cispo"}
@@ -182,17 +183,13 @@ class Batch(dict):
 
 def loss(up, call, output: dict, lengths, mask):
     """verl's ``ppo_loss(config, output, data)``: ``output`` per position ``p`` of each sequence (token ``p + 1``),
-    ``lengths`` each sequence's (total, response); ``mask`` and the call's per-sample vectors ``[B, R]``."""
+    ``lengths`` each sequence's (total, response); ``mask`` and the call's per-sample vectors ``[B, R]``. ``data`` is
+    the trainer's left-right batch (``padding.left_right``), turned into the no-padding form by verl's own
+    ``left_right_2_no_padding`` where the revision has it, as the trainer does before every ppo_loss (#3600 on)."""
     old, options = call.old_log_probs, call.options if call.options is not None else PolicyOptions()
     device, response_mask = mask.device, mask.to(bool)
-
-    def nested(sizes) -> torch.Tensor:  # its values unread: no_padding_2_padding reads the offsets
-        offsets = torch.tensor([0, *sizes], device=device).cumsum(0)
-        return torch.nested.nested_tensor_from_jagged(torch.zeros(int(offsets[-1]), device=device), offsets=offsets)
-
     data = {
-        "prompts": nested([total - response for total, response in lengths]),
-        "responses": nested([response for _, response in lengths]),
+        **verl_padding.left_right(lengths, device),  # the trainer's left-right padded batch
         "dp_size": 1,
         "batch_num_tokens": mask.sum(),
         "global_batch_size": 1 if options.aggregation == "sum-of-sample-mean" else len(lengths),
@@ -228,4 +225,6 @@ def loss(up, call, output: dict, lengths, mask):
         # off (the harness's rollout corrections are the rollout_is_weights above, where the trainer makes them)
         tis_imp_ratio_cap=-1,
     )
+    if up.left_right_2_no_padding is not None:  # the trainer's own step before ppo_loss (#3600 on)
+        data = up.left_right_2_no_padding(Batch(data))
     return up.ppo_loss(config, output, Batch(data))[0]  # (the loss, its metrics)

@@ -17,9 +17,10 @@ from harness.targets.upstream import calls, megatron_cross_entropy, megatron_sta
 from harness.targets.upstream.family import Entry, Family, Method, Module, Option, Symbol, accepted, parameters
 from harness.targets.upstream.loader import MissingUpstream
 from harness.targets.upstream.locate import Locate
-from harness.targets.upstream.placeholders import Placeholder, holding, refusing
+from harness.targets.upstream.placeholders import Placeholder, absent_holding, holding, refusing
 from harness.targets.upstream.settings import StrictSettings
 from harness.targets.verl import engine as verl_engine
+from harness.targets.verl import padding as verl_padding
 
 ENGINE = "verl/workers/engine/megatron/transformer_impl.py"
 ENGINE_BEFORE_3422 = "verl/workers/engine/megatron/engine_impl.py"  # the engine's file 2025-08-28..09-09
@@ -45,6 +46,7 @@ def _prepare(up) -> None:
     util, verl_F = up.modules["util"], up.modules["torch_functional"]  # noqa: N806  (the name verl imports it by)
     if util is not None:
         _warning_once(vars(util))
+    verl_padding.bind_flash_attn(up.modules["padding"])
     up.rollout_weights = None
     if verl_F is not None:
         up.rollout_weights = up.loader.symbol_if_present(*ROLLOUT_WEIGHTS, stand_ins={"verl_F": verl_F})
@@ -135,8 +137,9 @@ def packed(up, call: calls.PackedCall):
 
 
 def policy_loss(up, call: calls.PolicyCall):
-    """``ppo_loss`` on the packed forward's output (``engine.py``); under CP verl's loss reads the gathered batch (the
-    per-sample vectors gathered from the views), each rank's share the value / ``cp`` with verl's gradient."""
+    """``ppo_loss`` on the packed forward's output and the trainer's left-right batch, after verl's own padding step
+    where the revision has it (``engine.py``); under CP verl's loss reads the gathered batch (the per-sample vectors
+    gathered from the views), each rank's share the value / ``cp`` with verl's gradient."""
     inputs, options, cp = call.inputs, call.options, call.cp[0]
     out, width = _forward(up, call), max((int(r) for r in inputs.response_lengths), default=0)
 
@@ -167,12 +170,16 @@ def policy_loss(up, call: calls.PolicyCall):
 def token_policy_loss(up, call: calls.TokenPolicyCall):
     """``ppo_loss`` on ``[B, R]`` matrices (``engine.py``), each row a sequence with a one-token prompt's response.
 
-    From #3600 ppo_loss takes the engine's output per position of each sequence (position p: token p + 1) and pads
-    it to ``[B, R]`` itself (``no_padding_2_padding``); before, it took the ``[B, R]`` matrices as they are."""
+    From #3600 ppo_loss takes the engine's output, nested per sequence, per position (position p: token p + 1) and
+    pads it to ``[B, R]`` itself (``no_padding_2_padding``); before, it took the ``[B, R]`` matrices as they are."""
     rows, width = call.log_probs.shape
     matrices = {key: m for key, m in (("log_probs", call.log_probs), ("entropy", call.entropy)) if m is not None}
-    if up.no_padding_2_padding is not None:
-        matrices = {key: pad(matrix, (0, 1)).reshape(-1) for key, matrix in matrices.items()}
+    if up.no_padding_2_padding is not None:  # nested per sequence, as the engine returns it
+        offsets = torch.arange(0, rows * (width + 1) + 1, width + 1, device=call.log_probs.device)
+        matrices = {
+            key: torch.nested.nested_tensor_from_jagged(pad(matrix, (0, 1)).reshape(-1), offsets=offsets)
+            for key, matrix in matrices.items()
+        }
     return verl_engine.loss(up, call, matrices, [(width + 1, width)] * rows, call.loss_mask)
 
 
@@ -186,11 +193,11 @@ def hidden(up, call: calls.HiddenCall):
 
 
 # ---- placeholders: what the record's files import that the harness provides ----------------------
-def _stand_in(name: str, why: str, refused: str = "", **attributes) -> Placeholder:
+def _stand_in(name: str, why: str, refused: str = "", scope: str = "load", **attributes) -> Placeholder:
     """A module holding ``attributes`` and the ``refused`` names; verl's own replace the tree's (never its __init__)."""
     refusals = {r: refusing(f"{name}.{r}") for r in refused.split()}
     build = holding(__doc__="harness stand-in (harness/targets/verl/family.py)", **attributes, **refusals)
-    return Placeholder(name, why, build, replaces=name.partition(".")[0] == "verl")
+    return Placeholder(name, why, build, scope, replaces=name.partition(".")[0] == "verl")
 
 
 # Megatron's PackedSeqParams as a record of its fields, the CP layout's (which verl looks for among them) included.
@@ -207,7 +214,12 @@ class _Metric(types.SimpleNamespace):  # verl.utils.metric.Metric as ppo_loss bu
 
 
 _AGGREGATION = types.SimpleNamespace(MEAN="mean", SUM="sum", MIN="min", MAX="max")  # AggregationType's members
-_DEVICE = {"get_device_name": lambda: "cpu", "is_npu_available": False, "is_cuda_available": False}
+_DEVICE = {
+    "get_device_name": lambda: "cpu",
+    "is_npu_available": False,
+    "is_cuda_available": False,
+    "is_torch_npu_available": lambda check_device=True: False,  # attention_utils asks it (#4715, 2026-01)
+}
 PLACEHOLDERS = (
     megatron_stand_in.PLACEHOLDER,
     Placeholder(
@@ -227,7 +239,8 @@ PLACEHOLDERS = (
         "as_torch_index group_mean_std",
         __path__=[],
     ),
-    _stand_in("verl.utils.device", "no accelerator", "get_torch_device get_device_id", **_DEVICE),
+    # also while called: verl.utils.attention_utils asks it which padding helpers to import (#4480 on)
+    _stand_in("verl.utils.device", "no accelerator", "get_torch_device get_device_id", "call", **_DEVICE),
     _stand_in(
         "verl.utils.model", "CausalLMOutputForPPO, for util.py functions never called here", "CausalLMOutputForPPO"
     ),
@@ -248,9 +261,16 @@ PLACEHOLDERS = (
         ActorConfig=verl_engine.ActorSettings,
     ),
     _stand_in("verl.trainer.config", "AlgoConfig, for the advantage estimators", "AlgoConfig", __path__=[]),
+    # the batch verl's tensordict_utils asserts it is handed (#4304 on), as ppo_loss and the padding helpers read it
+    Placeholder("tensordict", "TensorDict, the batch's type", absent_holding(TensorDict=verl_engine.Batch)),
+    Placeholder(
+        "tensordict.tensorclass",
+        "NonTensorData, which verl's tensordict_utils stores values in",
+        absent_holding(NonTensorData=verl_padding.NonTensorData),
+    ),
     *(
         Placeholder(name, "imported at module level for functions never called here")
-        for name in ("tensordict", "transformers", "omegaconf", "codetiming", "hydra")
+        for name in ("transformers", "omegaconf", "codetiming", "hydra")
     ),
 )
 
@@ -293,6 +313,8 @@ VERL = Family(
         "core_algos": Module(("verl.trainer.ppo.core_algos",)),
         # verl's actor losses lived in workers/roles/utils/ until #4352 (2025-11): an older form, not a skip
         "losses": Module(("verl.workers.utils.losses", "verl.workers.roles.utils.losses")),
+        "padding": Module(("verl.workers.utils.padding", "verl.workers.roles.utils.padding")),
+        "attention_utils": Module(("verl.utils.attention_utils",)),
         "fused": Module(("verl.utils.experimental.torch_functional",)),
     },
     symbols={
@@ -309,6 +331,10 @@ VERL = Family(
         "ppo_loss": Symbol("losses", ("ppo_loss",)),
         # from #3600 (2025-10-13) ppo_loss pads the engine's per-position output itself (its module imports this)
         "no_padding_2_padding": Symbol("losses", ("no_padding_2_padding",)),
+        # the trainer's step before every ppo_loss from #3600: the left-right padded batch to the no-padding form
+        "left_right_2_no_padding": Symbol("padding", ("left_right_2_no_padding",)),
+        # verl's own CPU padding helpers (7bc80c00a, 2026-08): where absent, the harness gives flash-attn's
+        "padding_fallback": Symbol("attention_utils", ("_fallback_unpad_input",)),
         "FusedLinearForPPO": Symbol("fused", ("FusedLinearForPPO",)),
     },
     entries=(
@@ -348,4 +374,5 @@ VERL = Family(
     },
     expectations=("verl.toml", "verl-hidden.toml"),
     prepare=_prepare,
+    context=verl_padding.calling,
 )

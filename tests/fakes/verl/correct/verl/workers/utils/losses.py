@@ -17,9 +17,10 @@ ENTROPY_TERM = True
 
 def no_padding_2_padding(output, data):  # verl imports it from its padding utilities (from #3600)
     values = output.values() if output.is_nested else output
-    prompts, responses = data["prompts"].offsets().diff(), data["responses"].offsets().diff()
+    mask, prompt_width = data["attention_mask"], data["prompts"].shape[1]  # the trainer's left-right padded batch
+    prompts, responses = mask[:, :prompt_width].sum(1), mask[:, prompt_width:].sum(1)
     ends = (prompts + responses).cumsum(0)
-    width = int(responses.max()) if len(responses) else 0
+    width = data["responses"].shape[1]
     rows = [values[end - length - 1 : end - 1] for end, length in zip(ends.tolist(), responses.tolist())]
     return torch.stack([torch.nn.functional.pad(row, (0, width - row.shape[0])) for row in rows])
 

@@ -1,0 +1,82 @@
+"""verl's padding step before ppo_loss: the trainer's left-right batch, verl's own left_right_2_no_padding, and the
+flash-attn / tensordict stand-ins those helpers need on a CPU (harness/targets/verl/padding.py).
+
+From #3600 to #5115 ppo_loss read what left_right_2_no_padding stored (``indices``); the record once built only the
+later form's entries, so every policy check there failed on verl's ``indices is required``: the adapter's error.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from harness.checks.failure import CheckFailure
+from harness.checks.policy import check_policy_loss
+from harness.checks.token_policy import check_token_policy_loss
+from harness.targets.verl import padding
+from tests.fakes.verl import targets as fakes
+from tests.test_verl_target import LOSSES, POLICY_CASE
+
+INDICES_FORM = fakes.HERE / "padding_indices.py"
+
+
+def _tree(tmp_path, name: str, *changes: tuple[str, str]) -> str:
+    """The correct tree whose ppo_loss imports the #3600..#5115 padding helpers (``changes`` made to them)."""
+    tree = tmp_path / name
+    shutil.copytree(fakes.HERE / "correct", tree)
+    text = INDICES_FORM.read_text()
+    for old, new in changes:
+        assert old in text, old
+        text = text.replace(old, new)
+    (tree / "verl/workers/utils/padding.py").write_text(text)
+    losses = tree / LOSSES
+    own = losses.read_text().replace("def no_padding_2_padding(", "def _own_padding(")
+    losses.write_text(
+        own.replace(
+            "\nENTROPY_TERM", "\nfrom verl.workers.utils.padding import no_padding_2_padding\n\nENTROPY_TERM", 1
+        )
+    )
+    return f"verl={tree}"
+
+
+def test_unpad_keeps_the_marked_positions_and_pad_puts_them_back():
+    torch.manual_seed(0)
+    lengths = [(5, 2), (3, 1), (4, 3)]
+    batch = padding.left_right(lengths, "cpu")
+    mask = batch["attention_mask"]
+    assert mask.tolist() == [[1, 1, 1, 1, 1, 0], [0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
+    assert batch["response_mask"].sum(1).tolist() == [2, 1, 3]
+    x = torch.randn(3, 6, 2, requires_grad=True)
+    kept, indices, offsets, longest, each = padding.unpad_input(x, mask)
+    assert indices.tolist() == torch.nonzero(mask.flatten()).flatten().tolist()
+    assert offsets.tolist() == [0, 5, 8, 12] and longest == 5 and each.tolist() == [5, 3, 4]
+    assert torch.equal(kept, x.reshape(18, 2)[indices])
+    back = padding.pad_input(kept, indices, 3, 6)
+    assert torch.equal(back, x * mask.unsqueeze(-1))
+    back.sum().backward()
+    assert torch.equal(x.grad, mask.unsqueeze(-1).expand(3, 6, 2).float())
+
+
+def test_older_files_get_flash_attns_helpers_where_a_cuda_process_binds_them():
+    module = type(torch)("older_padding")
+    padding.bind_flash_attn(module)
+    assert module.pad_input is padding.pad_input and module.unpad_input is padding.unpad_input
+    own = type(torch)("newer_padding")
+    own.unpad_input = print
+    padding.bind_flash_attn(own)
+    assert own.unpad_input is print  # a revision's own binding is kept
+
+
+@pytest.mark.parametrize("check", [check_token_policy_loss, check_policy_loss])
+def test_the_indices_form_runs_verls_own_padding_step(tmp_path, check):
+    check(POLICY_CASE.with_(entropy_coef=-0.5, with_entropy=True), _tree(tmp_path, "indices-form"))
+
+
+@pytest.mark.parametrize("check", [check_token_policy_loss, check_policy_loss])
+def test_a_padding_helper_that_slices_one_column_late_fails(tmp_path, check):
+    """The output at position p holds token p + 1: responses read one column late are another token's values."""
+    spec = _tree(tmp_path, "late-slice", ("SHIFT = 1", "SHIFT = 0"))
+    with pytest.raises(CheckFailure, match="policy loss"):
+        check(POLICY_CASE.with_(entropy_coef=-0.5, with_entropy=True), spec)
