@@ -17,7 +17,7 @@ from harness.checks.policy import check_policy_loss
 from harness.checks.token_policy import check_token_policy_loss
 from harness.targets.verl import padding
 from tests.fakes.verl import targets as fakes
-from tests.test_verl_target import LOSSES, POLICY_CASE
+from tests.test_verl_target import LOSSES, POLICY_CASE, _edited
 
 INDICES_FORM = fakes.HERE / "padding_indices.py"
 
@@ -80,3 +80,10 @@ def test_a_padding_helper_that_slices_one_column_late_fails(tmp_path, check):
     spec = _tree(tmp_path, "late-slice", ("SHIFT = 1", "SHIFT = 0"))
     with pytest.raises(CheckFailure, match="policy loss"):
         check(POLICY_CASE.with_(entropy_coef=-0.5, with_entropy=True), spec)
+
+
+def test_a_loss_with_its_own_slicing_helper_gets_the_per_position_form(tmp_path):
+    """2025-11-29..2026-02-04 (#4352 to #5115) ppo_loss sliced the engine's output with a helper of its own
+    (``_slice_response_from_unpad_output``): that is the per-position form too, not the older ``[B, R]`` one."""
+    own = _edited(tmp_path, "own-helper", LOSSES, ("no_padding_2_padding", "_slice_response_from_unpad_output"))
+    check_token_policy_loss(POLICY_CASE.with_(entropy_coef=-0.5, with_entropy=True), own)

@@ -330,7 +330,8 @@ VERL = Family(
         **{name: Symbol("core_algos", (name,)) for name in ("get_policy_loss_fn", "agg_loss", "kl_penalty")},
         "ppo_loss": Symbol("losses", ("ppo_loss",)),
         # from #3600 (2025-10-13) ppo_loss pads the engine's per-position output itself (its module imports this)
-        "no_padding_2_padding": Symbol("losses", ("no_padding_2_padding",)),
+        # (2025-11-29..2026-02-04, #4352 to #5115: its own _slice_response_from_unpad_output, the same step)
+        "no_padding_2_padding": Symbol("losses", ("no_padding_2_padding", "_slice_response_from_unpad_output")),
         # the trainer's step before every ppo_loss from #3600: the left-right padded batch to the no-padding form
         "left_right_2_no_padding": Symbol("padding", ("left_right_2_no_padding",)),
         # verl's own CPU padding helpers (7bc80c00a, 2026-08): where absent, the harness gives flash-attn's
