@@ -249,7 +249,8 @@ def _raw_verdict(report, target: str) -> Verdict | None:
             )
         return Verdict(report.nodeid, SKIPPED, tier, reason=facts.headline, figures=figures)
     if report.failed:
-        infrastructure = facts.kind in failure.UNDECIDED
+        # a setup that raised ran no check (a target spec that names nothing): no verdict on the target's behaviour
+        infrastructure = facts.kind in failure.UNDECIDED or report.when == "setup"
         if facts.kind == failure.PRECISION:  # rounding in the working dtype explains it: never a contract red
             tier = HARDENING
         return Verdict(

@@ -27,7 +27,7 @@ from harness.checks.parity import check_inputs_unmutated, check_token_backward, 
 from harness.gate import compare, expectations, replays, single
 from harness.gate.specs import ROOT
 from harness.gate.tiers import CONTRACT
-from harness.gate.verdicts import FAIL, PASS, Run, Verdict
+from harness.gate.verdicts import ERROR, FAIL, PASS, Run, Verdict
 from harness.ranks import hang_memo
 
 STAND_INS = "tests/fakes/isolation/revisions.py:"
@@ -202,3 +202,11 @@ def test_end_to_end_the_gradient_fix_is_fixed_and_the_write_still_fails(tmp_path
     assert [(e["id"], e["output"]) for e in decision["fixed"]] == [(BACKWARD, "grad(logits)")]
     assert [(e["id"], e["output"]) for e in decision["still_failing"]] == [(UNMUTATED, "inputs")]
     assert not decision["new_failures"]
+
+
+def test_a_setup_that_raised_is_an_error_never_a_fail():
+    """A fixture that raised (``--target`` naming no family) ran no check: ERROR, with the setup's message."""
+    report = _Report(FORWARD, ValueError("unknown target 'verl'"), ())
+    report.when = "setup"
+    found = pytest_plugin._raw_verdict(report, "verl")
+    assert found.outcome == ERROR and found.subtests == {} and "unknown target" in found.reason
