@@ -282,9 +282,11 @@ def test_a_file_loaded_in_part_is_keyed_by_the_part_so_a_commit_elsewhere_in_it_
     _git(root, "commit", "-qam", "leave out the temperature", "--date=2026-01-04T00:00:00")
     revisions = history.Revisions("verl", root, root / "cache", tmp_path / "trees", [])
     pending = history.discover(revisions, "HEAD", lambda paths: history.commits(root, paths, "2025-01-01", "HEAD"))
-    # Keyed by the engine's two loaded definitions (a file some revision executed whole would not be here).
+    # Keyed by the engine's definitions loaded alone, and forward_step, read for the processor's arguments it
+    # builds (a file some revision executed whole would not be here).
     assert revisions.alone[ENGINE] == (
         "MegatronEngineWithLMHead._lm_head_logits_processor",
+        "MegatronEngineWithLMHead.forward_step",
         "MegatronEngineWithLMHead.forward_step.logits_processor",
     )
     assert [c.subject for c in pending] == ["another engine method", "leave out the temperature"]

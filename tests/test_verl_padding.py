@@ -7,6 +7,7 @@ later form's entries, so every policy check there failed on verl's ``indices is 
 
 from __future__ import annotations
 
+import ast
 import shutil
 
 import pytest
@@ -15,7 +16,10 @@ import torch
 from harness.checks.failure import CheckFailure
 from harness.checks.policy import check_policy_loss
 from harness.checks.token_policy import check_token_policy_loss
-from harness.targets.verl import padding
+from harness.targets import PackedInputs
+from harness.targets.upstream.loader import MissingUpstream
+from harness.targets.verl import engine as verl_engine
+from harness.targets.verl import family, padding
 from tests.fakes.verl import targets as fakes
 from tests.test_verl_target import LOSSES, POLICY_CASE, _edited
 
@@ -87,3 +91,23 @@ def test_a_loss_with_its_own_slicing_helper_gets_the_per_position_form(tmp_path)
     (``_slice_response_from_unpad_output``): that is the per-position form too, not the older ``[B, R]`` one."""
     own = _edited(tmp_path, "own-helper", LOSSES, ("no_padding_2_padding", "_slice_response_from_unpad_output"))
     check_token_policy_loss(POLICY_CASE.with_(entropy_coef=-0.5, with_entropy=True), own)
+
+
+def _forward_step(source: str):
+    return ast.parse(f"def forward_step(self, batch):\n    {source}\n").body[0]
+
+
+def test_the_processor_gets_the_arguments_forward_step_builds():
+    """#4981..#5204 (2026-01/02) the engine forward popped forward_step's ``loss_mask`` unconditionally: the record
+    reads the keys forward_step builds, and a key it does not map is an ERROR naming it, never left out silently."""
+    assert family.processor_arguments(_forward_step('logits_processor_args = {"label": label}')) == {"label"}
+    built = 'logits_processor_args = {"label": label, "temperature": t, "loss_mask": m}'
+    assert family.processor_arguments(_forward_step(built)) == {"label", "temperature", "loss_mask"}
+    with pytest.raises(MissingUpstream, match="'routing'"):
+        family.processor_arguments(_forward_step('logits_processor_args = {"label": label, "routing": r}'))
+
+
+def test_the_loss_mask_marks_the_positions_that_predict_response_tokens():
+    inputs = PackedInputs([torch.arange(5), torch.arange(3)], [5, 3], [2, 1], [torch.ones(2), torch.ones(1)], "thd", 1)
+    masks = verl_engine.response_positions(inputs, "cpu").unbind()
+    assert [m.tolist() for m in masks] == [[False, False, True, True, False], [False, True, False]]

@@ -177,6 +177,10 @@ class Loader:
         except LookupError:
             return None
 
+    def read_method(self, path: str, class_name: str, method: str):
+        """``class_name.method`` parsed, never executed (``symbols.read_method``); keyed as if loaded alone."""
+        return symbols.read_method(self._file(path, f"{class_name}.{method}"), class_name, method)
+
     def inner(self, path: str, class_name: str, method: str, inner: str):
         """The function ``inner`` defined inside ``class_name.method``, as a factory of its closure (``symbols.py``)."""
         with self.present(scopes=("load", "call")):

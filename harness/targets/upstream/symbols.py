@@ -157,6 +157,16 @@ def _method_tree(tree: ast.Module, path, class_name: str, method: str) -> tuple[
     return ast.Module(body=[*tree.body, function], type_ignores=[]), alias
 
 
+def read_method(path, class_name: str, method: str) -> ast.FunctionDef:
+    """``class_name.method`` of the file ``path`` parsed, never executed: how upstream calls the code under test
+    (verl's ``forward_step`` building its processor's arguments), for an adapter to call it alike."""
+    path = Path(path)
+    methods = _methods(ast.parse(path.read_text(), filename=str(path)), class_name, method)
+    if not methods:
+        raise LookupError(f"{path}: no method {class_name}.{method} (module-level class)")
+    return methods[-1]
+
+
 def _stored(node: ast.AST) -> set[str]:
     """Names ``node`` binds in its own scope: its arguments and every name it assigns."""
     arguments = node.args

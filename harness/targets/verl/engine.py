@@ -85,6 +85,16 @@ def row_ids(inputs, cp: int, local_rows: int, device) -> torch.Tensor:
     return torch.nested.as_nested_tensor([r + 1 for r in rows], layout=torch.jagged)
 
 
+def response_positions(inputs, device) -> torch.Tensor:
+    """Per sample, nested: True at the positions whose next token is a response token (forward_step's loss mask)."""
+    masks = []
+    for total, response in zip(inputs.total_lengths, inputs.response_lengths):
+        mask = torch.zeros(total, dtype=torch.bool, device=device)
+        mask[total - response - 1 : total - 1] = True
+        masks.append(mask)
+    return torch.nested.as_nested_tensor(masks, layout=torch.jagged)
+
+
 class RowsModel:
     """A single-stage Megatron ``GPTModel`` in full precision: the rows ``input_ids`` name, as a tensor of its own
     (verl divides it in place). Under CP it gathers ``cp`` times a rank's logits (the adapter's cost)."""

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import dis
 import functools
@@ -69,6 +70,12 @@ def _prepare(up) -> None:
             op.opname == "STORE_FAST" and op.argval == "label" for op in dis.get_instructions(processor)
         )
     up.takes_temperature = processor is not None and "temperature" in parameters(processor)
+    path = next((p for p in (ENGINE, ENGINE_BEFORE_3422) if (up.root / p).is_file()), None)
+    try:  # forward_step read, never run: the processor's arguments it builds
+        forward_step = path and up.loader.read_method(path, "MegatronEngineWithLMHead", "forward_step")
+    except LookupError:
+        forward_step = None
+    up.processor_arguments = processor_arguments(forward_step)
     if up.takes_temperature and up.expand_as_nested is None:
         raise MissingUpstream(f"{up.root}: no expand_as_nested in verl/utils/torch_functional.py (the engine's)")
 
@@ -79,6 +86,33 @@ def _warning_once(namespace: dict) -> None:
     if isinstance(namespace.get("logger"), logging.Logger):
         namespace["logger"] = logging.LoggerAdapter(namespace["logger"], {})
         namespace["logger"].warning_once = functools.cache(namespace["logger"].warning)
+
+
+# what forward_step puts in logits_processor_args beside the label and temperature, and what the adapter gives:
+# the loss mask per position (#4981, 2026-01-29 on; the engine forward pops it unread outside MTP training, and
+# until #5204 required it), and the response attention mask (forward_step's None where the loss mask is nested)
+_UNREAD = ("loss_mask", "response_attention_mask")
+
+
+def processor_arguments(forward_step: ast.FunctionDef | None) -> frozenset:
+    """The keys of the dict literal forward_step assigns to ``logits_processor_args`` (how the trainer's engine
+    builds the processor's arguments); a key the record does not map is an ERROR naming it."""
+    keys = {
+        key.value
+        for node in (ast.walk(forward_step) if forward_step is not None else ())
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+        for target in node.targets
+        if isinstance(target, ast.Name) and target.id == "logits_processor_args"
+        for key in node.value.keys
+        if isinstance(key, ast.Constant)
+    }
+    unmapped = keys - {"label", "temperature", *_UNREAD}
+    if unmapped:
+        raise MissingUpstream(
+            f"{ENGINE}: forward_step passes the logits processor {sorted(unmapped)}, which the verl record does not "
+            "map (harness/targets/verl/family.py, _UNREAD)"
+        )
+    return frozenset(keys)
 
 
 def _processor(up, call):
@@ -121,6 +155,10 @@ def _forward(up, call: calls.PackedCall) -> dict:
     if up.takes_temperature:  # one per sample, expanded per token by verl's own helper (forward_step's)
         per_sample = torch.full((len(inputs.tokens),), float(call.temperature), dtype=torch.float32, device=device)
         arguments["temperature"] = up.expand_as_nested(per_sample, input_ids)
+    if "loss_mask" in up.processor_arguments:  # each position's: does it predict a response token
+        arguments["loss_mask"] = verl_engine.response_positions(inputs, device)
+    if "response_attention_mask" in up.processor_arguments:
+        arguments["response_attention_mask"] = None
     model, processor = verl_engine.RowsModel(logits, call.cp_group), _processor(up, call)
     # data_format since #4323 (2025-12-02; before, the no-padding forward was THD only), cp_layout where it is taken
     layout = accepted(up.engine_forward, cp_layout=verl_engine.VERL_LAYOUTS[inputs.cp_mode], data_format="thd")
@@ -130,7 +168,8 @@ def _forward(up, call: calls.PackedCall) -> dict:
 
 def packed(up, call: calls.PackedCall):
     """The engine forward as ``forward_step`` calls it (``label``: its ``input_ids.clone()``; the temperature per
-    sample, expanded by verl's ``expand_as_nested``), its per-position output read as this CP rank's zigzag views."""
+    sample, expanded by verl's ``expand_as_nested``; the other arguments it builds, ``processor_arguments``), its
+    per-position output read as this CP rank's zigzag views."""
     if not call.inputs.tokens:
         return [], ([] if call.with_entropy else None)
     return verl_engine.views(_forward(up, call), call, call.cp_group)
