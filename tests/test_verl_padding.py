@@ -101,6 +101,8 @@ def test_the_processor_gets_the_arguments_forward_step_builds():
     """#4981..#5204 (2026-01/02) the engine forward popped forward_step's ``loss_mask`` unconditionally: the record
     reads the keys forward_step builds, and a key it does not map is an ERROR naming it, never left out silently."""
     assert family.processor_arguments(_forward_step('logits_processor_args = {"label": label}')) == {"label"}
+    older = 'logits_processor_args = {"label": label, "label_mask": label_mask}'  # before #3600 (2025-10-13)
+    assert family.processor_arguments(_forward_step(older)) == {"label", "label_mask"}
     built = 'logits_processor_args = {"label": label, "temperature": t, "loss_mask": m}'
     assert family.processor_arguments(_forward_step(built)) == {"label", "temperature", "loss_mask"}
     with pytest.raises(MissingUpstream, match="'routing'"):

@@ -92,6 +92,9 @@ def _warning_once(namespace: dict) -> None:
 # the loss mask per position (#4981, 2026-01-29 on; the engine forward pops it unread outside MTP training, and
 # until #5204 required it), and the response attention mask (forward_step's None where the loss mask is nested)
 _UNREAD = ("loss_mask", "response_attention_mask")
+# the ones the entries give as the processor reads them: the label, the temperature (where the processor takes it)
+# and, before #3600 (2025-10-13), the label mask (all True: every row one the engine evaluates; see token)
+_MAPPED = ("label", "temperature", "label_mask")
 
 
 def processor_arguments(forward_step: ast.FunctionDef | None) -> frozenset:
@@ -106,11 +109,11 @@ def processor_arguments(forward_step: ast.FunctionDef | None) -> frozenset:
         for key in node.value.keys
         if isinstance(key, ast.Constant)
     }
-    unmapped = keys - {"label", "temperature", *_UNREAD}
+    unmapped = keys - {*_MAPPED, *_UNREAD}
     if unmapped:
         raise MissingUpstream(
             f"{ENGINE}: forward_step passes the logits processor {sorted(unmapped)}, which the verl record does not "
-            "map (harness/targets/verl/family.py, _UNREAD)"
+            "map (harness/targets/verl/family.py, _MAPPED and _UNREAD)"
         )
     return frozenset(keys)
 
@@ -155,6 +158,10 @@ def _forward(up, call: calls.PackedCall) -> dict:
     if up.takes_temperature:  # one per sample, expanded per token by verl's own helper (forward_step's)
         per_sample = torch.full((len(inputs.tokens),), float(call.temperature), dtype=torch.float32, device=device)
         arguments["temperature"] = up.expand_as_nested(per_sample, input_ids)
+    if "label_mask" in up.processor_arguments:  # every row is one the engine evaluates (as token)
+        arguments["label_mask"] = torch.nested.as_nested_tensor(
+            [torch.ones_like(t, dtype=torch.bool) for t in label], layout=torch.jagged
+        )
     if "loss_mask" in up.processor_arguments:  # each position's: does it predict a response token
         arguments["loss_mask"] = verl_engine.response_positions(inputs, device)
     if "response_attention_mask" in up.processor_arguments:
