@@ -72,12 +72,14 @@ class Method:
     trainer method whose module imports the whole framework. The file (current path first, then older forms),
     the class, the method; ``self`` is the translation's stand-in. With ``inner``: the function of that name
     defined inside the method (an older revision's closure), as a factory binding its free variables by name
-    (``Loader.inner``)."""
+    (``Loader.inner``). With ``read``: the method parsed, never run (``Loader.read_method``): how upstream calls
+    the code under test, for the translation to call it alike."""
 
     paths: tuple[str, ...]
     owner: str
     name: str
     inner: str | None = None
+    read: bool = False
 
     def describe(self) -> str:
         inside = f"'s {self.inner}" if self.inner else ""
@@ -284,6 +286,8 @@ class FamilyTarget(Target):
                 return None
             if method.inner:
                 return self.loader.inner(path, method.owner, method.name, method.inner)
+            if method.read:
+                return self.loader.read_method(path, method.owner, method.name)
             return self.loader.method(path, method.owner, method.name)
         except LookupError:
             return None

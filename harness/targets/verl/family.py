@@ -70,12 +70,7 @@ def _prepare(up) -> None:
             op.opname == "STORE_FAST" and op.argval == "label" for op in dis.get_instructions(processor)
         )
     up.takes_temperature = processor is not None and "temperature" in parameters(processor)
-    path = next((p for p in (ENGINE, ENGINE_BEFORE_3422) if (up.root / p).is_file()), None)
-    try:  # forward_step read, never run: the processor's arguments it builds
-        forward_step = path and up.loader.read_method(path, "MegatronEngineWithLMHead", "forward_step")
-    except LookupError:
-        forward_step = None
-    up.processor_arguments = processor_arguments(forward_step)
+    up.processor_arguments = processor_arguments(up.forward_step)
     if up.takes_temperature and up.expand_as_nested is None:
         raise MissingUpstream(f"{up.root}: no expand_as_nested in verl/utils/torch_functional.py (the engine's)")
 
@@ -369,6 +364,8 @@ VERL = Family(
         "logits_closure": Method(
             (ENGINE, ENGINE_BEFORE_3422), "MegatronEngineWithLMHead", "forward_step", inner="logits_processor"
         ),
+        # forward_step parsed, never run: the processor's arguments it builds (processor_arguments)
+        "forward_step": Method((ENGINE, ENGINE_BEFORE_3422), "MegatronEngineWithLMHead", "forward_step", read=True),
         "engine_forward": Symbol("model_forward", ("gptmodel_forward_model_engine", "gptmodel_forward_no_padding")),
         "vocab_parallel_entropy_with_chunking": Symbol("tensor_parallel", ("vocab_parallel_entropy_with_chunking",)),
         "expand_as_nested": Symbol("torch_functional", ("expand_as_nested",)),
