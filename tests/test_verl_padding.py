@@ -8,7 +8,6 @@ later form's entries, so every policy check there failed on verl's ``indices is 
 from __future__ import annotations
 
 import ast
-import shutil
 
 import pytest
 import torch
@@ -26,23 +25,18 @@ from tests.test_verl_target import LOSSES, POLICY_CASE, _edited
 INDICES_FORM = fakes.HERE / "padding_indices.py"
 
 
-def _tree(tmp_path, name: str, *changes: tuple[str, str]) -> str:
-    """The correct tree whose ppo_loss imports the #3600..#5115 padding helpers (``changes`` made to them)."""
-    tree = tmp_path / name
-    shutil.copytree(fakes.HERE / "correct", tree)
-    text = INDICES_FORM.read_text()
-    for old, new in changes:
-        assert old in text, old
-        text = text.replace(old, new)
-    (tree / "verl/workers/utils/padding.py").write_text(text)
-    losses = tree / LOSSES
-    own = losses.read_text().replace("def no_padding_2_padding(", "def _own_padding(")
-    losses.write_text(
-        own.replace(
-            "\nENTROPY_TERM", "\nfrom verl.workers.utils.padding import no_padding_2_padding\n\nENTROPY_TERM", 1
-        )
+def _tree(tmp_path, name: str, shift: int = 1) -> str:
+    """The correct tree whose ppo_loss imports the #3600..#5115 padding helpers (slicing ``shift`` columns early)."""
+    spec = _edited(
+        tmp_path,
+        name,
+        LOSSES,
+        ("def no_padding_2_padding(", "def _own_padding("),
+        ("\nENTROPY_TERM", "\nfrom verl.workers.utils.padding import no_padding_2_padding\n\nENTROPY_TERM"),
     )
-    return f"verl={tree}"
+    text = INDICES_FORM.read_text().replace("SHIFT = 1", f"SHIFT = {shift}")
+    (tmp_path / name / "verl/workers/utils/padding.py").write_text(text)
+    return spec
 
 
 def test_unpad_keeps_the_marked_positions_and_pad_puts_them_back():
@@ -81,7 +75,7 @@ def test_the_indices_form_runs_verls_own_padding_step(tmp_path, check):
 @pytest.mark.parametrize("check", [check_token_policy_loss, check_policy_loss])
 def test_a_padding_helper_that_slices_one_column_late_fails(tmp_path, check):
     """The output at position p holds token p + 1: responses read one column late are another token's values."""
-    spec = _tree(tmp_path, "late-slice", ("SHIFT = 1", "SHIFT = 0"))
+    spec = _tree(tmp_path, "late-slice", shift=0)
     with pytest.raises(CheckFailure, match="policy loss"):
         check(POLICY_CASE.with_(entropy_coef=-0.5, with_entropy=True), spec)
 
