@@ -14,7 +14,10 @@ row naming the file.
 """
 
 import shutil
+import signal
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -332,3 +335,33 @@ def liger_fakes_root():
     from pathlib import Path
 
     return Path(__file__).parent / "fakes" / "liger"
+
+
+STOPPED = """
+import os, signal, sys, tempfile, time
+from harness.gate import history
+class Announced(tempfile.TemporaryDirectory):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        print(self.name, flush=True)
+def stopped_while_listing(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+history.tempfile.TemporaryDirectory = Announced
+history.discover = stopped_while_listing
+sys.exit(history.main(["verl=" + sys.argv[1], "--reports", sys.argv[2]]))
+"""
+
+
+def test_a_replay_stopped_with_sigterm_removes_its_extracted_trees(tmp_path):
+    """A killed replay must not leave its trees (gigabytes a revision pair) to fill /tmp for the next one."""
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED, str(tmp_path / "repo"), str(tmp_path / "reports")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=history.specs.ROOT,
+    )
+    trees = Path(done.stdout.split()[0])
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert trees.name.startswith("lph-history-") and not trees.exists()

@@ -41,6 +41,7 @@ import argparse
 import datetime
 import hashlib
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -301,6 +302,15 @@ def plan(revisions: Revisions, pending: list[Commit]) -> str:
     )
 
 
+def _exit_on_terminate() -> None:
+    """SIGTERM (a ``kill``, a CI timeout) exits through Python, as Ctrl-C does, so the extracted trees go with it.
+
+    A replay's temporary folder holds a tree per revision pair, gigabytes for verl; killed the default way, it
+    is left in /tmp, and a few stopped replays fill the disk until the next one cannot extract a tree.
+    """
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.gate.history", description=__doc__.splitlines()[0])
     parser.add_argument("spec", help="FAMILY=PATH to a git repository (bare or not), e.g. slime=../slime")
@@ -334,6 +344,7 @@ def main(argv=None) -> int:
         print(f"history: --resume: {exc}", file=sys.stderr)
         return 2
     table: list[dict] = []
+    _exit_on_terminate()
     with tempfile.TemporaryDirectory(prefix="lph-history-") as trees:
         kind = ReleaseRevisions if published else Revisions
         revisions = kind(family, repo, cache, Path(trees), chosen)
