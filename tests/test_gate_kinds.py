@@ -4,6 +4,7 @@ Hand-made verdicts, as in tests/test_gate.py; the end-to-end case (a stand-in
 whose known wrong value becomes a hang) is in tests/test_gate_cli.py.
 """
 
+import itertools
 import subprocess
 
 import pytest
@@ -210,3 +211,33 @@ def test_signatures_match_unless_a_field_differs_or_the_failure_grew():
     unjoined = {"kind": "hang", "exception": "CollectiveHang", "message": "rank(s) [#] waited # s in a collective"}
     assert signature.matches(deadline, unjoined) and signature.matches(unjoined, deadline)
     assert not signature.matches(deadline, {**unjoined, "kind": "error", "exception": "RankError"})
+
+
+def _rank_error(world: str, cause: str) -> dict:
+    """A RankError's signature as signature.of writes it: the job, the failing ranks, the rank's exception."""
+    headline = f"RankError: job harness.jobs.logits:policy_job on a world of 4 (tp=2, cp=2) failed on rank(s) {world}: "
+    return signature.of({"kind": "error", "headline": headline + "rank 0: " + cause})
+
+
+INPLACE = "RuntimeError: one of the variables needed for gradient computation has been modified by an inplace operation"
+
+
+def test_an_exception_a_rank_raised_is_the_same_failure_raised_in_process():
+    """verl's history at #3439 and #3608: the parent's failure, replayed alone after a false hang, was read through
+    a rank, the commit's in process; the same error on both sides read as a NEW FAIL."""
+    in_process = signature.of({"kind": "error", "headline": INPLACE})
+    two, four = _rank_error("[0, 1]", INPLACE), _rank_error("[0, 1, 2, 3]", INPLACE)
+    assert two["message"] != four["message"] != in_process["message"]  # cut at MESSAGE_CHARS in three places
+    for expected, found in itertools.permutations((in_process, two, four), 2):
+        assert signature.matches(expected, found), (expected, found)
+        assert signature.differences(expected, found) == ""
+    other = _rank_error("[0, 1]", "ValueError: response_mask must contain at least one valid token")
+    killed = _rank_error("[0]", "rank process was killed by signal SIGABRT")
+    reworded = signature.of({"kind": "error", "headline": "RuntimeError: one of the variables was freed"})
+    for different in (other, killed, reworded):
+        assert not signature.matches(two, different) and not signature.matches(different, in_process)
+    assert signature.differences(two, other).startswith("message job ")
+    assert signature.matches({"kind": "error", "exception": "RankError"}, killed)  # the exception alone: any rank's
+    assert signature.matches({"kind": "error", "exception": "RankError"}, two)
+    short = {**in_process, "message": in_process["message"][: signature.SHORTEST_CUT - 1]}
+    assert not signature.matches(short, in_process)  # too short a beginning to call it the same message

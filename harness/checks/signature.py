@@ -19,7 +19,13 @@ same known failure. The signature of one output's failure is:
   by dimension (``tp``, ``dtype``, ``kl_coef``, ...).
 
 A failure MATCHES the one it is compared with (an expectation's, the base's)
-when kind, exception and message are equal and it is no WORSE: its
+when kind, exception and message are equal and it is no WORSE. An exception
+a rank raised is compared as that exception (``cause``): the same error read
+once through a rank (``RankError``, its message the job, the failing ranks,
+then the rank's exception, cut at ``MESSAGE_CHARS``) and once in process, or
+through jobs of two world sizes (their rank lists, so their cuts, differ), is
+one failure, and a message cut short matches the whole one it begins. It is
+no worse when its
 magnitude no larger (``small`` < ``large`` < ``non-finite``) and no condition
 it is independent of that the other failure needed (it would then fail
 where the other passed: wider). A failure that needs MORE conditions than
@@ -46,6 +52,10 @@ _MASKS = (
     (re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|\b(?:nan|inf|-inf)\b"), "#"),
 )
 MESSAGE_CHARS = 160
+# A RankError's message class (harness/ranks/errors.py error_message): the job, the failing ranks, then the first
+# failing rank's last traceback line, which is ``Type: message`` when the rank raised (not when it was killed).
+_RANK_CAUSE = re.compile(r"^job .* failed on rank\(s\) \[[#, ]*\]: rank #: ([A-Za-z_][\w.]*): (.*)$")
+SHORTEST_CUT = 40  # a cut message shorter than this says too little to match a longer one by its beginning
 
 
 def message_class(headline: str) -> str:
@@ -85,6 +95,33 @@ def of(entry: dict, conditions: dict | None = None) -> dict:
     }
 
 
+def cause(fields: dict) -> tuple[str, str]:
+    """(exception, message) of the error itself: a rank's exception rather than the RankError that carried it."""
+    exception, message = fields.get("exception", ""), fields.get("message", "")
+    carried = _RANK_CAUSE.match(message) if exception == "RankError" else None
+    return (carried.group(1), carried.group(2)) if carried else (exception, message)
+
+
+def _same_message(expected: str, found: str) -> bool:
+    """Equal, or one is the other cut at ``MESSAGE_CHARS`` (a RankError's prefix leaves its cause less room)."""
+    if expected == found:
+        return True
+    shorter, longer = sorted((expected, found), key=len)
+    return len(shorter) >= SHORTEST_CUT and longer.startswith(shorter)
+
+
+def _differs(name: str, expected: dict, found: dict) -> bool:
+    """Whether ``found`` differs from ``expected`` in the field ``name`` (a field ``expected`` leaves empty accepts
+    anything); exception and message are compared by their cause."""
+    if not expected.get(name):
+        return False
+    if name == "exception":  # an expectation naming RankError alone still accepts whatever a rank raised
+        return found.get(name) != expected[name] and cause(found)[0] != cause(expected)[0]
+    if name == "message":
+        return not _same_message(cause(expected)[1], cause(found)[1])
+    return found.get(name) != expected[name]
+
+
 def _compared(expected: dict, found: dict) -> tuple[str, ...]:
     """The fields two failures must share. Two hangs are one failure whichever detector fired first: the parent's
     deadline (``RankHang``) or a rank seen finishing without joining its peers' collective (``CollectiveHang``)
@@ -97,9 +134,8 @@ def _compared(expected: dict, found: dict) -> tuple[str, ...]:
 def matches(expected: dict, found: dict) -> bool:
     """``found`` is the failure ``expected`` describes, or a narrower one (fields ``expected`` leaves empty accept
     anything)."""
-    for name in _compared(expected, found):
-        if expected.get(name) and found.get(name) != expected[name]:
-            return False
+    if any(_differs(name, expected, found) for name in _compared(expected, found)):
+        return False
     if expected.get("magnitude") and _rank(found.get("magnitude", "")) > _rank(expected["magnitude"]):
         return False
     return not widened(expected, found)
@@ -123,9 +159,11 @@ def differences(expected: dict, found: dict) -> str:
     """What differs, for a reason line: ``exception CheckFailure -> RankError; magnitude small -> large``."""
     parts = [
         f"{name} {expected.get(name) or '-'} -> {found.get(name) or '-'}"
-        for name in (*_compared(expected, found), "magnitude")
-        if expected.get(name) and found.get(name) != expected[name]
+        for name in _compared(expected, found)
+        if _differs(name, expected, found)
     ]
+    if expected.get("magnitude") and found.get("magnitude") != expected["magnitude"]:
+        parts.append(f"magnitude {expected['magnitude']} -> {found.get('magnitude') or '-'}")
     if widened(expected, found):
         parts.append(f"now fails without {', '.join(widened(expected, found))}")
     if narrowed(expected, found):
