@@ -22,7 +22,8 @@ VERL_LAYOUTS = {"none": "zigzag", "zigzag": "zigzag", "allgather": "contiguous"}
 LOSS_MODES = {"ppo": "vanilla", "gspo": "gspo", "cispo": "cispo"}
 KL_KINDS = ("k1", "k2", "abs", "low_var_kl")  # verl's kl_loss_type names, the harness's too
 _VERLS = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-# the harness's mode -> verl's loss_agg_mode (sum-of-sample-mean: with global_batch_size = 1)
+# the harness's mode -> verl's loss_agg_mode (sum-of-sample-mean: with global_batch_size = 1, or before agg_loss took
+# it, the micro-batch's sample mean times B: ``loss``)
 AGGREGATIONS = {"sum-of-sample-mean": "seq-mean-token-mean", **dict(zip(_VERLS, _VERLS))}
 NO_FLOOR = 5e-324  # IcePop's lower bound must be positive: below every weight exp(x) of a finite x > -744
 
@@ -237,4 +238,13 @@ def loss(up, call, output: dict, lengths, mask):
     )
     if up.left_right_2_no_padding is not None:  # the trainer's own step before ppo_loss (#3600 on)
         data = up.left_right_2_no_padding(Batch(data))
-    return up.ppo_loss(config, output, Batch(data))[0]  # (the loss, its metrics)
+    loss = up.ppo_loss(config, output, Batch(data))[0]  # (the loss, its metrics)
+    if options.aggregation == "sum-of-sample-mean" and not TAKES_BATCH_SIZE(up):
+        # Before #4211 (2025-11) agg_loss takes no global_batch_size: seq-mean-token-mean is the mean over the
+        # micro-batch's samples, and the protocol's sum-of-sample-mean that mean times B (calls.per_batch, TRL's).
+        loss = loss * len(lengths)
+    return loss
+
+
+# whether agg_loss takes the batch's size (#4211 on), which makes global_batch_size = 1 the sum of sample means
+TAKES_BATCH_SIZE = accepts("agg_loss", torch.zeros(1, 2), torch.ones(1, 2), "seq-mean-token-mean", global_batch_size=1)
