@@ -25,10 +25,9 @@ once through a rank (``RankError``, its message the job, the failing ranks,
 then the rank's exception, cut at ``MESSAGE_CHARS``) and once in process, or
 through jobs of two world sizes (their rank lists, so their cuts, differ), is
 one failure, and a message cut short matches the whole one it begins. It is
-no worse when its
-magnitude no larger (``small`` < ``large`` < ``non-finite``) and no condition
-it is independent of that the other failure needed (it would then fail
-where the other passed: wider). A failure that needs MORE conditions than
+no worse when its magnitude is no larger (``small`` < ``large`` <
+``non-finite``) and it is independent of no condition the other failure
+needed (it would then fail where the other passed: wider). A failure that needs MORE conditions than
 the other (the base failed in fp32 and bf16, the PR in bf16 only), or whose
 error shrank, is the same failure, narrowed: a partial fix is not a new
 failure (TransformerEngine 2.8 narrowed 2.7's gradient defect to bf16 this
