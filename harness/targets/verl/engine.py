@@ -239,7 +239,7 @@ def loss(up, call, output: dict, lengths, mask):
     if up.left_right_2_no_padding is not None:  # the trainer's own step before ppo_loss (#3600 on)
         data = up.left_right_2_no_padding(Batch(data))
     loss = up.ppo_loss(config, output, Batch(data))[0]  # (the loss, its metrics)
-    if options.aggregation == "sum-of-sample-mean" and not TAKES_BATCH_SIZE(up):
+    if options.aggregation == "sum-of-sample-mean" and not up.takes_batch_size:
         # Before #4211 (2025-11) agg_loss takes no global_batch_size: seq-mean-token-mean is the mean over the
         # micro-batch's samples, and the protocol's sum-of-sample-mean that mean times B (calls.per_batch, TRL's).
         loss = loss * len(lengths)

@@ -51,6 +51,7 @@ def _prepare(up) -> None:
     up.rollout_weights = None
     if verl_F is not None:
         up.rollout_weights = up.loader.symbol_if_present(*ROLLOUT_WEIGHTS, stand_ins={"verl_F": verl_F})
+    up.takes_batch_size = verl_engine.TAKES_BATCH_SIZE(up)  # agg_loss takes global_batch_size (#4211 on): engine.loss
     processor = up.logits_processor
     up.closes_over_temperature = up.label_is_input_ids = False  # the closure's forms, read below where it serves
     if processor is None and up.logits_closure is not None:
