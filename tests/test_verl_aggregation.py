@@ -14,7 +14,7 @@ import pytest
 from harness.checks.policy import check_policy_loss
 from harness.checks.token_policy import check_token_policy_loss
 from harness.targets.verl import engine as verl_engine
-from tests.test_verl_target import LOSSES, POLICY_CASE, _edited
+from tests.test_verl_target import LOSSES, POLICY_CASE, _edit, _edited
 
 CORE_ALGOS = "verl/trainer/ppo/core_algos.py"
 SIZED = "def agg_loss(loss_mat, loss_mask, loss_agg_mode, dp_size=1, batch_num_tokens=None, global_batch_size=None):"
@@ -35,10 +35,7 @@ def _unsized(tmp_path, name: str, divisor: str) -> str:
         (SIZED, "def agg_loss(loss_mat, loss_mask, loss_agg_mode):"),
         (SIZED_DIVISOR, divisor),
     )
-    losses = tmp_path / name / LOSSES
-    text = losses.read_text()
-    assert PASSED in text
-    losses.write_text(text.replace(PASSED, "pass"))
+    _edit(tmp_path / name / LOSSES, (PASSED, "pass"))
     return spec
 
 

@@ -50,13 +50,17 @@ def _edited(tmp_path, name: str, path: str, *changes: tuple[str, str]) -> str:
     """A copy of the correct tree with ``path``'s lines changed (each ``(old, new)``): the spec of that tree."""
     tree = tmp_path / name
     shutil.copytree(fakes.HERE / "correct", tree)
-    file = tree / path
+    _edit(tree / path, *changes)
+    return f"verl={tree}"
+
+
+def _edit(file, *changes: tuple[str, str]) -> None:
+    """``file`` with each ``(old, new)`` made, every ``old`` there to change."""
     text = file.read_text()
     for old, new in changes:
         assert old in text, old
         text = text.replace(old, new)
     file.write_text(text)
-    return f"verl={tree}"
 
 
 # ---- the record: declared, recorded, missing ------------------------------------------------------
