@@ -104,10 +104,19 @@ def csr_local_entries(ids: torch.Tensor, offsets: torch.Tensor, tp_rank: int, v_
 
 
 def unique_entries(rows: torch.Tensor, columns: torch.Tensor, v_local: int) -> tuple:
-    """The entries as a set, sorted by (row, column): a repeated id counts once in every sum."""
+    """The entries as a set, sorted by (row, column): a repeated id counts once in every sum.
+
+    A sorted key is a first occurrence where its leftmost position equals its
+    own. Built without slices: under fake tensors (the memory checks at real
+    scale) the entry count is data-dependent, and torch 2.11 gives each
+    slice of such a length a size of its own, so comparing ``keys[1:]`` with
+    ``keys[:-1]`` raised (two sizes it cannot prove equal;
+    tests/test_impl_fake_trace.py). The boolean mask keeps the count bounded
+    by the entries, which the tracker needs (``unique_consecutive``'s count
+    has no bound there).
+    """
     keys = torch.sort(rows * v_local + columns).values
-    first = torch.ones_like(keys, dtype=torch.bool)
-    first[1:] = keys[1:] != keys[:-1]
+    first = torch.searchsorted(keys, keys) == torch.arange(keys.shape[0], device=keys.device)
     keys = keys[first]
     return torch.div(keys, v_local, rounding_mode="floor"), keys % v_local
 
@@ -174,7 +183,8 @@ class KeptSetLogProbEntropy(torch.autograd.Function):
             probs = shifted.exp()
             stats[:, _S0].index_add_(0, r, probs)
             stats[:, _TARGET].index_add_(0, r, torch.where(is_target, shifted, 0.0))
-            stats[:, _S2].index_add_(0, r, shifted.clamp_(min=LOG_ZERO_FLOOR).mul_(probs))
+            # out of place: torch 2.11's fake tensors cannot trace a unary in-place op on a data-dependent length
+            stats[:, _S2].index_add_(0, r, shifted.clamp(min=LOG_ZERO_FLOOR).mul_(probs))
             stats[:, _KEPT].index_add_(0, r, is_target.float())
         stats = sum_in_rank_order(stats, tp_group)
 
@@ -216,7 +226,7 @@ class KeptSetLogProbEntropy(torch.autograd.Function):
             # dL/dz = g_lp (1[v=t] - p) - g_H p (log p + H)   on K (docs/sampling.md), 0 elsewhere
             coef = g_lp[r]
             if entropy is not None:
-                coef = coef + g_h[r] * (log_p.clamp_(min=LOG_ZERO_FLOOR) + entropy[r])
+                coef = coef + g_h[r] * (log_p.clamp(min=LOG_ZERO_FLOOR) + entropy[r])
             grad = torch.where(_is_target(rows, columns, in_shard, local_targets, start, end), g_lp[r], 0.0)
             grad = grad.sub_(probs.mul_(coef))
             if ctx.temperature != 1.0:
