@@ -116,13 +116,16 @@ def test_a_known_wrong_value_that_now_hangs_is_red_base_vs_pr(tmp_path):
     """
     stand_ins = "tests/fakes/failure_targets.py"
     select = [GATE_FILE, "-k", GATE_CHECK]
-    code, output = gate(f"{stand_ins}:HangForward", "--baseline", f"{stand_ins}:WrongValue", *select, reports=tmp_path)
+    base = f"{stand_ins}:WrongValueOnOneRank"  # its counterexample is single-rank, where the PR returns
+    code, output = gate(f"{stand_ins}:HangForward", "--baseline", base, *select, reports=tmp_path)
     assert code == 1, output[-3000:]
     slug = stand_ins.replace("/", "_")
-    decision = decision_of(tmp_path, f"{slug}_HangForward-vs-{slug}_WrongValue")
+    decision = decision_of(tmp_path, f"{slug}_HangForward-vs-{slug}_WrongValueOnOneRank")
     assert decision["counts"] == {"FAILS DIFFERENTLY": 1, "FIXED": 2}, decision["counts"]
     assert {e["output"] for e in decision["fixed"]} == {"loss", "loss(log_probs)"}, decision["fixed"]
     (entry,) = decision["new_failures"]
     assert entry["output"] == ""
     assert entry["reason"].startswith("the base fails on its outputs, the PR as hang")
-    assert (tmp_path / f"{slug}_HangForward-vs-{slug}_WrongValue" / "summary.md").read_text().count("### BLOCKING") == 1
+    assert (tmp_path / f"{slug}_HangForward-vs-{slug}_WrongValueOnOneRank" / "summary.md").read_text().count(
+        "### BLOCKING"
+    ) == 1

@@ -52,6 +52,23 @@ class WrongValue(_Injected):
         return loss + 1e-3, log_probs, entropy
 
 
+class WrongValueOnOneRank(WrongValue):
+    """The loss is off by 1e-3 on single-rank examples only.
+
+    Its counterexample is single-rank whichever failing example the run
+    reports: a base that pairs with a PR hanging on distributed examples, so
+    the PR returns on the base's counterexample (on a loaded machine a plain
+    WrongValue once reported a tp-2 example, where the PR hung).
+    """
+
+    name = "impl-wrong-value-one-rank"
+
+    def inject(self, logits, kwargs, loss, log_probs, entropy):
+        if _distributed():
+            return loss, log_probs, entropy
+        return super().inject(logits, kwargs, loss, log_probs, entropy)
+
+
 class WrongGradient(_Injected):
     """The loss value is right; its gradient gets an extra 1e-3 on every logit."""
 
