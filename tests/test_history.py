@@ -365,3 +365,23 @@ def test_a_replay_stopped_with_sigterm_removes_its_extracted_trees(tmp_path):
     trees = Path(done.stdout.split()[0])
     assert done.returncode == 128 + signal.SIGTERM, done.stderr
     assert trees.name.startswith("lph-history-") and not trees.exists()
+
+
+def test_a_run_a_stopped_replay_left_unfinished_is_run_again_not_reused(tmp_path, monkeypatch):
+    """Only a run the replay finished (stamped with its revision) is reused; pytest's partial verdicts are not."""
+    revisions = history.Revisions("verl", tmp_path / "repo", tmp_path / "cache", tmp_path / "trees", [])
+    monkeypatch.setattr(revisions, "side", lambda revision: history.comparison.Side(revision, "verl", {}))
+    monkeypatch.setattr(revisions, "tree", lambda revision: tmp_path / revision)
+    ran = []
+
+    def run_checked(resolved, out, pytest_args):
+        ran.append(out.name)
+        return Run(target="verl", verdicts={"t": Verdict(id="t", outcome=PASS, tier="contract")}), 1.0
+
+    monkeypatch.setattr(history, "run_checked", run_checked)
+    out = revisions.cache / "runs" / f"{history.HARNESS_REVISION}-{history.specs.hypothesis_profile()}" / "k1"
+    partial = {"t": Verdict(id="t", outcome=FAIL, tier="contract")}  # pytest's verdicts, the replay stopped
+    Run(target="verl", verdicts=partial, meta={"profile": "history"}).save(out)
+    run = revisions.run("k1", "abc")
+    assert ran == ["k1"] and run.verdicts["t"].outcome == PASS and run.meta["revision"] == "abc"
+    assert revisions.run("k1", "abc").verdicts["t"].outcome == PASS and ran == ["k1"]

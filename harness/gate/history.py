@@ -148,6 +148,23 @@ def content_key(repo: Path, revision: str, paths, alone=None) -> str:
     return hashlib.sha1(" ".join(parts).encode()).hexdigest()[:12]
 
 
+def _runs(cache: Path) -> Path:
+    """Where this harness revision's runs of one profile are cached, one folder per content key."""
+    return cache / "runs" / f"{HARNESS_REVISION}-{specs.hypothesis_profile()}"
+
+
+def _finished(out: Path) -> bool:
+    """Whether ``out`` holds a run the replay finished, stamped with its revision after the checked run.
+
+    A replay stopped mid-suite still leaves pytest's verdicts of the checks
+    run so far, unstamped: reused on ``--resume``, such a run read as the
+    revision's (a stopped slime replay's 47 of 189 checks made two false
+    rows, the revision's and the next commit's, which changed one unrelated
+    file). It is run again.
+    """
+    return (out / "verdicts.json").is_file() and "revision" in Run.load(out).meta
+
+
 class Revisions:
     """Extracted trees, what each revision's loader executed, cached verdicts (one per content key)."""
 
@@ -238,8 +255,8 @@ class Revisions:
         return comparison.Side(revision[:9], specs.ADAPTERS[self.family], {variable: str(self.tree(revision))})
 
     def run(self, key: str, revision: str) -> Run:
-        out = self.cache / "runs" / f"{HARNESS_REVISION}-{specs.hypothesis_profile()}" / key
-        if (out / "verdicts.json").is_file():
+        out = _runs(self.cache) / key
+        if _finished(out):
             return Run.load(out)
         side = self.side(revision)
         resolved = specs.ResolvedSpec(
@@ -294,8 +311,7 @@ def plan(revisions: Revisions, pending: list[Commit]) -> str:
     they need that the cache does not hold (loadable revisions only; an unloadable one is an ERROR row)."""
     changed = [c for c in pending if revisions.key(c.sha) != revisions.key(c.parent)]
     keys = {revisions.key(r): r for c in changed for r in (c.parent, c.sha) if not revisions.load_error(r)}
-    cached = revisions.cache / "runs" / f"{HARNESS_REVISION}-{specs.hypothesis_profile()}"
-    missing = [k for k in keys if not (cached / k / "verdicts.json").is_file()]
+    missing = [k for k in keys if not _finished(_runs(revisions.cache) / k)]
     return (
         f"history plan: {len(pending)} commits touch the key, {len(changed)} change it; {len(keys)} suite runs, "
         f"{len(missing)} not cached (harness {HARNESS_REVISION}, profile {specs.hypothesis_profile()})"
