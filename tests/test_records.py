@@ -263,7 +263,8 @@ def _quick_run(folder: Path, mode: str) -> Path:
     about |= {"driver": "580.1", "triton": "3.6.0", "mode": mode}
     step = {"step": "3-hidden", "what": "the hidden path", "outcome": "failed", "wall_s": 20.2, "limit_s": 45}
     (folder / "3-hidden").mkdir(parents=True)
-    (folder / "steps.json").write_text(json.dumps({"about": about, "steps": [step | {"reason": "exit code 1"}]}))
+    step |= {"reason": "exit code 1", "tail": ["impl 0.25 ms", "no chunked op here", "=== 3-hidden: failed in 20.2 s"]}
+    (folder / "steps.json").write_text(json.dumps({"about": about, "steps": [step]}))
     hidden = {"rounds": 5, "chunk": 1024, "left_out": {"torch-chunked": "this torch has none"}}
     hidden["shapes"] = {"8x4x16": {"impl": {"seconds": 0.25, "seconds_min": 0.2, "peak_bytes": 2**21}}}
     (folder / "3-hidden" / "hidden.json").write_text(json.dumps(hidden))
@@ -279,5 +280,6 @@ def test_the_prepared_gpu_run_is_a_record_and_its_cpu_dry_run_is_not(tmp_path):
     assert store.import_measurement(_quick_run(tmp_path / "run" / "quick", "cuda"), data, "gpu")
     page = measurements.render_gpu(measurements._load(data))
     assert "(CUDA 13.0, driver 580.1, Triton 3.6.0)" in page
-    assert "| 3-hidden | the hidden path | failed | 20 | 45 | exit code 1 |" in page
+    # a failed step's reason ends with the last line it printed (the step's own end marker is not one)
+    assert "| 3-hidden | the hidden path | failed | 20 | 45 | exit code 1: no chunked op here |" in page
     assert "| 8x4x16 | impl | 0.250 | 0.200 | 2.0 |" in page and "`torch-chunked`: this torch has none" in page

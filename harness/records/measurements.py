@@ -65,10 +65,20 @@ def _hidden_table(hidden: dict) -> list[str]:
     return lines
 
 
+def _step_reason(step: dict) -> str:
+    """Why a step did not end ok; a failed step's exit code with the last line it printed, which says why
+    (``bench.gpu_hidden`` exits 1 naming what the machine's torch lacks)."""
+    reason = step.get("reason") or ""
+    said = [line for line in step.get("tail", []) if not line.startswith(f"=== {step['step']}:")]
+    if step["outcome"] == "failed" and said:
+        reason = f"{reason}: {said[-1].split(' === ')[0].strip()}"
+    return reason
+
+
 def _steps_table(steps: dict) -> list[str]:
     """The prepared run's steps (``bench.gpu_quick``): what each checked, its outcome, time and limit."""
     rows = [
-        (s["step"], s["what"], s["outcome"], f"{s['wall_s']:.0f}", f"{s['limit_s']:g}", s.get("reason") or "")
+        (s["step"], s["what"], s["outcome"], f"{s['wall_s']:.0f}", f"{s['limit_s']:g}", _step_reason(s))
         for s in steps["steps"]
     ]
     lines = ["## The prepared run's steps (`python -m bench.gpu_quick`)", ""]
