@@ -400,3 +400,37 @@ def test_the_hidden_path_is_judged_by_its_own_options():
     target = fakes.correct()
     assert target.capabilities_for({"hidden"}) == target.capabilities
     assert "hidden_tp" in target.not_declared
+
+
+_HELPER = "verl/trainer/ppo/rollout_corr_helper.py"
+_TRUNCATION_ONLY = """import torch
+
+
+def compute_rollout_correction_weights(log_ratio, response_mask, rollout_is="token", rollout_is_threshold=2.0):
+    if rollout_is_threshold <= 0:
+        raise ValueError("rollout_is_threshold must be positive")
+    weights = torch.exp(log_ratio).clamp(max=rollout_is_threshold) * response_mask
+    return weights, {}
+"""
+
+
+def test_icepop_is_declared_only_where_the_rollout_helper_takes_its_lower_upper_threshold(tmp_path):
+    """verl's first rollout helper (#3984) truncates at a float; IcePop's "lower_upper" string came with #5722.
+
+    Declared by the helper's presence, the harness's MIS ran on the first form and read verl's TypeError as a FAIL.
+    """
+    tree = tmp_path / "truncation-only"
+    shutil.copytree(fakes.HERE / "correct", tree)
+    (tree / _HELPER).write_text(_TRUNCATION_ONLY)
+    caps = load_target(f"verl={tree}").capabilities
+    assert {"policy_tis_token", "policy_tis_sequence"} <= caps
+    assert not caps & {"policy_mis_token", "policy_mis_sequence", "policy_mis_floor"}
+    icepop = tmp_path / "icepop"  # a tree of its own: a loaded tree is not loaded again
+    shutil.copytree(tree, icepop)
+    _edit(
+        icepop / _HELPER,
+        ("    if rollout_is_threshold <= 0:", "    if isinstance(rollout_is_threshold, str):\n"
+         "        low, rollout_is_threshold = map(float, rollout_is_threshold.split('_'))\n"
+         "    if rollout_is_threshold <= 0:"),
+    )  # fmt: skip
+    assert {"policy_mis_token", "policy_mis_sequence", "policy_mis_floor"} <= load_target(f"verl={icepop}").capabilities

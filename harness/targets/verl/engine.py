@@ -173,8 +173,14 @@ DECLARED_BY = {  # each option: what declares it where present (the vanilla loss
     f"policy_agg_{_VERLS[-1]}": accepts(
         "agg_loss", torch.zeros(1, 2), torch.ones(1, 2), _VERLS[-1], loss_scale_factor=1
     ),
-    # the trainer's compute_rollout_correction_weights (prepare loads it alone) makes the weights its loss reads
-    **{f"policy_{r}": "rollout_weights" for r in "tis_token tis_sequence mis_token mis_sequence mis_floor".split()},
+    # the trainer's compute_rollout_correction_weights (prepare loads it alone) makes the weights its loss reads:
+    # truncation (TIS) from the helper's first revision (#3984); IcePop's "lower_upper" threshold (the harness's
+    # MIS) only where the helper takes it (#5722), which the earlier helper compares with 0 and refuses
+    **{f"policy_tis_{level}": "rollout_weights" for level in ("token", "sequence")},
+    **dict.fromkeys(
+        ("policy_mis_token", "policy_mis_sequence", "policy_mis_floor"),
+        accepts("rollout_weights", torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool), "token", "0.5_2.0"),
+    ),
 }
 
 
