@@ -379,7 +379,7 @@ def test_a_run_a_stopped_replay_left_unfinished_is_run_again_not_reused(tmp_path
         return Run(target="verl", verdicts={"t": Verdict(id="t", outcome=PASS, tier="contract")}), 1.0
 
     monkeypatch.setattr(history, "run_checked", run_checked)
-    out = revisions.cache / "runs" / f"{history.HARNESS_REVISION}-{history.specs.hypothesis_profile()}" / "k1"
+    out = history._runs(revisions.cache) / "k1"
     partial = {"t": Verdict(id="t", outcome=FAIL, tier="contract")}  # pytest's verdicts, the replay stopped
     Run(target="verl", verdicts=partial, meta={"profile": "history"}).save(out)
     run = revisions.run("k1", "abc")

@@ -153,8 +153,8 @@ def _runs(cache: Path) -> Path:
     return cache / "runs" / f"{HARNESS_REVISION}-{specs.hypothesis_profile()}"
 
 
-def _finished(out: Path) -> bool:
-    """Whether ``out`` holds a run the replay finished, stamped with its revision after the checked run.
+def _finished(out: Path) -> Run | None:
+    """The run in ``out`` if the replay finished it (stamped with its revision after the checked run), else None.
 
     A replay stopped mid-suite still leaves pytest's verdicts of the checks
     run so far, unstamped: reused on ``--resume``, such a run read as the
@@ -162,7 +162,10 @@ def _finished(out: Path) -> bool:
     rows, the revision's and the next commit's, which changed one unrelated
     file). It is run again.
     """
-    return (out / "verdicts.json").is_file() and "revision" in Run.load(out).meta
+    if not (out / "verdicts.json").is_file():
+        return None
+    run = Run.load(out)
+    return run if "revision" in run.meta else None
 
 
 class Revisions:
@@ -256,8 +259,9 @@ class Revisions:
 
     def run(self, key: str, revision: str) -> Run:
         out = _runs(self.cache) / key
-        if _finished(out):
-            return Run.load(out)
+        cached = _finished(out)
+        if cached is not None:
+            return cached
         side = self.side(revision)
         resolved = specs.ResolvedSpec(
             f"{self.family}@{revision[:9]}", side.target, key, self.family, side.env,
@@ -311,7 +315,8 @@ def plan(revisions: Revisions, pending: list[Commit]) -> str:
     they need that the cache does not hold (loadable revisions only; an unloadable one is an ERROR row)."""
     changed = [c for c in pending if revisions.key(c.sha) != revisions.key(c.parent)]
     keys = {revisions.key(r): r for c in changed for r in (c.parent, c.sha) if not revisions.load_error(r)}
-    missing = [k for k in keys if not _finished(_runs(revisions.cache) / k)]
+    cached = _runs(revisions.cache)
+    missing = [k for k in keys if _finished(cached / k) is None]
     return (
         f"history plan: {len(pending)} commits touch the key, {len(changed)} change it; {len(keys)} suite runs, "
         f"{len(missing)} not cached (harness {HARNESS_REVISION}, profile {specs.hypothesis_profile()})"
