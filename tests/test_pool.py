@@ -15,6 +15,8 @@ import pytest
 from harness.jobs import selftest
 from harness.names import name_of
 from harness.ranks import pool as pool_module
+from harness.ranks.deadlock import HOLD_S
+from harness.ranks.errors import DIVERGED
 from harness.ranks.pool import (
     CollectiveHang,
     PoolStartError,
@@ -100,17 +102,48 @@ def test_raising_rank_with_stuck_peer_names_both(pool2):
     assert _ranks(pool2) == [0, 1]
 
 
+def test_skipped_collective_is_proven_hung_before_the_deadline(pool2):
+    """Rank 1 finished without the all_reduce rank 0 is inside: a hang by proof, not by a 60 s timeout.
+
+    Only the proof writes its last lines; a timeout would also fail this
+    test, after the deadline, on the missing proof line.
+    """
+    _ranks(pool2)
+    with pytest.raises(CollectiveHang) as info:
+        pool2.run(name_of(selftest.skip_collective), {"rank": 1}, tp=2, cp=1, timeout_s=60)
+    message = str(info.value)
+    print(message.splitlines()[0])
+    assert DIVERGED in message.splitlines()[0] and info.value.diverged
+    assert "rank 0 stuck; last collective: all_reduce[SUM] group=(0, 1) shape=(3,) float32 forward" in message
+    assert "finished: rank(s) [1]" in message
+    assert "rank 0 is inside its collective #1 on group (0, 1): rank 1 finished the job after 0 there" in message
+    assert not pool2.alive, "the stuck rank cannot be reused: the pool is killed"
+    assert _ranks(pool2) == [0, 1]
+
+
+def test_a_finished_peer_proves_nothing_while_the_other_rank_computes(pool2):
+    """Both ranks joined the all_reduce; rank 0 then computes past the proof's hold time: no hang."""
+    assert pool2.run(name_of(selftest.finish_then_peer_computes), {"seconds": HOLD_S + 1.5}, tp=2, cp=1) == [0, 1]
+
+
+def test_a_rank_no_longer_inside_its_collective_is_never_proven_stuck(pool2):
+    """Rank 1's untraced join leaves its count short of rank 0's position; rank 0 has left the call: no hang."""
+    job = name_of(selftest.untraced_peer_then_compute)
+    assert pool2.run(job, {"seconds": HOLD_S + 1.5}, tp=2, cp=1) == [0, 1]
+
+
 def test_skipped_collective_fails_fast_naming_stuck_rank(pool2):
     _ranks(pool2)
     start = time.monotonic()
     with pytest.raises(RankHang) as info:
-        pool2.run(name_of(selftest.skip_collective), {"rank": 1}, tp=2, cp=1, timeout_s=3)
+        pool2.run(name_of(selftest.cross_wait), None, tp=2, cp=1, timeout_s=3)
     elapsed = time.monotonic() - start
-    print(f"hang reported and pool killed in {elapsed:.1f} s")
+    print(f"hang reported in {elapsed:.1f} s")
     message = str(info.value)
     assert "rank 0 stuck; last collective: all_reduce[SUM] group=(0, 1) shape=(3,) float32 forward" in message
-    assert "finished: rank(s) [1]" in message
-    assert isinstance(info.value, CollectiveHang), "the waiting rank must raise by itself (its group's timeout)"
+    assert "rank 1 stuck; last collective: all_reduce[SUM] group=(0, 1) shape=(3,) float32 forward" in message
+    assert isinstance(info.value, CollectiveHang), "the waiting ranks must raise by themselves (their groups' timeout)"
+    assert not info.value.diverged, "no rank finished: nothing proves the sequences differ"
     assert elapsed < 10, f"a 3 s deadline took {elapsed:.1f} s to report"
 
 
@@ -119,11 +152,11 @@ def test_collective_timeout_rejoins_fresh_groups_without_a_respawn(pool2):
     _ranks(pool2)
     pids = pool2.pids
     with pytest.raises(CollectiveHang, match=r"the ranks joined fresh process groups \(no respawn\)"):
-        pool2.run(name_of(selftest.skip_collective), {"rank": 1}, tp=2, cp=1, timeout_s=3)
+        pool2.run(name_of(selftest.cross_wait), None, tp=2, cp=1, timeout_s=3)
     assert pool2.alive and pool2.pids == pids, "a collective timeout must not cost a respawn on gloo"
     _check_every_factorisation(pool2, 2)  # every group works again, world and subgroups
     with pytest.raises(CollectiveHang):  # and a second timeout on the re-joined groups is handled alike
-        pool2.run(name_of(selftest.skip_collective), {"rank": 0}, tp=2, cp=1, timeout_s=3)
+        pool2.run(name_of(selftest.cross_wait), None, tp=2, cp=1, timeout_s=3)
     assert pool2.pids == pids
     assert _ranks(pool2) == [0, 1]
 
@@ -133,7 +166,7 @@ def test_a_failed_rejoin_falls_back_to_a_respawn(pool2, monkeypatch):
     pids = pool2.pids
     monkeypatch.setattr(pool_module, "REJOIN_TIMEOUT_S", 0.0)  # no rank can answer the rejoin in time
     with pytest.raises(CollectiveHang, match="the pool was killed and will respawn on the next job"):
-        pool2.run(name_of(selftest.skip_collective), {"rank": 1}, tp=2, cp=1, timeout_s=3)
+        pool2.run(name_of(selftest.cross_wait), None, tp=2, cp=1, timeout_s=3)
     assert not pool2.alive, "ranks that did not re-join are killed, never reused"
     assert _ranks(pool2) == [0, 1] and pool2.pids != pids
 

@@ -6,6 +6,7 @@ They live in an importable module because spawned ranks import jobs by name.
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -36,6 +37,44 @@ def skip_collective(payload, ctx):
         return "skipped"
     dist.all_reduce(torch.ones(3), group=None)
     return "done"
+
+
+def cross_wait(payload, ctx):
+    """Rank 0 waits in an all_reduce on the world group, rank 1 in one on the TP subgroup: no rank finishes.
+
+    Both groups hold ranks (0, 1) but are distinct process groups, so neither
+    call pairs with the other and both ranks time out: the timeout path, which
+    no finished peer can short-cut (harness/ranks/deadlock.py).
+    """
+    dist.all_reduce(torch.ones(3), group=None if ctx.rank == 0 else ctx.tp_group)
+    return "done"
+
+
+def finish_then_peer_computes(payload, ctx):
+    """Both ranks join one all_reduce; rank 0 then computes past the hang proof's hold time before it returns.
+
+    A finished peer and a rank whose last collective is on their group, but
+    no longer inside it: nothing is proven, the job must finish normally.
+    """
+    dist.all_reduce(torch.ones(3), group=None)
+    if ctx.rank == 0:
+        time.sleep(payload["seconds"])
+    return ctx.rank
+
+
+def untraced_peer_then_compute(payload, ctx):
+    """Rank 1 joins rank 0's all_reduce through an untraced name, then returns; rank 0 computes afterwards.
+
+    Rank 1's reply counts no collective on the group, rank 0's last one is
+    #1 there: only "rank 0 is no longer inside it" keeps the parent from a
+    false hang (harness/ranks/deadlock.py).
+    """
+    if ctx.rank == 1:
+        dist.distributed_c10d.all_reduce(torch.ones(3), group=None)  # not the traced ``dist.all_reduce``
+        return ctx.rank
+    dist.all_reduce(torch.ones(3), group=None)
+    time.sleep(payload["seconds"])
+    return ctx.rank
 
 
 def die_on(payload, ctx):

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+from harness.ranks.deadlock import group_of, proof_lines
+
 GRACE_S = 2.0
 
 # The backends' own words for "this collective waited past the group's timeout".
@@ -34,7 +36,6 @@ _PEER_CLOSED = re.compile(r"Connection closed by peer")
 
 # A CollectiveHang whose first line carries this proves the hang (see ``timeout_message``).
 DIVERGED = "finished the job without joining it"
-_GROUP = re.compile(r"group=\(([\d, ]*)\)")
 
 
 class RankError(RuntimeError):
@@ -149,7 +150,7 @@ def hang_message(where: str, world_size: int, timeout_s: float, stuck_at: dict) 
 
 def diverged_ranks(finished: list, timed_out: dict, last: dict) -> list[int]:
     """The ranks that finished the job although they belong to a group a timed-out rank was stuck in."""
-    return sorted({rank for waiting in timed_out for rank in _group_of(last[waiting]) if rank in finished})
+    return sorted({rank for waiting in timed_out for rank in group_of(last[waiting]) if rank in finished})
 
 
 def timeout_message(where: str, finished: list, timeout_s: float, timed_out: dict, last: dict, rejoined: bool) -> str:
@@ -189,7 +190,23 @@ def timeout_message(where: str, finished: list, timeout_s: float, timed_out: dic
     )
 
 
-def _group_of(collective: str) -> tuple[int, ...]:
-    """The ranks of a collective as ``harness.ranks.trace.describe`` writes it (``group=(0, 2)``); () if unknown."""
-    match = _GROUP.search(collective)
-    return tuple(int(rank) for rank in match.group(1).split(",") if rank.strip()) if match else ()
+def proven_message(where: str, finished: list, waited_s: float, stranded: dict, stuck_at: dict) -> str:
+    """CollectiveHang's text when the parent proved the hang before any timeout (``harness.ranks.deadlock``).
+
+    The first line has ``timeout_message``'s diverged form, so the verdict's
+    signature is the same whichever way the hang was found.
+    """
+    skipped = sorted({peer for proof in stranded.values() for peer, _ in proof.short})
+    first = (
+        f"{where}: rank(s) {sorted(stranded)} waited {waited_s:.1f} s in a collective that rank(s) "
+        f"{skipped} {DIVERGED} (the ranks issued different collectives: a hang whatever the deadline)"
+    )
+    return "\n".join(
+        [
+            first,
+            stuck_lines(stuck_at),
+            f"finished: rank(s) {sorted(finished)}",
+            *proof_lines(stranded),
+            "proven before the deadline; the pool was killed and will respawn on the next job",
+        ]
+    )

@@ -24,7 +24,10 @@ of a world size are started once and then run a job in milliseconds:
   ``RankHang``, with its traceback); and the PARENT stops waiting a grace
   later (``RankHang``), so a hang becomes a failure naming the rank, never a
   stuck CI job. Both name each stuck rank and the last collective it issued
-  (the tracer mirrors it into shared memory before each call); a raising or
+  (the tracer mirrors it into shared memory before each call). Sooner than
+  both, the parent proves a hang when a rank is inside a collective that a
+  peer which already finished the job never issued (``harness.ranks.deadlock``):
+  the pool is then killed at once instead of waiting out the deadline; a raising or
   dying rank becomes ``RankError`` with its traceback or exit code
   (``harness.ranks.errors``). A pool left inconsistent (a rank stuck, dead, or
   past a collective timeout, after which gloo's pairs are closed) is never
@@ -50,7 +53,7 @@ import time
 import traceback
 import weakref
 
-from harness.ranks import device, rank_warnings
+from harness.ranks import deadlock, device, rank_warnings
 from harness.ranks import errors as rank_errors
 from harness.ranks.errors import GRACE_S, CollectiveHang, PoolStartError, RankError, RankHang, hang_errors
 from harness.ranks.process import (
@@ -94,6 +97,7 @@ class RankPool:
         self._procs: list = []
         self._conns: list = []
         self._last: list = []
+        self._calls: list = []  # per rank: (position, inside) of its last collective (harness.ranks.deadlock)
         self._tmpdir: str | None = None
         self.jobs_run = 0  # jobs posted since the last (re)spawn: the first one pays the ranks' imports
         self._rejoins = 0  # process-group re-joins after collective timeouts (names each new rendezvous)
@@ -121,7 +125,7 @@ class RankPool:
         for _ in range(START_ATTEMPTS):
             self._reap(0.0)
             self._spawn()
-            _, errors, stuck = self._collect(START_TIMEOUT_S)
+            _, errors, stuck, _ = self._collect(START_TIMEOUT_S)
             if not errors and not stuck:
                 return
             self._reap(0.0)
@@ -138,27 +142,36 @@ class RankPool:
         ``timeout_s`` is the job's deadline: every rank's process groups time
         out after it, and the parent stops waiting a grace later. Raises
         ``RankError`` (a rank raised or died), ``CollectiveHang`` (ranks
-        gave up waiting in a collective) or ``RankHang`` (a rank still busy
-        at the parent's deadline); the pool is respawned by the next call
-        whenever a failure left it inconsistent.
+        gave up waiting in a collective, or were proven stuck in one a
+        finished peer never issued) or ``RankHang`` (a rank still busy at the
+        parent's deadline); the pool is respawned by the next call whenever a
+        failure left it inconsistent.
         """
         if tp * cp != self.world_size:
             raise ValueError(f"tp={tp} x cp={cp} = {tp * cp} must equal the pool's world_size={self.world_size}")
         self.start()
         blob = pickle.dumps(("job", fn, payload, tp, cp, float(timeout_s)), protocol=PICKLE_PROTOCOL)
-        for last in self._last:
+        for last, calls in zip(self._last, self._calls):
             last.value = b""
+            calls[deadlock.POSITION], calls[deadlock.INSIDE] = 0, 0
         self._post(blob)
         self.jobs_run += 1
-        results, errors, stuck = self._collect(timeout_s + GRACE_S)
+        posted = time.monotonic()
+        results, errors, stuck, stranded = self._collect(timeout_s + GRACE_S, deadlock.Watch())
         stuck_at = {rank: self._last_collective(rank) for rank in sorted(stuck)}
+        where = rank_errors.layout(self.world_size, fn, tp, cp)
+        if stranded:
+            self._reap(0.0)
+            waited = time.monotonic() - posted
+            hang = CollectiveHang(rank_errors.proven_message(where, list(results), waited, stranded, stuck_at))
+            hang.diverged = True
+            raise hang
         timed_out = hang_errors(errors)
         last = {rank: self._last_collective(rank) for rank in timed_out}
         if stuck or not self.alive:
             self._reap(0.0)
         elif timed_out:
             self._rejoin_or_reap()
-        where = rank_errors.layout(self.world_size, fn, tp, cp)
         if len(timed_out) < len(errors):
             raise RankError(rank_errors.error_message(where, errors, stuck_at))
         if timed_out:
@@ -186,7 +199,7 @@ class RankPool:
         self._rejoins += 1
         rendezvous = os.path.join(self._tmpdir, f"rendezvous-{self._rejoins}")
         self._post(pickle.dumps(("rejoin", rendezvous), protocol=PICKLE_PROTOCOL))
-        _, errors, stuck = self._collect(REJOIN_TIMEOUT_S)
+        _, errors, stuck, _ = self._collect(REJOIN_TIMEOUT_S)
         if errors or stuck or not self.alive:
             self._reap(0.0)
 
@@ -215,17 +228,19 @@ class RankPool:
         parent_conn, child_conn = ctx.Pipe()
         # No lock: a rank killed while holding it would block the parent reading its last collective.
         last = ctx.Array("c", LAST_COLLECTIVE_BYTES, lock=False)
+        calls = ctx.Array("q", deadlock.CALL_SLOTS, lock=False)
         proc = ctx.Process(
             target=_child_main,
             name=f"lph-rank{rank}of{self.world_size}",
             daemon=True,
-            args=(rank, self.world_size, rendezvous, self.pg_timeout_s, child_conn, last, os.getpid()),
+            args=(rank, self.world_size, rendezvous, self.pg_timeout_s, child_conn, last, calls, os.getpid()),
         )
         proc.start()
         child_conn.close()
         self._procs.append(proc)
         self._conns.append(parent_conn)
         self._last.append(last)
+        self._calls.append(calls)
 
     def _post(self, blob: bytes) -> None:
         """Send a job to every rank; a rank that died meanwhile is reported by ``_collect`` through its sentinel."""
@@ -235,19 +250,28 @@ class RankPool:
             except OSError:
                 pass
 
-    def _collect(self, timeout_s: float) -> tuple[dict, dict, set]:
-        """One reply per rank until the deadline: (results, errors, ranks still pending).
+    def _collect(self, timeout_s: float, watch: deadlock.Watch | None = None) -> tuple[dict, dict, set, dict]:
+        """One reply per rank until the deadline: (results, errors, ranks still pending, ranks proven stuck).
 
         The first error shortens the deadline to a grace period: the other
         ranks either finish or are stuck in a collective the failed rank
-        never joined, and waiting longer would only delay the report.
+        never joined, and waiting longer would only delay the report. With
+        a ``watch``, once some ranks finished without error the others are
+        re-read every ``deadlock.POLL_S``, and a proven hang ends the wait.
         """
         results, errors, pending = {}, {}, set(range(self.world_size))
+        issued: dict[int, dict] = {}
         deadline = time.monotonic() + timeout_s
         while pending:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 break
+            if watch is not None and results and not errors:
+                stranded = watch.observe(now, {rank: self._waiting(rank) for rank in pending}, issued)
+                if stranded:
+                    return results, errors, pending, stranded
+                remaining = min(remaining, deadlock.POLL_S)
             waitables = {self._conns[rank]: rank for rank in pending}
             waitables.update({self._procs[rank].sentinel: rank for rank in pending})
             for ready in mp_connection.wait(list(waitables), timeout=remaining):
@@ -255,33 +279,43 @@ class RankPool:
                 if rank not in pending:
                     continue
                 pending.discard(rank)
-                status, value = self._receive(rank)
+                status, value, issued[rank] = self._receive(rank)
                 if status == "ok":
                     results[rank] = value
                 else:
                     errors[rank] = value
                     deadline = min(deadline, time.monotonic() + GRACE_S)
-        return results, errors, pending
+        return results, errors, pending, {}
 
-    def _receive(self, rank: int) -> tuple[str, object]:
-        """``(status, value)`` of rank ``rank``'s reply; the warnings a job reply carries go to ``rank_warnings``."""
+    def _receive(self, rank: int) -> tuple[str, object, dict]:
+        """``(status, value, collectives issued per group)`` of rank ``rank``'s reply.
+
+        The warnings a job reply carries go to ``rank_warnings``; replies to
+        a start or a rejoin carry no counts (``{}``).
+        """
         conn = self._conns[rank]
         try:
             if conn.poll():
                 status, value, *rest = pickle.loads(conn.recv_bytes())
                 if rest:
                     rank_warnings.note(rank, rest[0])
-                return status, value
+                return status, value, rest[1] if len(rest) > 1 else {}
         except (EOFError, OSError):
             pass
         except Exception:
-            return "error", "the parent could not unpickle this rank's reply:\n" + traceback.format_exc()
+            return "error", "the parent could not unpickle this rank's reply:\n" + traceback.format_exc(), {}
         self._procs[rank].join(KILL_JOIN_S)
-        return "error", _exit_description(self._procs[rank].exitcode)
+        return "error", _exit_description(self._procs[rank].exitcode), {}
 
     def _last_collective(self, rank: int) -> str:
         text = self._last[rank].value.decode(errors="replace")
         return text or "(no collective issued in this job)"
+
+    def _waiting(self, rank: int) -> deadlock.Waiting:
+        """A running rank's shared state: "inside" first, so a call that returns meanwhile reads as not inside."""
+        calls = self._calls[rank]
+        inside, position = bool(calls[deadlock.INSIDE]), int(calls[deadlock.POSITION])
+        return deadlock.Waiting(self._last_collective(rank), position, inside)
 
     def _request_stop(self) -> None:
         stop = pickle.dumps(("stop",))
@@ -307,7 +341,7 @@ class RankPool:
                 proc.join(KILL_JOIN_S)
         for conn in self._conns:
             conn.close()
-        self._procs, self._conns, self._last = [], [], []
+        self._procs, self._conns, self._last, self._calls = [], [], [], []
         if self._tmpdir:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None

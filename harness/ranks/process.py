@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from harness.ranks.deadlock import INSIDE, POSITION
+
 if TYPE_CHECKING:
     from harness.ranks.trace import CollectiveTracer
 
@@ -112,7 +114,7 @@ def _join(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float, back
     return _make_groups(world_size, pg_timeout_s)
 
 
-def _start_rank(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float, last_collective):
+def _start_rank(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float, last_collective, calls):
     import torch
 
     from harness.ranks import device
@@ -123,9 +125,15 @@ def _start_rank(rank: int, world_size: int, rendezvous: str, pg_timeout_s: float
     backend = device.setup_rank(rank, world_size)
 
     def mirror(record) -> None:
+        # Text, then position, then "inside": the parent's proof re-reads until they agree (harness/ranks/deadlock.py).
         last_collective.value = describe(record).encode()[: LAST_COLLECTIVE_BYTES - 1]
+        calls[POSITION] = tracer.per_group[record.group_ranks]
+        calls[INSIDE] = 1
 
-    tracer = CollectiveTracer(on_record=mirror).install()
+    def returned(record) -> None:
+        calls[INSIDE] = 0
+
+    tracer = CollectiveTracer(on_record=mirror, on_return=returned).install()
     return tracer, backend, _join(rank, world_size, rendezvous, pg_timeout_s, backend)
 
 
@@ -168,10 +176,12 @@ def _context(rank: int, world_size: int, tp: int, cp: int, groups: dict, tracer)
     )
 
 
-def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collective, rejoin) -> None:
+def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collective, calls, rejoin) -> None:
     """Answer jobs until told to stop or the parent's end of the pipe closes; a raising job is reported, not fatal.
 
     ``("rejoin", rendezvous)`` replaces the process groups (``rejoin(rendezvous)``) and answers ``None``.
+    A job's reply carries the collectives it issued per group, the finished
+    side of the parent's hang proof (harness/ranks/deadlock.py).
     """
     from harness.ranks import rank_warnings
     from harness.ranks.device import to_host
@@ -185,6 +195,7 @@ def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collecti
             return
         tracer.reset()
         last_collective.value = b""
+        calls[POSITION], calls[INSIDE] = 0, 0
         caught: list = []
         try:
             message = pickle.loads(blob)
@@ -203,15 +214,19 @@ def _serve(rank: int, world_size: int, conn, tracer, groups: dict, last_collecti
                 result = _load(functions, fn_path)(payload, _context(rank, world_size, tp, cp, groups, tracer))
             # Whatever device the job used, the parent receives CPU tensors (a no-op on the CPU).
             # A job's reply carries the warnings it raised (evidence for a failure: harness.ranks.rank_warnings).
-            reply = pickle.dumps(("ok", to_host(result), rank_warnings.summary(caught)), protocol=PICKLE_PROTOCOL)
+            reply = pickle.dumps(
+                ("ok", to_host(result), rank_warnings.summary(caught), dict(tracer.per_group)),
+                protocol=PICKLE_PROTOCOL,
+            )
         except BaseException:
             reply = pickle.dumps(
-                ("error", traceback.format_exc(), rank_warnings.summary(caught)), protocol=PICKLE_PROTOCOL
+                ("error", traceback.format_exc(), rank_warnings.summary(caught), dict(tracer.per_group)),
+                protocol=PICKLE_PROTOCOL,
             )
         conn.send_bytes(reply)
 
 
-def _child_main(rank, world_size, rendezvous, pg_timeout_s, conn, last_collective, parent_pid) -> None:
+def _child_main(rank, world_size, rendezvous, pg_timeout_s, conn, last_collective, calls, parent_pid) -> None:
     """Entry point of one rank process; module level so that the spawn start method can import it.
 
     SIGINT is ignored: on Ctrl-C the parent tears the pool down, and ranks
@@ -224,7 +239,7 @@ def _child_main(rank, world_size, rendezvous, pg_timeout_s, conn, last_collectiv
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     try:
-        tracer, backend, groups = _start_rank(rank, world_size, rendezvous, pg_timeout_s, last_collective)
+        tracer, backend, groups = _start_rank(rank, world_size, rendezvous, pg_timeout_s, last_collective, calls)
     except BaseException:
         conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
         return
@@ -233,7 +248,7 @@ def _child_main(rank, world_size, rendezvous, pg_timeout_s, conn, last_collectiv
     def rejoin(path: str) -> None:
         _rejoin(rank, world_size, path, pg_timeout_s, backend, groups)
 
-    _serve(rank, world_size, conn, tracer, groups, last_collective, rejoin)
+    _serve(rank, world_size, conn, tracer, groups, last_collective, calls, rejoin)
     import torch.distributed as dist
 
     dist.destroy_process_group()

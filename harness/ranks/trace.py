@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -125,18 +126,27 @@ def _bind(signature: inspect.Signature | None, args, kwargs) -> dict:
 class CollectiveTracer:
     """Monkeypatches the collectives of this process and records each call before issuing it.
 
-    ``on_record(record)`` is called after each record is appended; the rank
-    pool uses it to mirror the latest collective into shared memory, where
-    the parent can read it even while the rank is stuck inside that call.
+    ``on_record(record)`` is called after each record is appended, and
+    ``on_return(record)`` when the call returns (or raises); the rank pool
+    uses them to mirror the latest collective, and whether the rank is still
+    inside it, into shared memory, where the parent can read them even while
+    the rank is stuck inside that call (harness/ranks/deadlock.py).
     """
 
-    def __init__(self, on_record: Callable[[CollectiveRecord], None] | None = None):
+    def __init__(
+        self,
+        on_record: Callable[[CollectiveRecord], None] | None = None,
+        on_return: Callable[[CollectiveRecord], None] | None = None,
+    ):
         self.records: list[CollectiveRecord] = []
+        self.per_group: Counter = Counter()  # collectives issued per group since the last reset
         self.on_record = on_record
+        self.on_return = on_return
         self._installed = False
 
     def reset(self) -> None:
         self.records = []
+        self.per_group = Counter()
 
     def last(self) -> CollectiveRecord | None:
         return self.records[-1] if self.records else None
@@ -152,6 +162,7 @@ class CollectiveTracer:
             reduce_op=_reduce_op_name(arguments.get("op")),
         )
         self.records.append(record)
+        self.per_group[record.group_ranks] += 1
         if self.on_record is not None:
             self.on_record(record)
         return record
@@ -164,8 +175,12 @@ class CollectiveTracer:
 
         @functools.wraps(fn)
         def traced(*args, **kwargs):
-            self.record(op, _bind(signature, args, kwargs), list(args) + list(kwargs.values()))
-            return fn(*args, **kwargs)
+            record = self.record(op, _bind(signature, args, kwargs), list(args) + list(kwargs.values()))
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if self.on_return is not None:
+                    self.on_return(record)
 
         setattr(traced, _TRACED, True)
         return traced
