@@ -168,10 +168,7 @@ def timeout_message(where: str, finished: list, timeout_s: float, timed_out: dic
     waits = "\n".join(f"rank {rank} stuck; last collective: {last[rank]}" for rank in sorted(timed_out))
     skipped = diverged_ranks(finished, timed_out, last)
     if skipped:
-        first = (
-            f"{where}: rank(s) {sorted(timed_out)} waited {timeout_s:.1f} s in a collective that rank(s) "
-            f"{skipped} {DIVERGED} (the ranks issued different collectives: a hang whatever the deadline)"
-        )
+        first = _diverged_line(where, sorted(timed_out), timeout_s, skipped)
     else:
         first = (
             f"{where}: rank(s) {sorted(timed_out)} waited {timeout_s:.1f} s in a collective their peers never "
@@ -197,16 +194,20 @@ def proven_message(where: str, finished: list, waited_s: float, stranded: dict, 
     signature is the same whichever way the hang was found.
     """
     skipped = sorted({peer for proof in stranded.values() for peer, _ in proof.short})
-    first = (
-        f"{where}: rank(s) {sorted(stranded)} waited {waited_s:.1f} s in a collective that rank(s) "
-        f"{skipped} {DIVERGED} (the ranks issued different collectives: a hang whatever the deadline)"
-    )
     return "\n".join(
         [
-            first,
+            _diverged_line(where, sorted(stranded), waited_s, skipped),
             stuck_lines(stuck_at),
             f"finished: rank(s) {sorted(finished)}",
             *proof_lines(stranded),
             "proven before the deadline; the pool was killed and will respawn on the next job",
         ]
+    )
+
+
+def _diverged_line(where: str, waiting: list, waited_s: float, skipped: list) -> str:
+    """The first line of a hang some finished rank proves (``DIVERGED``), timed out or proven before."""
+    return (
+        f"{where}: rank(s) {waiting} waited {waited_s:.1f} s in a collective that rank(s) "
+        f"{skipped} {DIVERGED} (the ranks issued different collectives: a hang whatever the deadline)"
     )
