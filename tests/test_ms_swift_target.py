@@ -105,17 +105,11 @@ def test_a_trainer_without_its_forward_step_is_an_error_naming_it(tmp_path):
 
 
 def test_a_forward_step_reading_batch_keys_the_record_does_not_hand_it_is_an_error_naming_them(tmp_path):
-    """ms-swift before #9580 (2026-06-23) popped the rollout's columns from the batch (and until 2026-02 read its
-    arguments through Megatron-LM's get_args): that composition is a load ERROR naming the keys, never a check FAIL
-    from the newer form's batch (KeyError 'advantages'), nor hidden behind the missing megatron.training."""
+    """A key of the batch the record does not map is a load ERROR naming it, never a check FAIL (KeyError). The
+    layout before #9580 is tests/test_ms_swift_columns.py's."""
     old = 'grpo_batch: GRPOBatch = data.pop("grpo_batch")'
-    older = f'{old}\n        advantages = data.pop("advantages")\n        args = get_args()'
-    root, _spec = _edited(tmp_path, TRAINER, old, older)
-    text = (root / TRAINER).read_text()
-    (root / TRAINER).write_text(
-        text.replace("import torch\n", "import torch\nfrom megatron.training import get_args\n", 1)
-    )
-    with pytest.raises(MissingUpstream, match=r"forward_step reads the batch's \['advantages'\]"):
+    root, _spec = _edited(tmp_path, TRAINER, old, f'{old}\n        data.pop("routed_experts_mask")')
+    with pytest.raises(MissingUpstream, match=r"forward_step reads the batch's \['routed_experts_mask'\]"):
         MsSwift(root)
 
 

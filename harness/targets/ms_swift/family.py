@@ -4,12 +4,24 @@
 imports the whole trainer stack) on a strict stand-in ``self``. Their log-probs are Megatron's own
 ``vocab_parallel_cross_entropy`` from a second root (``LPH_MEGATRON_PATH``), not the kernel's stand-in
 (``upstream/megatron_cross_entropy.py``): its in-place shift and normaliser are in reach and its files executed.
+
+The batch has two layouts (``_layout``). Since #9580 (2026-06-23) the rollout's columns travel in
+``data["grpo_batch"]``; from #7945 (2026-02-16, Megatron-LM's training module dropped) until then they are the
+batch's own keys. In that older layout the CP gather is the RLHF mixin's ``_postprocess_packed_tensor_cp``
+(``rlhf_mixin.py``) until #9471 (2026-06-08), and until #8427 (2026-03-26) ``forward_step`` hands the loss its
+log-probs in the batch and asks the model for its own loss unless it computes the entropy: the record stands in the
+model's logits only, so there the stand-in trainer is one that logs the entropy and every call runs the logits
+branch. Until #9641 (2026-06-29) the loss takes one advantage per sequence, which the protocol's per-token
+advantages cannot be: its entry is then not declared. Older compositions (arguments through Megatron-LM's
+``get_args``; the batch from ``self.get_batch``) are load ERRORs naming what they need.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
+import logging
 import sys
 import textwrap
 import types
@@ -40,8 +52,22 @@ MEGATRON_HINT = (
     "ms-swift's log-probs run Megatron-core's vocab_parallel_cross_entropy: set LPH_MEGATRON_PATH to a Megatron-LM "
     "checkout (or `pip install --no-deps --target DIR megatron-core==X` and give DIR)"
 )
+MIXIN = "swift/megatron/trainers/rlhf_mixin.py"
 IGNORED = -100  # ms-swift's label for a position whose next token is no completion token
 BATCH_KEYS = {"grpo_batch", "labels", "input_ids", "packed_seq_params"}  # what token and packed hand forward_step
+# The same batch before #9580: the rollout's columns are the batch's own keys (``_batch``)
+COLUMN_KEYS = {
+    "advantages",
+    "truncated_mask",
+    "seq_lengths",
+    "completion_mask",
+    "labels",
+    "input_ids",
+    "packed_seq_params",
+}
+# Megatron-LM's training module's names (2025-11..2026-02) its methods read their arguments through; its wandb
+# writer, only for the completions table (log_completions off here), stays a refusing stand-in
+TRAINING = ("get_args", "training")
 
 
 def _megatron(state: types.ModuleType) -> types.SimpleNamespace:
@@ -91,7 +117,7 @@ def _prepare(up) -> None:
         "profiling_decorator": lambda function: function,  # timing only
         "gather": lambda tensor, group=None: tensor,  # metrics over data-parallel ranks: one here
         "gather_object": lambda objects, group=None: objects,
-        "logger": refusing("ms_swift.logger"),
+        "logger": logging.getLogger("harness.ms_swift"),  # messages only (2026-05-20: a debug line per forward)
         "RouterReplayHelper": refusing("RouterReplayHelper"),  # routing replay is off
         "set_router_replay_data": refusing("set_router_replay_data"),
         "RouterReplayAction": None,
@@ -103,17 +129,69 @@ def _prepare(up) -> None:
     for name in ("forward_step", "loss_func"):
         up.read_from[name] = f"{TRAINER} ({OWNER}.{name})"
         setattr(up, name, up.loader.method_if_present(TRAINER, OWNER, name, stand_ins=trainer_names))
-    unmapped = _batch_reads(up.forward_step) - BATCH_KEYS if up.forward_step is not None else set()
-    if unmapped:
-        raise MissingUpstream(
-            f"{TRAINER}: {OWNER}.forward_step reads the batch's {sorted(unmapped)}, which the ms_swift record does "
-            "not map (its composition before #9580, 2026-06-23: the rollout's columns popped from the batch, "
-            "self._prepare_model_inputs, self._postprocess_packed_tensor_cp under CP)"
+    up.columns, up.entropy_always, up.postprocess_cp = False, False, None
+    if up.forward_step is not None:
+        _layout(up)
+    if up.loss_func is not None and _per_sequence_advantages(up.loss_func):
+        up.loss_func = None  # its entry is then not declared, with the reason it gives
+    if up.forward_step is not None and "_postprocess_packed_tensor_cp" in _names(up.forward_step):
+        # Until #9471 the CP gather is the RLHF mixin's method, loaded alone as forward_step's are
+        up.postprocess_cp = up.loader.method_if_present(
+            MIXIN, "MegatronRLHFTrainer", "_postprocess_packed_tensor_cp", stand_ins={"mpu": up.mpu}
         )
+    up.read_from["postprocess_cp"] = f"{MIXIN} (MegatronRLHFTrainer._postprocess_packed_tensor_cp)"
     # Megatron RLHF arguments' fields, which declare the options; the names only its __post_init__ reads refused
     unused = {name: refusing(f"swift.utils.{name}") for name in ("get_dist_setting", "json_parse_to_dict", "logger")}
     mixin = up.loader.symbol_if_present(ARGUMENTS, "RLHFMegatronArgumentsMixin", stand_ins=unused)
     up.config_fields = field_names(mixin)
+
+
+def _layout(up) -> None:
+    """Which batch layout ``forward_step`` reads (``up.columns``), refusing a composition the record cannot run."""
+    reads = _batch_reads(up.forward_step)
+    needed = {name for method in (up.forward_step, up.loss_func) if method for name in _names(method)}
+    if needed & set(TRAINING):
+        raise MissingUpstream(
+            f"{TRAINER}: {OWNER}'s forward_step or loss_func reads its arguments through Megatron-LM's training "
+            f"module ({sorted(needed & set(TRAINING))}), which the ms_swift record does not stand in (its composition "
+            "before #7945, 2026-02-16)"
+        )
+    up.columns = "grpo_batch" not in reads
+    if up.columns and "advantages" not in reads:
+        raise MissingUpstream(
+            f"{TRAINER}: {OWNER}.forward_step reads neither the batch's grpo_batch nor the rollout's columns (before "
+            "#7218, 2025-12-29, it takes its batch from self.get_batch and the loss reads the model's own loss "
+            "through self.get_logps), which the ms_swift record does not map"
+        )
+    unmapped = reads - (COLUMN_KEYS if up.columns else BATCH_KEYS)
+    if unmapped:
+        raise MissingUpstream(
+            f"{TRAINER}: {OWNER}.forward_step reads the batch's {sorted(unmapped)}, which the ms_swift record does "
+            "not map"
+        )
+    # Until #8427 forward_step takes the model's own loss unless it computes the entropy: the record runs the
+    # logits branch (a trainer logging the entropy), the only one whose model it stands in
+    up.entropy_always = "get_logps" in _names(up.forward_step)
+
+
+def _per_sequence_advantages(method) -> bool:
+    """Whether ``method`` widens its advantages (``advantages.unsqueeze(...)``): one per sequence, ``[B]``."""
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(method)))):
+        if isinstance(node, ast.Attribute) and node.attr == "unsqueeze" and isinstance(node.value, ast.Name):
+            if node.value.id == "advantages":
+                return True
+    return False
+
+
+def _names(method) -> set[str]:
+    """The global names and ``self`` attributes ``method``'s source reads."""
+    names = set()
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(method)))):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            names.add(node.attr)
+    return names
 
 
 def _batch_reads(method) -> set[str]:
@@ -132,28 +210,63 @@ def _is_data(node) -> bool:
     return isinstance(node, ast.Name) and node.id == "data"
 
 
+def _model(logits):
+    """The model: a fresh copy of the logits ``[1, rows, V_local]`` (which the trainer divides in place); its inputs
+    are read by no one, and labels (the model computing its own loss) are refused."""
+
+    def model(**inputs):
+        if "labels" in inputs:
+            raise MissingUpstream(
+                "ms-swift's forward_step asked the model for its own loss (labels given), which the "
+                "ms_swift record's model stand-in does not compute"
+            )
+        return logits.unsqueeze(0).clone()
+
+    return model
+
+
 def _forward_step(up, call, data: dict, logits, micro_batch_size: int, **args):
-    """The model answers with a fresh copy of the logits ``[1, rows, V_local]``, which the trainer divides in place."""
+    """``forward_step`` on a stand-in trainer; the log-probs the loss would read and the entropy it is handed."""
     trainer = policy.Settings(
         args=policy.Settings(**args),
         _prepare_batch=lambda data: data,  # the batch is already this rank's (CP split, on its device)
+        _prepare_model_inputs=dict,  # the columns' model inputs: the stand-in model reads none of them
         enable_routing_replay=False,
         micro_batch_size=micro_batch_size,
         temperature=call.temperature,
-        compute_entropy=call.with_entropy,
+        compute_entropy=call.with_entropy or up.entropy_always,
         loss_func=refusing("MegatronGRPOTrainer.loss_func"),  # handed to Megatron's schedule, never called here
+        get_logps=refusing("MegatronRLHFTrainer.get_logps"),  # the model-loss branch: never taken (_layout)
     )
-    log_probs, loss = up.forward_step(trainer, iter([data]), lambda **inputs: logits.unsqueeze(0).clone())
-    return log_probs, loss.keywords["data"]["per_token_entropy"]
+    if up.postprocess_cp is not None:  # a method of the trainer, bound to the stand-in
+        trainer._postprocess_packed_tensor_cp = functools.partial(up.postprocess_cp, trainer)
+    output, loss = up.forward_step(trainer, iter([data]), _model(logits))
+    data = loss.keywords["data"]
+    # Until #8427 the log-probs are handed to the loss in the batch (the output is the model's)
+    return data.get("per_token_logps", output), data["per_token_entropy"]
 
 
 def token(up, call: calls.TokenCall):
     """``forward_step(trainer, iter([data]), model)``: the log-probs it returns, the entropy it hands ``loss_func``."""
     labels = call.targets.unsqueeze(0)  # Megatron's batch is already shifted: the protocol's targets
-    batch = policy.Settings(completion_mask=call.targets.new_ones(labels.shape, dtype=bool))
-    data = {"grpo_batch": batch, "labels": labels, "input_ids": labels}
+    columns = {"completion_mask": call.targets.new_ones(labels.shape, dtype=bool)}
+    data = {**_batch(up, columns, rows=1), "labels": labels, "input_ids": labels}
     log_probs, entropy = _forward_step(up, call, data, call.logits, 1, context_parallel_size=1, padding_free=False)
     return log_probs.squeeze(0), (entropy.squeeze(0) if call.with_entropy else None)
+
+
+def _batch(up, columns: dict, rows: int) -> dict:
+    """The rollout's columns as ``forward_step`` reads them: in ``grpo_batch``, or (before #9580) as the batch's own
+    keys, with the ones it pops before its batch step (the advantages and truncation reach only the loss)."""
+    if not up.columns:
+        return {"grpo_batch": policy.Settings(**columns)}
+    device = columns["completion_mask"].device
+    popped = {
+        "advantages": torch.zeros(rows, device=device),
+        "truncated_mask": torch.zeros(rows, dtype=torch.bool, device=device),
+        "seq_lengths": columns["completion_mask"].sum(-1),
+    }
+    return {**popped, **columns}
 
 
 def labels(inputs, cp: int, cp_rank: int, device) -> torch.Tensor:
@@ -187,10 +300,12 @@ def packed(up, call: calls.PackedCall):
     cu_seqlens = packing.cu_seqlens_padded(call.inputs, cp, device)
     seq_lens = torch.tensor(lengths, dtype=torch.long, device=device)
     mask = torch.ones(len(lengths), max(lengths, default=0), dtype=torch.bool, device=device)
+    params = {"cu_seqlens_q": cu_seqlens, "cu_seqlens_kv": cu_seqlens, "seq_lens": seq_lens}
     data = {
-        "grpo_batch": policy.Settings(completion_mask=mask, seq_lengths=seq_lens),
+        **_batch(up, {"completion_mask": mask, "seq_lengths": seq_lens}, rows=len(lengths)),
         "labels": labels(call.inputs, cp, cp_rank, device),
-        "packed_seq_params": policy.Settings(cu_seqlens_q=cu_seqlens, cu_seqlens_kv=cu_seqlens, seq_lens=seq_lens),
+        # num_samples: ms-swift's own field (read until #9471)
+        "packed_seq_params": policy.Settings(**params, num_samples=len(lengths)),
     }
     logits = call.logits[: packing.local_sequence_rows(call.inputs, cp)]
     args = {"context_parallel_size": cp, "padding_free": True, "cp_partition_mode": "zigzag"}
@@ -220,7 +335,20 @@ MS_SWIFT = Family(
             packed,
             frozenset({"packed", "entropy", "temperature", "cp_zigzag"}),
         ),
-        Entry("token_policy_loss", ("loss_func",), policy.token_policy_loss, frozenset({"token_policy_loss"})),
+        Entry(  # until #9471: the CP gather is the RLHF mixin's (``_prepare``)
+            "packed_log_probs",
+            ("forward_step", "compute_logps_and_entropy_from_logits", "postprocess_cp", "pad_logps_back_to_batch"),
+            packed,
+            frozenset({"packed", "entropy", "temperature", "cp_zigzag"}),
+        ),
+        Entry(
+            "token_policy_loss",
+            ("loss_func",),
+            policy.token_policy_loss,
+            frozenset({"token_policy_loss"}),
+            since="before #9641 (2026-06-29) loss_func takes one advantage per sequence ([B], unsqueezed), where the "
+            "protocol's are per token: the record maps the per-token form only",
+        ),
     ),
     options=policy.OPTIONS,
     not_declared={
