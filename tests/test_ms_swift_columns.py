@@ -7,8 +7,6 @@ The record maps that layout (``harness/targets/ms_swift/family.py``) and refuses
 name. What runs is the stand-in's ``forward_step``: a composition that leaves out a step fails.
 """
 
-import shutil
-
 import pytest
 
 from harness.cases.case import Case
@@ -16,7 +14,7 @@ from harness.checks.parity import check_packed_backward, check_packed_forward, c
 from harness.ranks.errors import RankError
 from harness.targets import load_target
 from harness.targets.upstream.loader import MissingUpstream
-from tests.fakes.reach_targets import HERE, MsSwift
+from tests.fakes.reach_targets import MsSwift, ms_swift_copy
 
 TRAINER = "swift/megatron/trainers/grpo_trainer.py"
 TOKEN = [
@@ -28,19 +26,12 @@ PACKED = Case(seed=4, vocab=12, cp=2, cp_mode="zigzag", samples=((9, 6), (5, 0),
 
 def _columns(tmp_path, edit=None):
     """The stand-in tree in its older layout (``edit``: one (old, new) replacement in its trainer), and a spec."""
-    root = tmp_path / "ms_swift"
-    shutil.copytree(HERE / "ms_swift", root)
-    shutil.copytree(HERE / "ms_swift_columns", root, dirs_exist_ok=True)
-    (root / "swift/megatron/trainers/utils.py").unlink()  # reconstruct_tensor_cp came with #9471
-    if edit is not None:
-        text = (root / TRAINER).read_text()
-        assert edit[0] in text
-        (root / TRAINER).write_text(text.replace(*edit))
-    factory = tmp_path / "columns_ms_swift.py"
-    factory.write_text(
-        f"from tests.fakes.reach_targets import MsSwift\n\n\ndef T():\n    return MsSwift({str(root)!r})\n"
+    return ms_swift_copy(
+        tmp_path,
+        layers=["ms_swift_columns"],
+        removed=["swift/megatron/trainers/utils.py"],  # reconstruct_tensor_cp came with #9471
+        edits=[(TRAINER, *edit)] if edit is not None else [],
     )
-    return root, f"{factory}:T"
 
 
 def test_declares_the_same_capabilities_and_keys_the_mixin(tmp_path):

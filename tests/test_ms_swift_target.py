@@ -9,8 +9,6 @@ names its tensor-parallel files import may be taken from it. What runs is the
 stand-in's ``forward_step``: a composition that leaves out a step fails.
 """
 
-import shutil
-
 import pytest
 import torch
 
@@ -20,7 +18,7 @@ from harness.checks.parity import check_packed_backward, check_packed_forward, c
 from harness.ranks.errors import RankError
 from harness.targets import load_target
 from harness.targets.upstream.loader import MissingUpstream
-from tests.fakes.reach_targets import HERE, MsSwift
+from tests.fakes.reach_targets import HERE, MsSwift, ms_swift_copy
 
 SPEC = "tests/fakes/reach_targets.py:MsSwift"
 CASES = [
@@ -36,16 +34,8 @@ UTILS = "swift/megatron/trainers/vocab_parallel_utils.py"
 
 
 def _edited(tmp_path, path, old, new):
-    """A copy of the stand-in tree with one edit of ``path``, and a target factory on it (a spec)."""
-    root = tmp_path / "ms_swift"
-    shutil.copytree(HERE / "ms_swift", root)
-    text = (root / path).read_text()
-    assert old in text
-    (root / path).write_text(text.replace(old, new))
-    factory = tmp_path / "edited_ms_swift.py"
-    body = f"def T():\n    return MsSwift({str(root)!r})\n"
-    factory.write_text(f"from tests.fakes.reach_targets import MsSwift\n\n{body}")
-    return root, f"{factory}:T"
+    """A copy of the stand-in tree with one edit of ``path``, and a target spec on it."""
+    return ms_swift_copy(tmp_path, edits=[(path, old, new)])
 
 
 def test_declares_what_its_trainer_has_and_keys_both_roots():
@@ -118,17 +108,14 @@ def test_pandas_for_the_completions_table_is_stood_in(tmp_path):
     record binds ``pd`` to an object that refuses use (never imported, installed or not), so the loss loads."""
     old = 'batch = data["grpo_batch"]'
     table = "if self.log_completions_to_wandb:\n            pd.DataFrame({})\n        "
-    root, spec = _edited(tmp_path, TRAINER, old, table + old)
-    text = (root / TRAINER).read_text()
-    (root / TRAINER).write_text(text.replace("import torch\n", "import pandas as pd\nimport torch\n", 1))
+    pandas = ("import torch\n", "import pandas as pd\nimport torch\n")
+    root, _spec = ms_swift_copy(tmp_path, edits=[(TRAINER, old, table + old), (TRAINER, *pandas)])
     assert "token_policy_loss" in MsSwift(root).capabilities
 
 
 def test_a_checkout_before_the_log_prob_utilities_names_what_it_lacks(tmp_path):
     """ms-swift before #7263 (2025-12-31) has no vocab_parallel_utils.py: a load ERROR naming it, not "no checkout"."""
-    root = tmp_path / "ms_swift"
-    shutil.copytree(HERE / "ms_swift", root)
-    (root / UTILS).unlink()
+    root, _spec = ms_swift_copy(tmp_path, removed=[UTILS])
     with pytest.raises(MissingUpstream, match="vocab_parallel_utils.py"):
         MsSwift(root)
 

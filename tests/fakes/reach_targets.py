@@ -1,6 +1,7 @@
 """TRL, Liger, TransformerEngine and ms-swift adapters pointed at the stand-in packages beside this file."""
 
 import os
+import shutil
 from pathlib import Path
 
 from harness.targets.liger.family import ONE_RANK
@@ -23,3 +24,24 @@ def MsSwift(root=None):  # noqa: N802  (a target factory, named as the targets a
     it, spawned ranks included)."""
     os.environ["LPH_MEGATRON_PATH"] = str(HERE / "megatron")
     return MS_SWIFT.target(root or HERE / "ms_swift")
+
+
+def ms_swift_copy(tmp_path, *, layers=(), removed=(), edits=()):
+    """A copy of the ms-swift stand-in tree under ``tmp_path``: the fake trees named in ``layers`` laid over it, the
+    files in ``removed`` gone and each ``(path, old, new)`` of ``edits`` made (``old`` must be there), with a target
+    spec on it (a factory file, which spawned ranks import by path)."""
+    root = tmp_path / "ms_swift"
+    shutil.copytree(HERE / "ms_swift", root)
+    for layer in layers:
+        shutil.copytree(HERE / layer, root, dirs_exist_ok=True)
+    for path in removed:
+        (root / path).unlink()
+    for path, old, new in edits:
+        text = (root / path).read_text()
+        assert old in text, f"{path} has no {old!r}"
+        (root / path).write_text(text.replace(old, new))
+    factory = tmp_path / "copied_ms_swift.py"
+    factory.write_text(
+        f"from tests.fakes.reach_targets import MsSwift\n\n\ndef T():\n    return MsSwift({str(root)!r})\n"
+    )
+    return root, f"{factory}:T"

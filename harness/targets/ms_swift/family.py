@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import ast
 import functools
-import inspect
 import logging
 import sys
-import textwrap
 import types
 
 import torch
@@ -34,6 +32,7 @@ from harness.targets.upstream.family import Entry, Family, field_names
 from harness.targets.upstream.loader import Loader, MissingUpstream
 from harness.targets.upstream.locate import Locate, find
 from harness.targets.upstream.placeholders import holding, refusing
+from harness.targets.upstream.symbols import source_tree
 
 UTILS = "swift/megatron/trainers/vocab_parallel_utils.py"
 TRAINER = "swift/megatron/trainers/grpo_trainer.py"
@@ -67,7 +66,7 @@ COLUMN_KEYS = {
 }
 # Megatron-LM's training module's names (2025-11..2026-02) its methods read their arguments through; its wandb
 # writer, only for the completions table (log_completions off here), stays a refusing stand-in
-TRAINING = ("get_args", "training")
+TRAINING = frozenset({"get_args", "training"})
 
 
 def _megatron(state: types.ModuleType) -> types.SimpleNamespace:
@@ -130,31 +129,28 @@ def _prepare(up) -> None:
         up.read_from[name] = f"{TRAINER} ({OWNER}.{name})"
         setattr(up, name, up.loader.method_if_present(TRAINER, OWNER, name, stand_ins=trainer_names))
     up.columns, up.entropy_always, up.postprocess_cp = False, False, None
-    if up.forward_step is not None:
-        _layout(up)
-    if up.loss_func is not None and _per_sequence_advantages(up.loss_func):
-        up.loss_func = None  # its entry is then not declared, with the reason it gives
-    if up.forward_step is not None and "_postprocess_packed_tensor_cp" in _names(up.forward_step):
-        # Until #9471 the CP gather is the RLHF mixin's method, loaded alone as forward_step's are
-        up.postprocess_cp = up.loader.method_if_present(
-            MIXIN, "MegatronRLHFTrainer", "_postprocess_packed_tensor_cp", stand_ins={"mpu": up.mpu}
-        )
     up.read_from["postprocess_cp"] = f"{MIXIN} (MegatronRLHFTrainer._postprocess_packed_tensor_cp)"
+    loss = source_tree(up.loss_func) if up.loss_func is not None else None
+    if up.forward_step is not None:
+        _layout(up, source_tree(up.forward_step), loss)
+    if loss is not None and _per_sequence_advantages(loss):
+        up.loss_func = None  # its entry is then not declared, with the reason it gives
     # Megatron RLHF arguments' fields, which declare the options; the names only its __post_init__ reads refused
     unused = {name: refusing(f"swift.utils.{name}") for name in ("get_dist_setting", "json_parse_to_dict", "logger")}
     mixin = up.loader.symbol_if_present(ARGUMENTS, "RLHFMegatronArgumentsMixin", stand_ins=unused)
     up.config_fields = field_names(mixin)
 
 
-def _layout(up) -> None:
-    """Which batch layout ``forward_step`` reads (``up.columns``), refusing a composition the record cannot run."""
-    reads = _batch_reads(up.forward_step)
-    needed = {name for method in (up.forward_step, up.loss_func) if method for name in _names(method)}
-    if needed & set(TRAINING):
+def _layout(up, forward: ast.Module, loss: ast.Module | None) -> None:
+    """Which batch layout ``forward_step`` (its syntax tree ``forward``) reads (``up.columns``) and what the older
+    one needs, refusing a composition the record cannot run."""
+    reads, names = _batch_reads(forward), _names(forward)
+    training = (names | (_names(loss) if loss is not None else set())) & TRAINING
+    if training:
         raise MissingUpstream(
             f"{TRAINER}: {OWNER}'s forward_step or loss_func reads its arguments through Megatron-LM's training "
-            f"module ({sorted(needed & set(TRAINING))}), which the ms_swift record does not stand in (its composition "
-            "before #7945, 2026-02-16)"
+            f"module ({sorted(training)}), which the ms_swift record does not stand in (its composition before "
+            "#7945, 2026-02-16)"
         )
     up.columns = "grpo_batch" not in reads
     if up.columns and "advantages" not in reads:
@@ -171,22 +167,27 @@ def _layout(up) -> None:
         )
     # Until #8427 forward_step takes the model's own loss unless it computes the entropy: the record runs the
     # logits branch (a trainer logging the entropy), the only one whose model it stands in
-    up.entropy_always = "get_logps" in _names(up.forward_step)
+    up.entropy_always = "get_logps" in names
+    if "_postprocess_packed_tensor_cp" in names:
+        # Until #9471 the CP gather is the RLHF mixin's method, loaded alone as forward_step's are
+        up.postprocess_cp = up.loader.method_if_present(
+            MIXIN, "MegatronRLHFTrainer", "_postprocess_packed_tensor_cp", stand_ins={"mpu": up.mpu}
+        )
 
 
-def _per_sequence_advantages(method) -> bool:
-    """Whether ``method`` widens its advantages (``advantages.unsqueeze(...)``): one per sequence, ``[B]``."""
-    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(method)))):
+def _per_sequence_advantages(tree: ast.Module) -> bool:
+    """Whether a method (its syntax tree) widens its advantages (``advantages.unsqueeze(...)``): one per sequence."""
+    for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr == "unsqueeze" and isinstance(node.value, ast.Name):
             if node.value.id == "advantages":
                 return True
     return False
 
 
-def _names(method) -> set[str]:
-    """The global names and ``self`` attributes ``method``'s source reads."""
+def _names(tree: ast.Module) -> set[str]:
+    """The global names and ``self`` attributes a method (its syntax tree) reads."""
     names = set()
-    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(method)))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             names.add(node.id)
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
@@ -194,10 +195,11 @@ def _names(method) -> set[str]:
     return names
 
 
-def _batch_reads(method) -> set[str]:
-    """The keys ``method`` reads of its batch ``data`` with no default (``data[key]``, ``data.pop(key)``)."""
+def _batch_reads(tree: ast.Module) -> set[str]:
+    """The keys a method (its syntax tree) reads of its batch ``data`` with no default (``data[key]``,
+    ``data.pop(key)``)."""
     keys = set()
-    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(method)))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_data(node.value):
             keys.add(getattr(node.slice, "value", None))
         elif isinstance(node, ast.Call) and _is_data(getattr(node.func, "value", None)):
@@ -249,7 +251,10 @@ def _forward_step(up, call, data: dict, logits, micro_batch_size: int, **args):
 def token(up, call: calls.TokenCall):
     """``forward_step(trainer, iter([data]), model)``: the log-probs it returns, the entropy it hands ``loss_func``."""
     labels = call.targets.unsqueeze(0)  # Megatron's batch is already shifted: the protocol's targets
-    columns = {"completion_mask": call.targets.new_ones(labels.shape, dtype=bool)}
+    columns = {
+        "completion_mask": call.targets.new_ones(labels.shape, dtype=bool),
+        "seq_lengths": labels.new_full((1,), labels.shape[1]),  # read under padding-free batches only
+    }
     data = {**_batch(up, columns, rows=1), "labels": labels, "input_ids": labels}
     log_probs, entropy = _forward_step(up, call, data, call.logits, 1, context_parallel_size=1, padding_free=False)
     return log_probs.squeeze(0), (entropy.squeeze(0) if call.with_entropy else None)
@@ -257,16 +262,15 @@ def token(up, call: calls.TokenCall):
 
 def _batch(up, columns: dict, rows: int) -> dict:
     """The rollout's columns as ``forward_step`` reads them: in ``grpo_batch``, or (before #9580) as the batch's own
-    keys, with the ones it pops before its batch step (the advantages and truncation reach only the loss)."""
+    keys, with the two more it pops before its batch step (the advantages and truncation reach only the loss)."""
     if not up.columns:
         return {"grpo_batch": policy.Settings(**columns)}
     device = columns["completion_mask"].device
-    popped = {
+    loss_only = {
         "advantages": torch.zeros(rows, device=device),
         "truncated_mask": torch.zeros(rows, dtype=torch.bool, device=device),
-        "seq_lengths": columns["completion_mask"].sum(-1),
     }
-    return {**popped, **columns}
+    return {**loss_only, **columns}
 
 
 def labels(inputs, cp: int, cp_rank: int, device) -> torch.Tensor:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import ast
 import collections
-import inspect
-import textwrap
 
 import torch
 
 from harness.targets.upstream import calls
 from harness.targets.upstream.family import configured_options
 from harness.targets.upstream.settings import OneProcessAccelerator, StrictSettings
+from harness.targets.upstream.symbols import source_tree
 
 
 class TrainerSettings(StrictSettings):  # the GRPOTrainer (self) and GRPOConfig (self.args) _compute_loss reads
@@ -51,8 +50,7 @@ REFERENCE = object()  # the trainer's reference model, as the loss of TRL 0.18 c
 def unpacked(method, callee: str) -> int | None:
     """How many values ``method`` unpacks from its call of ``self.<callee>`` (None: it unpacks none): the form of
     the model call's answer, two values (log-probs, entropies) to TRL 1.6, three (and ``aux_loss``) from 1.7."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
-    for node in ast.walk(tree):
+    for node in ast.walk(source_tree(method)):
         value = getattr(node, "value", None)
         if isinstance(node, ast.Assign) and isinstance(value, ast.Call) and getattr(value.func, "attr", "") == callee:
             return len(node.targets[0].elts) if isinstance(node.targets[0], ast.Tuple) else None

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import inspect
 import sys
+import textwrap
 import types
 from pathlib import Path
 
@@ -165,6 +167,12 @@ def read_method(path, class_name: str, method: str) -> ast.FunctionDef:
     if not methods:
         raise LookupError(f"{path}: no method {class_name}.{method} (module-level class)")
     return methods[-1]
+
+
+def source_tree(function) -> ast.Module:
+    """The syntax tree of a function's own source (a loaded definition keeps its file's lines, as said above): what
+    an adapter reads of a composition it runs (the batch keys it reads, the form of a call's answer)."""
+    return ast.parse(textwrap.dedent(inspect.getsource(function)))
 
 
 def _stored(node: ast.AST) -> set[str]:
