@@ -26,16 +26,19 @@ def MsSwift(root=None):  # noqa: N802  (a target factory, named as the targets a
     return MS_SWIFT.target(root or HERE / "ms_swift")
 
 
-def ms_swift_copy(tmp_path, *, layers=(), removed=(), edits=()):
+def ms_swift_copy(tmp_path, *, layers=(), removed=(), moved=(), edits=()):
     """A copy of the ms-swift stand-in tree under ``tmp_path``: the fake trees named in ``layers`` laid over it, the
-    files in ``removed`` gone and each ``(path, old, new)`` of ``edits`` made (``old`` must be there), with a target
-    spec on it (a factory file, which spawned ranks import by path)."""
+    files in ``removed`` gone, each ``(path, to)`` of ``moved`` moved and each ``(path, old, new)`` of ``edits`` made
+    (``old`` must be there), with a target spec on it (a factory file, which spawned ranks import by path)."""
     root = tmp_path / "ms_swift"
     shutil.copytree(HERE / "ms_swift", root)
     for layer in layers:
         shutil.copytree(HERE / layer, root, dirs_exist_ok=True)
     for path in removed:
         (root / path).unlink()
+    for path, to in moved:
+        (root / to).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).rename(root / to)
     for path, old, new in edits:
         text = (root / path).read_text()
         assert old in text, f"{path} has no {old!r}"

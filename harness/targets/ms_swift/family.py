@@ -12,13 +12,15 @@ batch's own keys. In that older layout the CP gather is the RLHF mixin's ``_post
 log-probs in the batch and asks the model for its own loss unless it computes the entropy: the record stands in the
 model's logits only, so there the stand-in trainer is one that logs the entropy and every call runs the logits
 branch. Until #9641 (2026-06-29) the loss takes one advantage per sequence, which the protocol's per-token
-advantages cannot be: its entry is then not declared. Older compositions (arguments through Megatron-LM's
-``get_args``; the batch from ``self.get_batch``) are load ERRORs naming what they need.
+advantages cannot be: its entry is then not declared. Before #7945 the methods read their arguments through
+Megatron-LM's ``get_args`` (``Arguments``: the running trainer's). Older compositions, whose log-probs exist only
+inside the loss (the model's own loss through ``self.get_logps``, before #7263), are load ERRORs naming it.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import logging
 import sys
@@ -38,11 +40,15 @@ UTILS = "swift/megatron/trainers/vocab_parallel_utils.py"
 TRAINER = "swift/megatron/trainers/grpo_trainer.py"
 OWNER = "MegatronGRPOTrainer"
 ARGUMENTS = "swift/megatron/arguments/megatron_args.py"
-DEFINITIONS = {  # each loaded alone: its file, and what it imports that the record binds instead
-    "compute_logps_and_entropy_from_logits": (UTILS, ("mpu", "tensor_parallel")),
-    "reconstruct_tensor_cp": ("swift/megatron/trainers/utils.py", ("mpu",)),
-    # swift.utils' helper serves only the position_ids fallback; forward_step passes seq_lengths
-    "pad_logps_back_to_batch": ("swift/rlhf_trainers/utils.py", ("get_cu_seqlens_from_position_ids",)),
+DEFINITIONS = {  # each loaded alone: its files (the first present), and what it imports that the record binds instead
+    "compute_logps_and_entropy_from_logits": ((UTILS,), ("mpu", "tensor_parallel")),
+    "reconstruct_tensor_cp": (("swift/megatron/trainers/utils.py",), ("mpu",)),
+    # swift.utils' helper serves only the position_ids fallback; forward_step passes seq_lengths. Its file until
+    # ms-swift v4's reorganisation (#7238, 2026-01-14) was swift/trainers/rlhf_trainer/utils.py
+    "pad_logps_back_to_batch": (
+        ("swift/rlhf_trainers/utils.py", "swift/trainers/rlhf_trainer/utils.py"),
+        ("get_cu_seqlens_from_position_ids",),
+    ),
 }
 CROSS_ENTROPY = "megatron.core.tensor_parallel.cross_entropy"
 IMPORTERS = ("megatron/core/tensor_parallel/cross_entropy.py", "megatron/core/tensor_parallel/utils.py")
@@ -64,9 +70,31 @@ COLUMN_KEYS = {
     "input_ids",
     "packed_seq_params",
 }
-# Megatron-LM's training module's names (2025-11..2026-02) its methods read their arguments through; its wandb
-# writer, only for the completions table (log_completions off here), stays a refusing stand-in
-TRAINING = frozenset({"get_args", "training"})
+
+
+class Arguments:
+    """Megatron-LM's ``get_args`` as the trainer's methods called it before #7945 (2026-02-16): the run's arguments,
+    which ms-swift parses into Megatron-LM's global ones. Here they are the stand-in trainer's ``args`` while one of
+    its methods runs (``bound``); a call outside one is refused by name."""
+
+    def __init__(self):
+        self.current = None
+
+    def __call__(self):
+        if self.current is None:
+            raise MissingUpstream(
+                "megatron.training.get_args() was called outside a trainer method the ms_swift record runs "
+                "(harness/targets/ms_swift/family.py, Arguments)"
+            )
+        return self.current
+
+    @contextlib.contextmanager
+    def bound(self, args):
+        self.current = args
+        try:
+            yield
+        finally:
+            self.current = None
 
 
 def _megatron(state: types.ModuleType) -> types.SimpleNamespace:
@@ -107,9 +135,15 @@ def _prepare(up) -> None:
         "tensor_parallel": up.megatron.tensor_parallel,
         "get_cu_seqlens_from_position_ids": refusing("swift.utils.get_cu_seqlens_from_position_ids"),
     }
-    up.read_from = {key: path for key, (path, _names) in DEFINITIONS.items()}
-    for key, (path, names) in DEFINITIONS.items():
-        setattr(up, key, up.loader.symbol_if_present(path, key, stand_ins={n: bound[n] for n in names}))
+    up.read_from, up.get_args = {}, Arguments()
+    for key, (paths, names) in DEFINITIONS.items():
+        found = None
+        for path in paths:
+            found = up.loader.symbol_if_present(path, key, stand_ins={n: bound[n] for n in names})
+            if found is not None:
+                break
+        up.read_from[key] = path if found is not None else " or ".join(paths)
+        setattr(up, key, found)
     trainer_names = {  # the trainer file's module-level names its two methods read, bound instead of imported
         "mpu": up.mpu,
         **{key: getattr(up, key) for key in DEFINITIONS},
@@ -122,8 +156,10 @@ def _prepare(up) -> None:
         "RouterReplayAction": None,
         "GRPOBatch": object,  # an annotation
         "pd": refusing("pandas"),  # loss_func's completions table for wandb (2025-11..2026-06): log_completions off
-        # Megatron-LM's training module (2025-11..2026-02): imported, refused; that composition is refused below
-        **{name: refusing(f"megatron.training.{name}") for name in ("get_args", "get_wandb_writer", "training")},
+        # Megatron-LM's training module (2025-11..2026-02): its arguments, the running trainer's; its wandb writer
+        # (loss_func's completions table, log_completions off here) refused
+        "get_args": up.get_args,
+        **{name: refusing(f"megatron.training.{name}") for name in ("get_wandb_writer", "training")},
     }
     for name in ("forward_step", "loss_func"):
         up.read_from[name] = f"{TRAINER} ({OWNER}.{name})"
@@ -132,7 +168,7 @@ def _prepare(up) -> None:
     up.read_from["postprocess_cp"] = f"{MIXIN} (MegatronRLHFTrainer._postprocess_packed_tensor_cp)"
     loss = source_tree(up.loss_func) if up.loss_func is not None else None
     if up.forward_step is not None:
-        _layout(up, source_tree(up.forward_step), loss)
+        _layout(up, source_tree(up.forward_step))
     if loss is not None and _per_sequence_advantages(loss):
         up.loss_func = None  # its entry is then not declared, with the reason it gives
     # Megatron RLHF arguments' fields, which declare the options; the names only its __post_init__ reads refused
@@ -141,23 +177,22 @@ def _prepare(up) -> None:
     up.config_fields = field_names(mixin)
 
 
-def _layout(up, forward: ast.Module, loss: ast.Module | None) -> None:
+def _layout(up, forward: ast.Module) -> None:
     """Which batch layout ``forward_step`` (its syntax tree ``forward``) reads (``up.columns``) and what the older
     one needs, refusing a composition the record cannot run."""
     reads, names = _batch_reads(forward), _names(forward)
-    training = (names | (_names(loss) if loss is not None else set())) & TRAINING
-    if training:
-        raise MissingUpstream(
-            f"{TRAINER}: {OWNER}'s forward_step or loss_func reads its arguments through Megatron-LM's training "
-            f"module ({sorted(training)}), which the ms_swift record does not stand in (its composition before "
-            "#7945, 2026-02-16)"
-        )
     up.columns = "grpo_batch" not in reads
     if up.columns and "advantages" not in reads:
         raise MissingUpstream(
             f"{TRAINER}: {OWNER}.forward_step reads neither the batch's grpo_batch nor the rollout's columns (before "
             "#7218, 2025-12-29, it takes its batch from self.get_batch and the loss reads the model's own loss "
             "through self.get_logps), which the ms_swift record does not map"
+        )
+    if "compute_logps_and_entropy_from_logits" not in names:
+        raise MissingUpstream(
+            f"{TRAINER}: {OWNER}.forward_step never computes log-probs from the logits (#7218 to #7263, 2025-12: it "
+            "hands loss_func the model's own loss, which turns it into log-probs through self.get_logps), which the "
+            "ms_swift record does not map"
         )
     unmapped = reads - (COLUMN_KEYS if up.columns else BATCH_KEYS)
     if unmapped:
@@ -171,7 +206,10 @@ def _layout(up, forward: ast.Module, loss: ast.Module | None) -> None:
     if "_postprocess_packed_tensor_cp" in names:
         # Until #9471 the CP gather is the RLHF mixin's method, loaded alone as forward_step's are
         up.postprocess_cp = up.loader.method_if_present(
-            MIXIN, "MegatronRLHFTrainer", "_postprocess_packed_tensor_cp", stand_ins={"mpu": up.mpu}
+            MIXIN,
+            "MegatronRLHFTrainer",
+            "_postprocess_packed_tensor_cp",
+            stand_ins={"mpu": up.mpu, "get_args": up.get_args},
         )
 
 
@@ -235,6 +273,7 @@ def _forward_step(up, call, data: dict, logits, micro_batch_size: int, **args):
         _prepare_model_inputs=dict,  # the columns' model inputs: the stand-in model reads none of them
         enable_routing_replay=False,
         micro_batch_size=micro_batch_size,
+        stimer=contextlib.nullcontext(),  # the step timer (timing only)
         temperature=call.temperature,
         compute_entropy=call.with_entropy or up.entropy_always,
         loss_func=refusing("MegatronGRPOTrainer.loss_func"),  # handed to Megatron's schedule, never called here
@@ -242,7 +281,8 @@ def _forward_step(up, call, data: dict, logits, micro_batch_size: int, **args):
     )
     if up.postprocess_cp is not None:  # a method of the trainer, bound to the stand-in
         trainer._postprocess_packed_tensor_cp = functools.partial(up.postprocess_cp, trainer)
-    output, loss = up.forward_step(trainer, iter([data]), _model(logits))
+    with up.get_args.bound(trainer.args):  # before #7945 forward_step read them through get_args
+        output, loss = up.forward_step(trainer, iter([data]), _model(logits))
     data = loss.keywords["data"]
     # Until #8427 the log-probs are handed to the loss in the batch (the output is the model's)
     return data.get("per_token_logps", output), data["per_token_entropy"]
