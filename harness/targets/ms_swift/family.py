@@ -40,7 +40,8 @@ UTILS = "swift/megatron/trainers/vocab_parallel_utils.py"
 TRAINER = "swift/megatron/trainers/grpo_trainer.py"
 OWNER = "MegatronGRPOTrainer"
 ARGUMENTS = "swift/megatron/arguments/megatron_args.py"
-DEFINITIONS = {  # each loaded alone: its files (the first present), and what it imports that the record binds instead
+# each loaded alone: its files (the first present, Loader.first_present), and what it imports that the record binds
+DEFINITIONS = {
     "compute_logps_and_entropy_from_logits": ((UTILS,), ("mpu", "tensor_parallel")),
     "reconstruct_tensor_cp": (("swift/megatron/trainers/utils.py",), ("mpu",)),
     # swift.utils' helper serves only the position_ids fallback; forward_step passes seq_lengths. Its file until
@@ -137,13 +138,10 @@ def _prepare(up) -> None:
     }
     up.read_from, up.get_args = {}, Arguments()
     for key, (paths, names) in DEFINITIONS.items():
-        found = None
-        for path in paths:
-            found = up.loader.symbol_if_present(path, key, stand_ins={n: bound[n] for n in names})
-            if found is not None:
-                break
-        up.read_from[key] = path if found is not None else " or ".join(paths)
-        setattr(up, key, found)
+        path = up.loader.first_present(paths)
+        up.read_from[key] = path or " or ".join(paths)
+        stand_ins = {n: bound[n] for n in names}
+        setattr(up, key, up.loader.symbol_if_present(path, key, stand_ins=stand_ins) if path else None)
     trainer_names = {  # the trainer file's module-level names its two methods read, bound instead of imported
         "mpu": up.mpu,
         **{key: getattr(up, key) for key in DEFINITIONS},

@@ -280,7 +280,7 @@ class FamilyTarget(Target):
 
     def _method(self, method: Method):
         """The method of the first of its files present, None where none is or it lacks the method."""
-        path = next((p for p in method.paths if (self.root / p).is_file()), None)
+        path = self.loader.first_present(method.paths)
         try:
             if path is None:
                 return None

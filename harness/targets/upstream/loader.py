@@ -147,6 +147,10 @@ class Loader:
                 _import(self.root, name)
         return self.modules[name]
 
+    def first_present(self, paths) -> str | None:
+        """The first of ``paths`` (relative to the root; a file's older places after it) this revision has."""
+        return next((path for path in paths if (self.root / path).is_file()), None)
+
     def symbol(self, path: str, name: str, *, stand_ins: dict | None = None, package: str | None = None):
         """One definition of the file ``path`` (relative to the root) and only what it needs (``symbols.py``)."""
         with self.present(scopes=("load", "call")):
