@@ -13,6 +13,7 @@ it) is replayed and seen, and a revision without the loss module is an ERROR
 row naming the file.
 """
 
+import json
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,7 @@ import pytest
 
 from harness.checks.parity import check_packed_forward
 from harness.gate import history
+from harness.gate import revisions as revisions_module
 from harness.gate.verdicts import FAIL, PASS, Run, Verdict
 from tests.fakes.slime import targets as slime_fakes
 from tests.fakes.verl import targets as fakes
@@ -59,20 +61,20 @@ def repo(tmp_path):
 
 def test_only_commits_touching_the_executed_files_are_replayed(repo):
     paths = fakes.correct().executed
-    found = history.commits(repo, paths, "2025-01-01", "HEAD")
+    found = revisions_module.commits(repo, paths, "2025-01-01", "HEAD")
     assert [c.subject for c in found] == ["drop the entropy"]  # the first commit has no parent to compare with
-    assert history.content_key(repo, "HEAD~1", paths) == history.content_key(repo, "HEAD~2", paths)
-    assert history.content_key(repo, "HEAD", paths) != history.content_key(repo, "HEAD~1", paths)
+    assert revisions_module.content_key(repo, "HEAD~1", paths) == revisions_module.content_key(repo, "HEAD~2", paths)
+    assert revisions_module.content_key(repo, "HEAD", paths) != revisions_module.content_key(repo, "HEAD~1", paths)
 
 
 def test_a_revision_the_adapter_cannot_load_is_an_error_row_with_its_reason(repo, tmp_path, monkeypatch):
     def no_suite(*args, **kwargs):
         raise AssertionError("the suite must not run for a revision the adapter cannot load")
 
-    monkeypatch.setattr(history, "run_checked", no_suite)
+    monkeypatch.setattr(revisions_module, "run_checked", no_suite)
     reports = tmp_path / "reports"
     assert history.main([f"verl={repo}", "--since", "2025-01-01", "--reports", str(reports)]) == 0
-    (row,) = history.json.loads((reports / "verl" / "history.json").read_text())["rows"]
+    (row,) = json.loads((reports / "verl" / "history.json").read_text())["rows"]
     assert row["title"] == "drop the entropy" and not row["would_block"] and not row["new_fail"]
     (error,) = row["errors"]
     assert error.startswith("adapter cannot load") and MISSING in error
@@ -88,22 +90,22 @@ def test_a_replay_resumed_from_its_table_keeps_its_rows_and_refuses_another_harn
     reports = tmp_path / "reports"
     assert history.main([f"verl={repo}", "--since", "2025-01-01", "--reports", str(reports)]) == 0
     table = reports / "verl" / "history.json"
-    body = history.json.loads(table.read_text())
+    body = json.loads(table.read_text())
     body["rows"][0]["title"] = "kept from the earlier table"
     earlier = tmp_path / "earlier.json"
-    earlier.write_text(history.json.dumps(body))
+    earlier.write_text(json.dumps(body))
     again = tmp_path / "again"
     resume = [f"verl={repo}", "--since", "2025-01-01", "--reports", str(again), "--resume", str(earlier)]
     assert history.main(resume) == 0
-    (row,) = history.json.loads((again / "verl" / "history.json").read_text())["rows"]
+    (row,) = json.loads((again / "verl" / "history.json").read_text())["rows"]
     assert row["title"] == "kept from the earlier table"
     body["about"]["harness"] = "0123abcde"
-    earlier.write_text(history.json.dumps(body))
+    earlier.write_text(json.dumps(body))
 
     def no_probe(*args, **kwargs):
         raise AssertionError("a table that cannot be continued is refused before any revision is loaded")
 
-    monkeypatch.setattr(history.Revisions, "probe", no_probe)
+    monkeypatch.setattr(revisions_module.Revisions, "probe", no_probe)
     assert history.main(resume) == 2
     said = capsys.readouterr().err
     assert "--resume" in said and "harness '0123abcde'" in said and "git worktree add --detach DIR 0123abcde" in said
@@ -116,18 +118,18 @@ def test_tags_replay_consecutive_releases_in_version_order(repo, tmp_path, monke
     _git(repo, "tag", "v0.2", "HEAD~1")
     _git(repo, "tag", "v0.10", "HEAD")
     _git(repo, "tag", "other", "HEAD")
-    found = history.tagged(repo, "v*", "2025-01-01")
+    found = revisions_module.tagged(repo, "v*", "2025-01-01")
     assert [(c.name, c.subject) for c in found] == [("v0.2", "v0.1 -> v0.2"), ("v0.10", "v0.2 -> v0.10")]
     assert found[1].parent == found[0].sha
-    assert [c.name for c in history.tagged(repo, "v*", "2026-01-03")] == ["v0.10"]  # its base may be older
+    assert [c.name for c in revisions_module.tagged(repo, "v*", "2026-01-03")] == ["v0.10"]  # its base may be older
 
     def no_suite(*args, **kwargs):
         raise AssertionError("the suite must not run for a revision the adapter cannot load")
 
-    monkeypatch.setattr(history, "run_checked", no_suite)
+    monkeypatch.setattr(revisions_module, "run_checked", no_suite)
     reports = tmp_path / "reports"
     assert history.main([f"verl={repo}", "--tags", "v*", "--since", "2025-01-01", "--reports", str(reports)]) == 0
-    (row,) = history.json.loads((reports / "verl" / "history.json").read_text())["rows"]
+    (row,) = json.loads((reports / "verl" / "history.json").read_text())["rows"]
     assert (row["commit"], row["title"]) == ("v0.10", "v0.2 -> v0.10")
     assert row["errors"] and row["errors"][0].startswith("adapter cannot load")
 
@@ -177,10 +179,10 @@ def test_pypi_releases_replay_each_release_against_the_one_before(tmp_path, monk
     def no_suite(*args, **kwargs):
         raise AssertionError("the suite must not run for a revision the adapter cannot load")
 
-    monkeypatch.setattr(history, "run_checked", no_suite)
+    monkeypatch.setattr(revisions_module, "run_checked", no_suite)
     reports = tmp_path / "reports"
     assert history.main(["verl==pypi", "--since", "2026-01-01", "--reports", str(reports)]) == 0
-    (row,) = history.json.loads((reports / "verl" / "history.json").read_text())["rows"]
+    (row,) = json.loads((reports / "verl" / "history.json").read_text())["rows"]
     assert (row["commit"], row["title"], row["date"]) == ("1.11", "1.10 -> 1.11", "2026-03-02")
     assert row["errors"][0].startswith("adapter cannot load") and MISSING in row["errors"][0]
     assert history.main(["slime==pypi", "--reports", str(reports)]) == 2  # slime publishes no releases here
@@ -234,10 +236,10 @@ def _one_check_runner(case):
 
 def test_the_key_is_what_the_loader_executed_and_a_defect_there_is_seen(slime_repo, tmp_path, monkeypatch):
     root, case = slime_repo
-    monkeypatch.setattr(history, "run_checked", _one_check_runner(case))
+    monkeypatch.setattr(revisions_module, "run_checked", _one_check_runner(case))
     reports = tmp_path / "reports"
     assert history.main([f"slime={root}", "--since", "2025-01-01", "--reports", str(reports)]) == 0
-    rows = history.json.loads((reports / "slime" / "history.json").read_text())["rows"]
+    rows = json.loads((reports / "slime" / "history.json").read_text())["rows"]
     assert [row["title"] for row in rows] == ["scale the other way", "move the loss module away"]
     defect, moved = rows
     # The helper is in the key because the loss module imported it: its commit is replayed and blocked.
@@ -253,8 +255,10 @@ def test_the_key_is_what_the_loader_executed_and_a_defect_there_is_seen(slime_re
 def test_discovery_adds_what_older_revisions_executed(slime_repo):
     """A file only an older revision executes (the newest no longer has it) joins the key."""
     root, _ = slime_repo
-    revisions = history.Revisions("slime", root, root / "cache", root.parent / "trees", [])
-    pending = history.discover(revisions, "HEAD", lambda paths: history.commits(root, paths, "2025-01-01", "HEAD"))
+    revisions = revisions_module.Revisions("slime", root, root / "cache", root.parent / "trees", [])
+    pending = history.discover(
+        revisions, "HEAD", lambda paths: revisions_module.commits(root, paths, "2025-01-01", "HEAD")
+    )
     assert {HELPER, LOSS} <= revisions.paths
     assert "error" in revisions.probed[pending[-1].sha] and "executed" in revisions.probed[pending[-1].parent]
 
@@ -283,8 +287,10 @@ def test_a_file_loaded_in_part_is_keyed_by_the_part_so_a_commit_elsewhere_in_it_
     _git(root, "commit", "-qam", "another engine method", "--date=2026-01-03T00:00:00")
     engine.write_text(engine.read_text().replace("DIVIDE = True", "DIVIDE = False"))
     _git(root, "commit", "-qam", "leave out the temperature", "--date=2026-01-04T00:00:00")
-    revisions = history.Revisions("verl", root, root / "cache", tmp_path / "trees", [])
-    pending = history.discover(revisions, "HEAD", lambda paths: history.commits(root, paths, "2025-01-01", "HEAD"))
+    revisions = revisions_module.Revisions("verl", root, root / "cache", tmp_path / "trees", [])
+    pending = history.discover(
+        revisions, "HEAD", lambda paths: revisions_module.commits(root, paths, "2025-01-01", "HEAD")
+    )
     # Keyed by the engine's definitions loaded alone, and forward_step, read for the processor's arguments it
     # builds (a file some revision executed whole would not be here).
     assert revisions.alone[ENGINE] == (
@@ -301,7 +307,9 @@ def test_a_file_loaded_in_part_is_keyed_by_the_part_so_a_commit_elsewhere_in_it_
     )
     # Keyed by the whole file (as before), both commits would have cost a replay.
     whole = sorted(revisions.paths)
-    assert history.content_key(root, elsewhere.sha, whole) != history.content_key(root, elsewhere.parent, whole)
+    assert revisions_module.content_key(root, elsewhere.sha, whole) != revisions_module.content_key(
+        root, elsewhere.parent, whole
+    )
 
 
 def test_a_package_under_src_is_keyed_by_its_repository_paths(tmp_path):
@@ -313,8 +321,10 @@ def test_a_package_under_src_is_keyed_by_its_repository_paths(tmp_path):
     kernel = root / "src" / "liger_kernel" / "ops" / "fused_linear_cross_entropy.py"
     kernel.write_text(kernel.read_text() + "\n# a change to an executed file\n")
     _git(root, "commit", "-qam", "touch the kernel", "--date=2026-01-03T00:00:00")
-    revisions = history.Revisions("liger", root, root / "cache", tmp_path / "trees", [])
-    pending = history.discover(revisions, "HEAD", lambda paths: history.commits(root, paths, "2025-01-01", "HEAD"))
+    revisions = revisions_module.Revisions("liger", root, root / "cache", tmp_path / "trees", [])
+    pending = history.discover(
+        revisions, "HEAD", lambda paths: revisions_module.commits(root, paths, "2025-01-01", "HEAD")
+    )
     assert "src/liger_kernel/ops/fused_linear_cross_entropy.py" in revisions.paths
     assert [c.subject for c in pending] == ["touch the kernel"]
     assert revisions.key(pending[0].sha) != revisions.key(pending[0].parent)
@@ -369,7 +379,7 @@ def test_a_replay_stopped_with_sigterm_removes_its_extracted_trees(tmp_path):
 
 def test_a_run_a_stopped_replay_left_unfinished_is_run_again_not_reused(tmp_path, monkeypatch):
     """Only a run the replay finished (stamped with its revision) is reused; pytest's partial verdicts are not."""
-    revisions = history.Revisions("verl", tmp_path / "repo", tmp_path / "cache", tmp_path / "trees", [])
+    revisions = revisions_module.Revisions("verl", tmp_path / "repo", tmp_path / "cache", tmp_path / "trees", [])
     monkeypatch.setattr(revisions, "side", lambda revision: history.comparison.Side(revision, "verl", {}))
     monkeypatch.setattr(revisions, "tree", lambda revision: tmp_path / revision)
     ran = []
@@ -378,8 +388,8 @@ def test_a_run_a_stopped_replay_left_unfinished_is_run_again_not_reused(tmp_path
         ran.append(out.name)
         return Run(target="verl", verdicts={"t": Verdict(id="t", outcome=PASS, tier="contract")}), 1.0
 
-    monkeypatch.setattr(history, "run_checked", run_checked)
-    out = history._runs(revisions.cache) / "k1"
+    monkeypatch.setattr(revisions_module, "run_checked", run_checked)
+    out = revisions_module.runs_of(revisions.cache) / "k1"
     partial = {"t": Verdict(id="t", outcome=FAIL, tier="contract")}  # pytest's verdicts, the replay stopped
     Run(target="verl", verdicts=partial, meta={"profile": "history"}).save(out)
     run = revisions.run("k1", "abc")

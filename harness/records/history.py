@@ -21,7 +21,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from harness.gate.history import keyed_by
+from harness.gate.history_table import keyed_by
 from harness.records import store
 from harness.records.markdown import banner, cell, code, table
 
