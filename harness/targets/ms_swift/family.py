@@ -28,7 +28,7 @@ import types
 
 import torch
 
-from harness.targets.ms_swift import policy
+from harness.targets.ms_swift import policy, reading
 from harness.targets.upstream import calls, megatron_stand_in, packing
 from harness.targets.upstream.family import Entry, Family, field_names
 from harness.targets.upstream.loader import Loader, MissingUpstream
@@ -167,7 +167,7 @@ def _prepare(up) -> None:
     loss = source_tree(up.loss_func) if up.loss_func is not None else None
     if up.forward_step is not None:
         _layout(up, source_tree(up.forward_step))
-    if loss is not None and _per_sequence_advantages(loss):
+    if loss is not None and reading.per_sequence_advantages(loss):
         up.loss_func = None  # its entry is then not declared, with the reason it gives
     # Megatron RLHF arguments' fields, which declare the options; the names only its __post_init__ reads refused
     unused = {name: refusing(f"swift.utils.{name}") for name in ("get_dist_setting", "json_parse_to_dict", "logger")}
@@ -178,7 +178,7 @@ def _prepare(up) -> None:
 def _layout(up, forward: ast.Module) -> None:
     """Which batch layout ``forward_step`` (its syntax tree ``forward``) reads (``up.columns``) and what the older
     one needs, refusing a composition the record cannot run."""
-    reads, names = _batch_reads(forward), _names(forward)
+    reads, names = reading.batch_reads(forward), reading.names_read(forward)
     up.columns = "grpo_batch" not in reads
     if up.columns and "advantages" not in reads:
         raise MissingUpstream(
@@ -209,43 +209,6 @@ def _layout(up, forward: ast.Module) -> None:
             "_postprocess_packed_tensor_cp",
             stand_ins={"mpu": up.mpu, "get_args": up.get_args},
         )
-
-
-def _per_sequence_advantages(tree: ast.Module) -> bool:
-    """Whether a method (its syntax tree) widens its advantages (``advantages.unsqueeze(...)``): one per sequence."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr == "unsqueeze" and isinstance(node.value, ast.Name):
-            if node.value.id == "advantages":
-                return True
-    return False
-
-
-def _names(tree: ast.Module) -> set[str]:
-    """The global names and ``self`` attributes a method (its syntax tree) reads."""
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            names.add(node.id)
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
-            names.add(node.attr)
-    return names
-
-
-def _batch_reads(tree: ast.Module) -> set[str]:
-    """The keys a method (its syntax tree) reads of its batch ``data`` with no default (``data[key]``,
-    ``data.pop(key)``)."""
-    keys = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_data(node.value):
-            keys.add(getattr(node.slice, "value", None))
-        elif isinstance(node, ast.Call) and _is_data(getattr(node.func, "value", None)):
-            if node.func.attr == "pop" and len(node.args) == 1 and not node.keywords:
-                keys.add(getattr(node.args[0], "value", None))
-    return {key for key in keys if isinstance(key, str)}
-
-
-def _is_data(node) -> bool:
-    return isinstance(node, ast.Name) and node.id == "data"
 
 
 def _model(logits):
