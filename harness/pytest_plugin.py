@@ -64,8 +64,17 @@ def register_profiles() -> None:
     # cores: ci's settings with 50 examples. Every bug class's representative mutant is killed at 40 (`mutants`);
     # the gate keeps ci's 80 for upstream code, which the suite never runs.
     settings.register_profile("suite", ci, max_examples=50)
-    # mutants: like ci but without shrinking (only the failure matters). thorough: >= 1000 random examples.
-    settings.register_profile("mutants", base, max_examples=40, derandomize=True, database=None, phases=no_shrink)
+    # mutants: like ci but without shrinking, and stopping at the first failing example, explicit ones included (a
+    # mutant is killed by one failure; which others fail is not read). thorough: >= 1000 random examples.
+    settings.register_profile(
+        "mutants",
+        base,
+        max_examples=40,
+        derandomize=True,
+        database=None,
+        phases=no_shrink,
+        report_multiple_bugs=False,
+    )
     settings.register_profile("thorough", base, max_examples=1000, phases=list(Phase))
     # interpreter: the Triton backend under Triton's CPU interpreter in `nox -s tests` (milliseconds per kernel
     # op): few derandomised examples per property, shrinking kept so a failure still reads small.
