@@ -22,7 +22,7 @@ def per_sequence_advantages(tree: ast.Module) -> bool:
 
 
 def names_read(tree: ast.Module) -> set[str]:
-    """The global names and ``self`` attributes a method (its syntax tree) reads."""
+    """Every name (``Name`` node: global or local) and ``self`` attribute a method (its syntax tree) reads."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
