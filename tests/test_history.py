@@ -111,6 +111,33 @@ def test_a_replay_resumed_from_its_table_keeps_its_rows_and_refuses_another_harn
     assert "--resume" in said and "harness '0123abcde'" in said and "git worktree add --detach DIR 0123abcde" in said
 
 
+def test_a_resumed_replay_writes_its_kept_rows_before_it_decides_a_new_one(repo, tmp_path, monkeypatch):
+    """A long replay is stopped between rows (a session ends): the table it leaves must hold every row it kept from
+    ``--resume``, not only those up to the last row it decided itself, or copying it back would lose rows."""
+    (repo / TENSOR_PARALLEL).write_text((fakes.HERE / "correct" / TENSOR_PARALLEL).read_text())
+    _git(repo, "commit", "-qam", "restore the entropy", "--date=2026-01-04T00:00:00")
+    monkeypatch.setattr(revisions_module, "run_checked", lambda *a, **k: pytest.fail("no suite: both rows are ERROR"))
+    reports = tmp_path / "reports"
+    assert history.main([f"verl={repo}", "--since", "2025-01-01", "--reports", str(reports)]) == 0
+    body = json.loads((reports / "verl" / "history.json").read_text())
+    assert [row["title"] for row in body["rows"]] == ["drop the entropy", "restore the entropy"]
+    body["rows"] = body["rows"][:1]
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps(body))
+    again = tmp_path / "again" / "verl" / "history.json"
+    seen = []
+    load_error = revisions_module.Revisions.load_error
+
+    def snapshot(self, rev):  # the moment the replay turns to the row it decides itself
+        seen.append([row["title"] for row in json.loads(again.read_text())["rows"]] if again.is_file() else None)
+        return load_error(self, rev)
+
+    monkeypatch.setattr(revisions_module.Revisions, "load_error", snapshot)
+    resume = [f"verl={repo}", "--since", "2025-01-01", "--reports", str(again.parent.parent), "--resume", str(earlier)]
+    assert history.main(resume) == 0
+    assert seen and seen[0] == ["drop the entropy"]
+
+
 def test_tags_replay_consecutive_releases_in_version_order(repo, tmp_path, monkeypatch):
     """``--tags``: each release against the release before it (v0.10 after v0.2, not before), the PR's row named by
     its tag; a release whose files under test did not change costs nothing, an unloadable one is ERROR."""

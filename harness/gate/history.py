@@ -189,6 +189,7 @@ def main(argv=None) -> int:
             header.through = f"{commit.label} {commit.date}"
             if (row := kept.get(commit.label)) is not None:
                 table.append(row)
+                write(cache, header, table)  # a replay stopped before its next new row still holds the kept ones
                 continue
             unloadable = [
                 f"adapter cannot load {rev[:9]}: {reason}"
