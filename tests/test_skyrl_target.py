@@ -9,6 +9,7 @@ checks fail the buggy one.
 """
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from harness.checks.policy import check_policy_loss
 from harness.memory.logits import MemoryCase, measure_token_memory
 from harness.memory.tracker import int64_with_dimension
 from harness.targets import load_target
+from harness.targets.skyrl import wrapper
 from harness.targets.skyrl.family import SKYRL
 from harness.targets.upstream import megatron_stand_in
 
@@ -50,6 +52,17 @@ def test_packed_and_cp_are_declared_only_where_the_version_has_them():
     logits = {"token", "entropy", "entropy_gate", "chunking", "temperature", "vocab_parallel"}
     assert buggy.capabilities == logits | {"hidden", "hidden_tp"}
     assert "packed entry point" in buggy.not_declared["packed_log_probs"]
+
+
+def test_cp_is_declared_where_skyrls_cp_backward_can_run(monkeypatch):
+    # SkyRL's CP gather moves its backward's index to CUDA: the record declares CP on CUDA only (the stand-in specs
+    # hold it on any device, their gather running on a CPU).
+    monkeypatch.delenv("LPH_DEVICE", raising=False)
+    on_cpu = SKYRL.target(HERE_FAKES / "skyrl_fixed")
+    assert "cp_zigzag" not in on_cpu.capabilities and "packed" in on_cpu.capabilities
+    assert ".cuda()" in on_cpu.not_declared["cp_zigzag"]
+    monkeypatch.setenv("LPH_DEVICE", "cuda")
+    assert "cp_zigzag" in SKYRL.target(HERE_FAKES / "skyrl_fixed").capabilities
 
 
 def test_every_file_the_family_executed_or_read_is_recorded():
@@ -232,3 +245,17 @@ def test_a_checkout_in_skyrl_trains_layout_is_checked_there(tmp_path):
     case = CASES[0].with_(temperature=0.5)
     for check in (check_token_forward, check_packed_forward, check_policy_loss):
         check(case, spec)
+
+
+@pytest.mark.parametrize("use", [True, False], ids=["bonus", "no-bonus"])
+def test_a_wrapper_reading_the_workers_config_is_read_alike(use):
+    """From #622 (2025-11-17) to 2026-01-30 SkyRL's wrapper read its settings as ``self.cfg.trainer.algorithm``, not
+    ``loss_config``: the same gate and term, on the adapter's settings."""
+    text = (
+        HERE_FAKES / "skyrl_fixed/skyrl/backends/skyrl_train/workers/megatron/megatron_model_wrapper.py"
+    ).read_text()
+    older = text.replace("loss_config.", "self.cfg.trainer.algorithm.")
+    assert older != text
+    steps = wrapper.read(older)
+    settings = SimpleNamespace(use_entropy_loss=use)
+    assert steps.grad_enabled(settings) is use and steps.term_added(settings) is use

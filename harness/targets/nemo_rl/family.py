@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from harness.ranks.device import device_type
 from harness.targets.nemo_rl import policy
 from harness.targets.upstream import calls, megatron_stand_in, packing
-from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol, parameters
+from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol, on_cuda, parameters
 from harness.targets.upstream.locate import Locate
 from harness.targets.upstream.placeholders import Placeholder
 
@@ -93,11 +92,6 @@ def _chunking(up) -> bool:
     return up.ChunkedDistributedLogprob is not None and (entry is None or "chunk_size" in parameters(entry))
 
 
-def _cp_zigzag(up) -> bool:
-    """The packed entry point takes a CP group, and the device is CUDA (see ``not_declared``)."""
-    return device_type() == "cuda" and "cp_group" in parameters(getattr(up, PACKED))
-
-
 NEMO_RL = Family(
     name="nemo_rl",
     locate=Locate("nemo_rl", "nemo_rl/distributed/model_utils.py", "LPH_NEMO_RL_PATH"),
@@ -140,7 +134,7 @@ NEMO_RL = Family(
         Option("chunking", (_chunking,), "token"),
         Option("entropy", ("ChunkedDistributedEntropy",), "token"),
         Option("entropy_gate", ("ChunkedDistributedEntropy",), "token"),
-        Option("cp_zigzag", (_cp_zigzag,), "packed"),
+        Option("cp_zigzag", (on_cuda(f"{PACKED}(cp_group)"),), "packed"),  # see not_declared
         *policy.OPTIONS,
     ),
     placeholders=(

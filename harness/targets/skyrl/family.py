@@ -11,13 +11,14 @@ import torch
 
 from harness.targets.skyrl import policy, wrapper
 from harness.targets.upstream import calls, megatron_stand_in, packing
-from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol
+from harness.targets.upstream.family import Entry, Family, Module, Option, Symbol, on_cuda
 from harness.targets.upstream.locate import Locate
 from harness.targets.upstream.shared_gradient import SumGradientOverGroup
 
 PACKED = "from_parallel_logits_to_logprobs_packed_sequences"
 TOKEN = ("DistributedLogprob", "ChunkedDistributedLogprob", "vocab_parallel_entropy")
-LOSS = ("PolicyLossRegistry", "apply_loss_reduction_to_advantages_minibatch")
+LOSS = ("PolicyLossRegistry", policy.SCALES_ADVANTAGES)
+SELF_REDUCING = ("PolicyLossRegistry", "reduce_loss")  # before #1296: each registry loss calls reduce_loss
 
 
 def _prepare(up) -> None:
@@ -70,13 +71,23 @@ def packed(up, call: calls.PackedCall):
     return _packed(up, call, call.entropy_grad)[1:]
 
 
-def policy_loss(up, call: calls.PolicyCall):
+def _policy_loss(up, call: calls.PolicyCall, scales: bool):
     """The packed call, then SkyRL's registry loss on its output (``policy.py``), the entropy under the
     wrapper's gate for the loss's settings."""
     options = call.options or policy.PLAIN
     settings = policy.algorithm_settings(call, options)
     out, views, entropy = _packed(up, call, up.wrapper.grad_enabled(settings))
-    return policy.policy_loss(up, call, options, settings, out, entropy), views, entropy
+    return policy.policy_loss(up, call, options, settings, out, entropy, scales), views, entropy
+
+
+def policy_loss(up, call: calls.PolicyCall):
+    """Since #1296: the advantages pre-scaled by the reduction, the registry loss a masked sum."""
+    return _policy_loss(up, call, scales=True)
+
+
+def policy_loss_self_reducing(up, call: calls.PolicyCall):
+    """Before #1296: the registry loss reduces itself (``reduce_loss`` by ``config.loss_reduction``)."""
+    return _policy_loss(up, call, scales=False)
 
 
 def hidden(up, call: calls.HiddenCall):
@@ -115,7 +126,10 @@ SKYRL = Family(
     },
     symbols={
         **{name: Symbol("model_utils", (name,)) for name in (*TOKEN, PACKED, "FusedLinearChunkedDistributedLogprob")},
-        **{name: Symbol("ppo_utils", (name,)) for name in (*LOSS, "compute_approx_kl", "apply_off_policy_correction")},
+        **{
+            name: Symbol("ppo_utils", (name,))
+            for name in (*LOSS, "reduce_loss", "compute_approx_kl", "apply_off_policy_correction")
+        },
     },
     entries=(
         Entry("token_log_probs", TOKEN, token, frozenset({"token", "entropy", "entropy_gate", "chunking"})),
@@ -135,6 +149,13 @@ SKYRL = Family(
             "loss_func (its entropy gate and term), which older SkyRL and the token-only stand-ins lack",
         ),
         Entry(
+            "policy_loss",
+            (PACKED, "vocab_parallel_entropy", *SELF_REDUCING, "wrapper"),
+            policy_loss_self_reducing,
+            frozenset({"policy_loss", "entropy"}),
+            since="the self-reducing form (before #1296) needs the same packed entry point and wrapper",
+        ),
+        Entry(
             "hidden_log_probs",
             ("FusedLinearChunkedDistributedLogprob",),
             hidden,
@@ -152,11 +173,14 @@ SKYRL = Family(
     ),
     options=(
         Option("temperature", (_takes_temperature,), "token"),
-        Option("cp_zigzag", (f"{PACKED}(cp_group)",), "packed"),
+        Option("cp_zigzag", (on_cuda(f"{PACKED}(cp_group)"),), "packed"),  # see not_declared
         *policy.OPTIONS,
     ),
     placeholders=(megatron_stand_in.PLACEHOLDER, *policy.PLACEHOLDERS),
     not_declared={
+        "cp_zigzag": "on a CPU device only: the packed entry point's CP gather builds its backward's index with "
+        "pin_memory=True and moves it with .cuda() (since its Megatron code arrived, #223), so it is declared with "
+        "LPH_DEVICE=cuda",
         "cp_allgather": "SkyRL has no DSA-style allgather context parallelism",
         "bshd": "its packed entry point is thd",
         "response_only": "every row is evaluated",

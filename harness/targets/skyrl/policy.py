@@ -1,11 +1,16 @@
 """SkyRL's ``ppo_utils.py`` as the harness's ``policy_loss``, on SkyRL's ``[B, R_max]`` action layout.
 
-SkyRL PRE-SCALES the advantages (``sum-of-sample-mean`` is ``B`` times its ``sequence_mean``: PPO is positively
-homogeneous in them); its KL term (a per-sample mean whatever ``loss_reduction`` says) and entropy term (a token
-mean) are not the harness's aggregation, so both are the adapter's arithmetic (``aggregate_views``, fp32) on SkyRL's
-values. SkyRL computes the whole batch's loss on every CP rank, the harness wants each rank's SHARE: the pre-scaling
-uses the full loss masks, the loss mask this rank's view; a sequence-level statistic (GSPO's ratio, a sequence
-rollout weight) reads every rank's log-probs. Whether the entropy term enters is the wrapper's (``wrapper.py``).
+Two forms of SkyRL's reduction. Since #1296 (2026-03-31) it PRE-SCALES the advantages
+(``apply_loss_reduction_to_advantages_minibatch``) and each registry loss is a masked sum; before, each registry loss
+reduces itself (``reduce_loss(loss, loss_mask, config.loss_reduction, config.max_seq_len)``). ``sum-of-sample-mean``
+is ``B`` times SkyRL's ``sequence_mean`` in both (PPO is positively homogeneous in the advantages). Its KL term (a
+per-sample mean whatever ``loss_reduction`` says) and entropy term (a token mean) are not the harness's aggregation,
+so both are the adapter's arithmetic (``aggregate_views``, fp32) on SkyRL's values. SkyRL computes the whole batch's
+loss on every CP rank, the harness wants each rank's SHARE, by linearity: the advantages of this rank's view only (a
+zero advantage zeroes every SkyRL loss kind's term), the denominators from the full loss masks (the pre-scaling's, or
+in the self-reducing form the loss mask ``reduce_loss`` divides by); a sequence-level statistic (GSPO's ratio, a
+sequence rollout weight) reads every rank's log-probs. Whether the entropy term enters is the wrapper's
+(``wrapper.py``).
 """
 
 from __future__ import annotations
@@ -60,14 +65,21 @@ PLACEHOLDERS = (
     ),
 )
 
-_DECLARED_BY = {  # each option (less its "policy_" prefix): what declares it where present
+SCALES_ADVANTAGES = "apply_loss_reduction_to_advantages_minibatch"  # the reduction in the advantages (#1296)
+# MIS and RS reject a token by zeroing it in the loss mask apply_off_policy_correction returns. Before #1296
+# reduce_loss divided by that mask, so a rejected token left the denominators, which the harness's MIS and RS keep
+# (docs/policy-losses.md): declared only where the reduction is in the advantages.
+_REJECTS = ("mis_token", "mis_sequence", "rs_token", "rs_sequence", "rs_geometric", "mis_floor", "rs_floor")
+_DECLARED_BY = {  # each option (less its "policy_" prefix): what declares it where present (any of the alternatives)
     # a loss where PolicyLossRegistry lists it (its names, as the settings selecting them: family.py's prepare)
-    **{kind: configured("PolicyLossRegistry", kind) for kind in ("gspo", "cispo", "dual_clip")},
-    **{f"kl_{kind}": "compute_approx_kl" for kind in KL_ESTIMATORS},
-    **dict.fromkeys((*ROLLOUT, "mis_floor", "rs_floor"), "apply_off_policy_correction"),
-    **{f"agg_{mode}": "apply_loss_reduction_to_advantages_minibatch" for mode in list(AGGREGATIONS)[1:]},
+    **{kind: (configured("PolicyLossRegistry", kind),) for kind in ("gspo", "cispo", "dual_clip")},
+    **{f"kl_{kind}": ("compute_approx_kl",) for kind in KL_ESTIMATORS},
+    **{name: ("apply_off_policy_correction",) for name in ROLLOUT if name not in _REJECTS},
+    **{name: (f"apply_off_policy_correction & {SCALES_ADVANTAGES}",) for name in _REJECTS},
+    # the reduction's modes: the pre-scaling's, or the mode reduce_loss takes in the self-reducing form
+    **{f"agg_{mode}": (SCALES_ADVANTAGES, "reduce_loss(loss_reduction)") for mode in list(AGGREGATIONS)[1:]},
 }
-OPTIONS = tuple(Option(f"policy_{name}", (when,), "policy_loss") for name, when in _DECLARED_BY.items())
+OPTIONS = tuple(Option(f"policy_{name}", when, "policy_loss") for name, when in _DECLARED_BY.items())
 
 
 def _off_policy(options: PolicyOptions) -> AlgorithmSettings | None:
@@ -96,9 +108,12 @@ def _off_policy(options: PolicyOptions) -> AlgorithmSettings | None:
 
 def algorithm_settings(call, options: PolicyOptions) -> AlgorithmSettings:
     dual = options.dual_clip_c is not None
+    summed_norm = options.aggregation == "seq-mean-token-sum-norm"
     return AlgorithmSettings(
         policy_loss_type="dual_clip" if dual else LOSS_TYPES[options.kind],
         loss_reduction=AGGREGATIONS[options.aggregation],
+        # the constant length seq_mean_token_sum_norm divides by (read by every reduction, used by that mode only)
+        max_seq_len=int(options.horizon) if summed_norm else max(call.inputs.response_lengths, default=1),
         eps_clip_low=call.eps_clip,
         eps_clip_high=call.clip_high,
         clip_ratio_c=options.dual_clip_c if dual else 3.0,
@@ -107,6 +122,9 @@ def algorithm_settings(call, options: PolicyOptions) -> AlgorithmSettings:
             cispo_eps_clip_low=call.eps_clip, cispo_eps_clip_high=call.clip_high, cispo_anchor="old"
         ),
         off_policy_correction=_off_policy(options),
+        # the token TIS before apply_off_policy_correction (2026-02): a cap; declared by no symbol, so never asked
+        use_tis=options.rollout_correction == "tis" and options.rollout_level == "token",
+        tis_imp_ratio_cap=options.rollout_cap,
         use_kl_loss=options.kl_coef != 0,
         kl_loss_coef=float(options.kl_coef),
         kl_estimator_type=KL_ESTIMATORS.get(options.kl_kind),
@@ -141,9 +159,10 @@ def aggregate_views(values, indices, masks, options: PolicyOptions, like) -> tor
     return total
 
 
-def policy_loss(up, call, options: PolicyOptions, settings, unpacked, entropy) -> torch.Tensor:
+def policy_loss(up, call, options: PolicyOptions, settings, unpacked, entropy, scales: bool) -> torch.Tensor:
     """The loss from SkyRL's packed output ``unpacked [B, U - 1]`` and this rank's per-sample entropy views
-    (computed under the wrapper's gate, or None)."""
+    (computed under the wrapper's gate, or None); ``scales``: the reduction is in the advantages (else the registry
+    loss reduces itself)."""
     inputs, (cp, cp_rank) = call.inputs, call.cp
     totals, responses, batch = inputs.total_lengths, inputs.response_lengths, len(inputs.total_lengths)
     shape = (batch, max(responses, default=0))
@@ -160,14 +179,14 @@ def policy_loss(up, call, options: PolicyOptions, settings, unpacked, entropy) -
     old = _scatter(call.old_log_probs, indices, shape, like, group)
     rollouts = options.rollout_log_probs
     rollout = None if rollouts is None else _scatter(rollouts, indices, shape, like, group)
-    advantages = _scatter(call.advantages, indices, shape, full_mask)
-    horizon = int(options.horizon) if options.aggregation == "seq-mean-token-sum-norm" else shape[1]
-    scaled = up.apply_loss_reduction_to_advantages_minibatch(
-        advantages, full_mask, settings.loss_reduction, micro_batch_size=batch, max_seq_len=horizon
-    )
-    loss_mask = full_mask if whole else full_mask * mine
+    advantages = _scatter(call.advantages, indices, shape, full_mask)  # this rank's view; zero elsewhere
+    if scales:
+        advantages = up.apply_loss_reduction_to_advantages_minibatch(
+            advantages, full_mask, settings.loss_reduction, micro_batch_size=batch, max_seq_len=settings.max_seq_len
+        )
+    loss_mask = full_mask if whole or not scales else full_mask * mine  # reduce_loss divides by the full masks
     loss, _metrics = up.PolicyLossRegistry.get(settings.policy_loss_type)(
-        action_log_probs, old, scaled, config=settings, loss_mask=loss_mask, rollout_logprobs=rollout
+        action_log_probs, old, advantages, config=settings, loss_mask=loss_mask, rollout_logprobs=rollout
     )
     if options.aggregation == "sum-of-sample-mean":
         loss = loss * batch

@@ -4,17 +4,20 @@
 three steps compiled from it: the temperature division (on a fresh tensor: the logits are the caller's), the entropy
 gate (docs/bugs.md #1), the condition that builds ``entropy_loss_term``; a revision that takes a ``temperature`` and
 divides nothing FAILS. Only expressions over ``_ALLOWED`` names, without calls, are admitted (safe to evaluate).
+The loss settings are ``loss_config`` since 2026-01-30, ``self.cfg.trainer.algorithm`` before (the worker's config,
+from #622, 2025-11-17, when the Megatron wrapper gained its entropy loss): both are the adapter's settings.
 """
 
 from __future__ import annotations
 
 import ast
+from types import SimpleNamespace
 
 import torch
 
 # the current layout's file, then skyrl-train's (until 2026-02, root skyrl-train/)
 WRAPPER = tuple(f"{where}skyrl_train/workers/megatron/megatron_model_wrapper.py" for where in ("skyrl/backends/", ""))
-_ALLOWED = {"loss_config", "temperature", "fused_lm_head", "logits"}
+_ALLOWED = {"loss_config", "self", "temperature", "fused_lm_head", "logits"}
 
 
 def _evaluate(code, **names) -> bool:
@@ -32,10 +35,10 @@ class WrapperSteps:
         self.takes_temperature = takes
 
     def grad_enabled(self, settings) -> bool:
-        return _evaluate(self._grad, loss_config=settings)
+        return _evaluate(self._grad, **_settings(settings))
 
     def term_added(self, settings) -> bool:
-        return _evaluate(self._term, loss_config=settings)
+        return _evaluate(self._term, **_settings(settings))
 
     def scaled(self, logits: torch.Tensor, temperature: float) -> torch.Tensor:
         """The logits the wrapper hands its log-prob code: its own division, on the output it owns (none: as given)."""
@@ -44,6 +47,14 @@ class WrapperSteps:
         names = {"logits": logits.clone(), "temperature": temperature}
         exec(self._division, {"__builtins__": {}}, names)  # one admitted statement: logits.div_(temperature)
         return names["logits"]
+
+
+def _settings(settings) -> dict:
+    """The names the wrapper reads its loss settings by, in either form (the module docstring)."""
+    return {
+        "loss_config": settings,
+        "self": SimpleNamespace(cfg=SimpleNamespace(trainer=SimpleNamespace(algorithm=settings))),
+    }
 
 
 def _admitted(node: ast.AST) -> bool:

@@ -171,6 +171,19 @@ def configured(where: str, *fields: str) -> Callable:
     return holds
 
 
+def on_cuda(expression: str) -> Callable:
+    """An ``Option`` condition: ``expression`` holds (as in ``Option.when``) and the device is CUDA. For code that
+    moves a tensor to CUDA itself (``.cuda()``), which no CPU run can execute; ``expression`` is kept on the condition
+    for a stand-in of that code that runs anywhere."""
+
+    def holds(up) -> bool:
+        return device_type() == "cuda" and _holds(up, expression)
+
+    holds.expression = expression
+    holds.__doc__ = f"{expression}, on a CUDA device"
+    return holds
+
+
 # What a definition raises for a value it does not take (a string switch's else, a registry's lookup, a missing
 # keyword, the symbol absent: None called).
 REFUSALS = (KeyError, ValueError, NotImplementedError, TypeError)

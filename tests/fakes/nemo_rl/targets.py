@@ -5,20 +5,13 @@ the device: the stand-ins' CP all-gather backward runs on a CPU (NeMo-RL's moves
 record declares CP on CUDA only).
 """
 
-from dataclasses import replace
 from pathlib import Path
 
-from harness.targets.nemo_rl.family import NEMO_RL, PACKED
-from harness.targets.upstream.family import Option
+from harness.targets.nemo_rl.family import NEMO_RL
+from tests.fakes import any_device as held_anywhere
 
 HERE = Path(__file__).resolve().parent
-ANY_DEVICE = replace(
-    NEMO_RL,
-    options=tuple(
-        Option("cp_zigzag", (f"{PACKED}(cp_group)",), "packed") if option.capability == "cp_zigzag" else option
-        for option in NEMO_RL.options
-    ),
-)
+ANY_DEVICE = held_anywhere.any_device(NEMO_RL)
 
 
 def any_device(root):
