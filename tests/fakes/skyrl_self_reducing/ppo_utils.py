@@ -1,8 +1,8 @@
 """Stand-in for SkyRL's ppo_utils before its reduction moved into the advantages: each registry loss reduces
 itself by ``reduce_loss(loss, loss_mask, config.loss_reduction, config.max_seq_len)``, and a KL estimator.
 
-Its signatures are SkyRL's; the arithmetic is plain and written here. ``tests/test_skyrl_self_reducing.py`` puts it
-in a copy of ``skyrl_fixed`` in place of that tree's ppo_utils.
+Its signatures are SkyRL's; the arithmetic is plain and written here. ``tests/fakes/skyrl_targets.py``
+(``self_reducing_tree``) puts it in a copy of ``skyrl_fixed`` in place of that tree's ppo_utils.
 """
 
 import ray
