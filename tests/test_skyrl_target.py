@@ -237,7 +237,8 @@ def test_a_checkout_in_skyrl_trains_layout_is_checked_there(tmp_path):
     package = tmp_path / "skyrl-train" / "skyrl_train"
     shutil.copytree(HERE_FAKES / "skyrl_fixed/skyrl/backends/skyrl_train", package)
     ppo_utils = package / "utils/ppo_utils.py"
-    ppo_utils.write_text(ppo_utils.read_text().replace("from skyrl.train.config", "from skyrl_train.config"))
+    text = ppo_utils.read_text().replace("from skyrl.train.config", "from skyrl_train.config")
+    ppo_utils.write_text(text.replace("from skyrl.backends.skyrl_train.", "from skyrl_train."))
     spec = f"skyrl={tmp_path}"
     target = load_target(spec)
     assert {"token", "packed", "policy_loss", "temperature"} <= target.capabilities

@@ -5,30 +5,10 @@ Its signatures are SkyRL's; the arithmetic is plain and written here. ``tests/fa
 (``self_reducing_tree``) puts it in a copy of ``skyrl_fixed`` in place of that tree's ppo_utils.
 """
 
-import ray
 import torch
 from loguru import logger
+from skyrl.backends.skyrl_train.utils.registry import PolicyLossRegistry
 from skyrl.train.config import AlgorithmConfig
-
-
-class PolicyLossRegistry:
-    """Name -> loss function; without Ray the functions stay local, as in SkyRL."""
-
-    _functions = {}
-
-    @classmethod
-    def register(cls, name, func):
-        cls._functions[str(name)] = func
-
-    @classmethod
-    def get(cls, name):
-        if ray.is_initialized():
-            raise RuntimeError("the stand-in registry has no actor sync")
-        return cls._functions[str(name)]
-
-    @classmethod
-    def list_available(cls):
-        return list(cls._functions)
 
 
 def compute_approx_kl(log_probs, log_probs_base, loss_mask=None, kl_estimator_type="k3"):

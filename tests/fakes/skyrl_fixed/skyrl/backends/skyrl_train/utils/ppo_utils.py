@@ -1,29 +1,13 @@
 """Stand-in for SkyRL's ppo_utils: its signatures, with plain arithmetic written here.
 
-Like SkyRL's module it imports Ray, loguru and the trainer config at module
-level, so loading it exercises the adapter's import stand-ins.
+Like SkyRL's module it imports loguru and the trainer config at module level (and Ray, through the registry
+stand-in beside it), so loading it exercises the adapter's import stand-ins.
 """
 
-import ray
 import torch
 from loguru import logger
+from skyrl.backends.skyrl_train.utils.registry import PolicyLossRegistry
 from skyrl.train.config import AlgorithmConfig
-
-
-class PolicyLossRegistry:
-    """Name -> loss function; without Ray the functions stay local, as in SkyRL."""
-
-    _functions = {}
-
-    @classmethod
-    def register(cls, name, func):
-        cls._functions[str(name)] = func
-
-    @classmethod
-    def get(cls, name):
-        if ray.is_initialized():
-            raise RuntimeError("the stand-in registry has no actor sync")
-        return cls._functions[str(name)]
 
 
 def ppo_policy_loss(

@@ -1,0 +1,1 @@
+../../../../../skyrl_fixed/skyrl/backends/skyrl_train/utils/registry.py
